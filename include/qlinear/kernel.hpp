@@ -1,0 +1,86 @@
+#pragma once
+// The kernel interface every backend implements, one object per (backend, family) pair.
+//
+// Lifecycle (vLLM's): select (is_supported, then can_implement) -> process_weights_after_loading once ->
+// apply on every forward. Kernel objects are stateless and shared: per-layer state lives in the layer, so
+// one processed layer may be applied from many threads at once.
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "qlinear/layer.hpp"
+#include "qlinear/platform.hpp"
+
+namespace qlinear {
+
+// The answer to "can you?": yes, or no with a reason a user can act on
+// ("K=4100 is not a multiple of 32 (MX block)").
+struct Verdict {
+  bool ok = true;
+  std::string reason;
+
+  static Verdict yes() { return {}; }
+  static Verdict no(std::string why) { return {false, std::move(why)}; }
+  explicit operator bool() const { return ok; }
+};
+
+class LinearKernel {
+ public:
+  virtual ~LinearKernel() = default;
+
+  // Registry name: the file, the class and this string agree ("reference_mxfp8", "x86_avx512_int8").
+  virtual std::string_view name() const = 0;
+  virtual Family family() const = 0;
+  // One line for `qlinear kernels`: what it computes and on what.
+  virtual std::string_view summary() const = 0;
+
+  // Can it run on this platform (ISA, compute capability, build)?
+  virtual Verdict is_supported(const Platform& platform) const = 0;
+  // Can it implement this layer (formats, scales, alignment, shapes)? One guard per line, first failure wins.
+  virtual Verdict can_implement(const LinearConfig& config) const = 0;
+
+  // The key of pre-quantized activations apply() takes as is; none when it only takes dense input.
+  virtual std::optional<QuantKey> input_quant_key(const LinearConfig& config) const;
+  // True when process_weights_after_loading only rewrites tensors, so its results can be saved and reused.
+  virtual bool supports_pre_processed_weights() const { return false; }
+
+  // Checks the layer's tensors against its config, then rewrites them into this kernel's layout. Once.
+  Status process_weights_after_loading(LinearLayer& layer) const;
+  // y[M, N] = x[M, K] W^T (+ bias[N]) into `out` (allocated, out_dtype, [M, N]). Checks shapes and dtypes.
+  Status apply(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const;
+  // Allocating form.
+  Result<Tensor> apply(const LinearLayer& layer, const Activation& x, const Tensor* bias = nullptr) const;
+  // The processed weight read back as the checkpoint stored it (row-major [N, K] codes, packed where the
+  // format packs), for code that inspects weights directly (vLLM's row_major_weight).
+  virtual Result<Tensor> row_major_weight(const LinearLayer& layer) const;
+
+ protected:
+  virtual Status process_impl(LinearLayer& layer) const = 0;
+  // Called with shapes, dtypes and the activation key already checked.
+  virtual Status apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias,
+                            Tensor& out) const = 0;
+};
+
+// Checks that a layer's checkpoint tensors have the names, dtypes and shapes its config implies
+// (the contract in docs/FORMATS.md). Every kernel's process step calls it before touching data.
+Status validate_layer_tensors(const LinearLayer& layer);
+
+}  // namespace qlinear
+
+namespace qlinear {
+
+// Which keys a family admits: the contract every kernel of the family starts from (src/core/contract.cpp).
+struct FamilyContract {
+  Family family;
+  std::span<const QuantKey> weight_keys;
+  std::span<const QuantKey> activation_keys;  // quantized-activation keys
+  bool allows_unquantized_activations;        // weight-only (A16) variants
+};
+const FamilyContract& family_contract(Family family);
+
+// Is the config well-formed for its family (keys, dtypes, shapes, shard widths, block divisibility)?
+// Selection checks this before asking any kernel, so kernels may assume it.
+Verdict check_config(const LinearConfig& config);
+
+}  // namespace qlinear

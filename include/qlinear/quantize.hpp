@@ -1,0 +1,64 @@
+#pragma once
+// Reference quantizers and dequantizers for every key. They define the numerics every kernel's own
+// quantization is tested against; they are scalar, straightforward and parallel over rows.
+//
+// Operands are row-major 2-D [rows, cols] with groups running along cols (K). A weight [N, K] and an
+// activation [M, K] use the same functions; the key says which granularity applies.
+#include <optional>
+
+#include "qlinear/quant_key.hpp"
+#include "qlinear/tensor.hpp"
+
+namespace qlinear {
+
+// The shared-exponent rule of MX quantization (OCP MX v1.0 leaves the choice of scale to the producer).
+//   amax = max |x| over the 32-block; e = the unbiased E8M0 exponent, clamped to [-127, 127];
+//   kCeilOverMax (vLLM's current _mxfp8_e4m3_quantize_torch, triton_kernels ROUND_UP):
+//        e = ceil(log2(amax / max_finite(elem)))  — the block max never exceeds the element range.
+//   kFloorLog2 (vLLM's older reference and its ROCm Triton kernel): e = floor(log2(amax)),
+//        so scaled values fall in [0, 2) and only the top binades of the element format are used.
+//   kOcp (OCP MX spec §6.3): e = floor(log2(amax)) - emax(elem) (emax E4M3 8, E2M3 2, E3M2 4, E2M1 2),
+//        then saturating conversion.
+// All-zero blocks get e = -127 (code 0). Elements are then encoded RNE with saturation.
+enum class MxScaleRule : uint8_t { kCeilOverMax, kFloorLog2, kOcp };
+
+struct QuantizeOptions {
+  // Static keys: the scale to use ([1] or [] f32; per-channel static keys take [rows, 1]). For static
+  // asymmetric INT8 also `zero_point` (i32 [1]).
+  Tensor static_scale;
+  Tensor static_zero_point;
+  // Dynamic FP8 per-token: the upper bound on amax (vLLM's input_scale_ub); none by default.
+  std::optional<float> scale_ub;
+  MxScaleRule mx_rule = MxScaleRule::kCeilOverMax;
+  // NVFP4: the per-tensor global scale as a multiplier g (compressed-tensors' *_global_scale); computed as
+  // 448*6/amax(x) when absent.
+  std::optional<float> nvfp4_global_scale;
+};
+
+// A quantized operand: codes, scales laid out per its key, and what it was made from.
+struct QuantizedTensor {
+  QuantKey key;
+  Tensor data;        // [rows, cols] F8E4M3 / I8, or packed U8 [rows, packed_cols] for FP6/FP4
+  Tensor scale;       // per-tensor [1]; per-row [rows, 1]; 1xG [rows, ceil(cols/G)]; 128x128 [ceil, ceil];
+                      // MX E8M0 [rows, cols/32] (U8 bytes); NVFP4 F8E4M3 [rows, cols/16]
+  Tensor scale2;      // NVFP4: f32 [1] global scale g (multiplier); undefined otherwise
+  Tensor zero_point;  // asymmetric INT8: i32 [1] (static) or [rows, 1] (dynamic); undefined otherwise
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// Quantizes a row-major 2-D float tensor (F32, BF16, F16 or F64) into `key`'s format.
+// Errors name the key and what did not fit (cols not a multiple of the MX block, static key without scale).
+Result<QuantizedTensor> quantize(const Tensor& x, const QuantKey& key, const QuantizeOptions& options = {});
+
+// Exact dequantization into an F32 or F64 [rows, cols] tensor (F64 is exact for every format).
+Result<Tensor> dequantize(const QuantizedTensor& q, DType out = DType::kF32);
+
+// Scale tensor shape for a [rows, cols] operand under `group` (documented in QuantizedTensor::scale).
+Shape scale_shape(const GroupShape& group, int64_t rows, int64_t cols);
+
+// The two constants vLLM's FP8 dynamic quantization uses.
+inline constexpr float kFp8E4M3Max = 448.0f;
+inline constexpr float kFp8MinScalingFactor = 1.0f / (448.0f * 512.0f);  // per-token lower bound on the scale
+
+}  // namespace qlinear

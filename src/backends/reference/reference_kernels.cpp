@@ -1,0 +1,127 @@
+#include "backends/reference/reference_kernels.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace qlinear::reference {
+
+const ReferenceLinearKernel kFp8ScaledMM(Family::kFp8ScaledMM, "reference_fp8_scaled_mm");
+const ReferenceLinearKernel kInt8ScaledMM(Family::kInt8ScaledMM, "reference_int8_scaled_mm");
+const ReferenceLinearKernel kFp8BlockScaled(Family::kFp8BlockScaled, "reference_fp8_block_scaled");
+const ReferenceLinearKernel kFp8WeightOnly(Family::kFp8WeightOnly, "reference_fp8_weight_only");
+const ReferenceLinearKernel kMxfp8(Family::kMxfp8, "reference_mxfp8");
+const ReferenceLinearKernel kMxfp6(Family::kMxfp6, "reference_mxfp6");
+const ReferenceLinearKernel kMxfp4(Family::kMxfp4, "reference_mxfp4");
+const ReferenceLinearKernel kNvfp4(Family::kNvfp4, "reference_nvfp4");
+
+Verdict ReferenceLinearKernel::can_implement(const LinearConfig& config) const {
+  if (config.family != family_) return Verdict::no("layer family is " + std::string(family_name(config.family)));
+  return Verdict::yes();  // every well-formed config of its family (check_config ran first)
+}
+
+Status ReferenceLinearKernel::process_impl(LinearLayer&) const {
+  return Status::ok();  // the reference reads the checkpoint layout as is
+}
+
+namespace {
+
+// Scalar value `i` of a per-tensor scale stored as [], [1] or [num_shards].
+float scalar_at(const Tensor& t, int64_t i) { return t.data<float>()[t.numel() == 1 ? 0 : i]; }
+
+float max_of(const Tensor& t) {
+  const float* p = t.data<float>();
+  return *std::max_element(p, p + t.numel());
+}
+
+}  // namespace
+
+Result<Tensor> dequantized_weight(const LinearLayer& layer) {
+  const LinearConfig& c = layer.config;
+  QL_ASSIGN_OR_RETURN(Tensor weight, layer.get("weight"));
+  QL_ASSIGN_OR_RETURN(Tensor scale, layer.get("weight_scale"));
+  Tensor global = layer.has("weight_global_scale") ? layer.params.at("weight_global_scale") : Tensor();
+  QuantizedTensor q;
+  q.key = c.weight_key;
+  q.rows = c.n;
+  q.cols = c.k;
+  // Fused layers may carry one scalar per shard: dequantize shard by shard with its own scalar.
+  const bool per_shard_scale = c.weight_key.scale.group.is_per_tensor() && scale.numel() > 1;
+  const bool per_shard_global = global.defined() && global.numel() > 1;
+  if (!per_shard_scale && !per_shard_global) {
+    q.data = weight;
+    q.scale = scale.numel() == 1 ? Tensor::scalar_f32(scale.data<float>()[0]).reshape({1}).value() : scale;
+    if (global.defined()) q.scale2 = Tensor::scalar_f32(global.data<float>()[0]).reshape({1}).value();
+    return dequantize(q, DType::kF64);
+  }
+  Tensor out = Tensor::empty(DType::kF64, {c.n, c.k});
+  int64_t row = 0;
+  for (int64_t s = 0; s < c.num_shards(); ++s) {
+    const int64_t width = c.logical_widths.empty() ? c.n : c.logical_widths[s];
+    if (width == 0) continue;
+    QuantizedTensor shard = q;
+    shard.rows = width;
+    QL_ASSIGN_OR_RETURN(shard.data, weight.narrow(0, row, width));
+    if (per_shard_scale) {
+      shard.scale = Tensor::scalar_f32(scalar_at(scale, s)).reshape({1}).value();
+    } else {
+      QL_ASSIGN_OR_RETURN(shard.scale, scale.narrow(0, row, width));
+      shard.scale = shard.scale.contiguous();
+    }
+    if (global.defined()) shard.scale2 = Tensor::scalar_f32(scalar_at(global, s)).reshape({1}).value();
+    QL_ASSIGN_OR_RETURN(Tensor part, dequantize(shard, DType::kF64));
+    std::memcpy(out.data<double>() + row * c.k, part.data<double>(), sizeof(double) * width * c.k);
+    row += width;
+  }
+  return out;
+}
+
+Result<Tensor> effective_activation(const LinearLayer& layer, const Activation& x) {
+  const LinearConfig& c = layer.config;
+  if (x.is_quantized()) return dequantize(x.quantized_tensor(), DType::kF64);
+  const Tensor dense = x.dense_tensor().contiguous();
+  if (!c.activation_key) {
+    Tensor out = Tensor::empty(DType::kF64, dense.shape());
+    double* o = out.data<double>();
+    for (int64_t i = 0; i < dense.numel(); ++i) o[i] = element_as_double(dense, i);
+    return out;
+  }
+  QuantizeOptions options;
+  const QuantKey& key = *c.activation_key;
+  if (key.scale.is_static) {
+    // Fused layers: one static input scale for all shards, the largest (vLLM's input_scale.max()).
+    options.static_scale = Tensor::scalar_f32(max_of(layer.params.at("input_scale"))).reshape({1}).value();
+    if (!key.symmetric) options.static_zero_point = layer.params.at("input_zero_point");
+  }
+  if (key.scale2) options.nvfp4_global_scale = max_of(layer.params.at("input_global_scale"));
+  QL_ASSIGN_OR_RETURN(QuantizedTensor q, quantize(dense, key, options));
+  return dequantize(q, DType::kF64);
+}
+
+Status ReferenceLinearKernel::apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias,
+                                         Tensor& out) const {
+  QL_ASSIGN_OR_RETURN(Tensor w, dequantized_weight(layer));
+  QL_ASSIGN_OR_RETURN(Tensor a, effective_activation(layer, x));
+  const int64_t m_rows = a.size(0), n_cols = layer.config.n, k = layer.config.k;
+  const double* wp = w.data<double>();
+  const double* ap = a.data<double>();
+  const DType out_dtype = out.dtype();
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t m = 0; m < m_rows; ++m) {
+    for (int64_t n = 0; n < n_cols; ++n) {
+      const double* wr = wp + n * k;
+      const double* ar = ap + m * k;
+      double acc = 0.0;
+      for (int64_t i = 0; i < k; ++i) acc += ar[i] * wr[i];
+      if (bias != nullptr) acc += element_as_double(*bias, n);
+      const int64_t o = m * n_cols + n;
+      switch (out_dtype) {
+        case DType::kF32: out.data<float>()[o] = static_cast<float>(acc); break;
+        case DType::kBF16: out.data<uint16_t>()[o] = static_cast<uint16_t>(encode(DType::kBF16, acc, Overflow::kNonSaturating)); break;
+        default: out.data<uint16_t>()[o] = static_cast<uint16_t>(encode(DType::kF16, acc, Overflow::kNonSaturating)); break;
+      }
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace qlinear::reference

@@ -1,0 +1,139 @@
+// qlinear kernels: every registered kernel and whether it runs here; schemes; why a layer gets its kernel.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+#include "cli/platform_option.hpp"
+#include "qlinear/registry.hpp"
+#include "qlinear/scheme.hpp"
+
+namespace qlinear::cli {
+
+namespace {
+
+const std::vector<OptionSpec> kSpecs = {
+    {"--explain", "", "explain the selection for one layer (with --scheme, --n, --k)"},
+    {"--scheme", "S", "scheme of the layer to explain (see --list-schemes)"},
+    {"--n", "N", "output features (default 4096)"},
+    {"--k", "K", "input features (default 4096)"},
+    {"--out", "DTYPE", "output dtype: bf16 (default), f16, f32"},
+    {"--platform", "P", "cpu (default), cuda, cuda:N, sm80, sm90, avx512, avx2, scalar"},
+    {"--list-schemes", "", "list the schemes"},
+    {"--json", "", "machine-readable output"},
+    {"--help", "", "this help"},
+};
+
+int list_schemes(bool json) {
+  if (json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const Scheme& s : all_schemes()) {
+      out.push_back({{"scheme", s.name},
+                     {"family", family_name(s.family)},
+                     {"weight_key", key_name(s.weight_key)},
+                     {"activation_key", s.activation_key ? key_name(*s.activation_key) : "none"},
+                     {"description", s.description}});
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%-22s %-17s %s\n", "scheme", "family", "description");
+  for (const Scheme& s : all_schemes()) {
+    std::printf("%-22.*s %-17.*s %.*s\n", static_cast<int>(s.name.size()), s.name.data(),
+                static_cast<int>(family_name(s.family).size()), family_name(s.family).data(),
+                static_cast<int>(s.description.size()), s.description.data());
+  }
+  return 0;
+}
+
+int list_kernels(const Platform& platform, bool json) {
+  nlohmann::json out = nlohmann::json::array();
+  if (!json) std::printf("Kernels for %s, in priority order:\n", platform.describe().c_str());
+  for (const LinearKernel* k : priority_list(platform)) {
+    const Verdict v = k->is_supported(platform);
+    if (json) {
+      out.push_back({{"kernel", k->name()},
+                     {"family", family_name(k->family())},
+                     {"supported", v.ok},
+                     {"reason", v.reason},
+                     {"summary", k->summary()}});
+    } else {
+      std::printf("  %-32.*s %-17.*s %s\n", static_cast<int>(k->name().size()), k->name().data(),
+                  static_cast<int>(family_name(k->family()).size()), family_name(k->family()).data(),
+                  v.ok ? "supported" : ("not supported: " + v.reason).c_str());
+    }
+  }
+  if (json) std::printf("%s\n", nlohmann::json({{"platform", platform.describe()}, {"kernels", out}}).dump(2).c_str());
+  return 0;
+}
+
+}  // namespace
+
+int cmd_kernels(int argc, char** argv) {
+  auto args = Args::parse(argc, argv, 2, kSpecs, 0);
+  if (!args) {
+    std::fprintf(stderr, "qlinear kernels: %s\n", args.message().c_str());
+    return 2;
+  }
+  if (args->flag("--help")) {
+    std::printf("Usage: qlinear kernels [--explain --scheme S --n N --k K] [--list-schemes] [--json]\n\n%s",
+                options_help(kSpecs).c_str());
+    return 0;
+  }
+  const bool json = args->flag("--json");
+  if (args->flag("--list-schemes")) return list_schemes(json);
+  auto platform = parse_platform(args->get_or("--platform", "cpu"));
+  if (!platform) {
+    std::fprintf(stderr, "qlinear kernels: %s\n", platform.message().c_str());
+    return 2;
+  }
+  if (!args->flag("--explain")) {
+    if (args->get("--scheme")) {
+      std::fprintf(stderr, "qlinear kernels: --scheme needs --explain\n");
+      return 2;
+    }
+    return list_kernels(*platform, json);
+  }
+  const auto scheme_name = args->get("--scheme");
+  if (!scheme_name) {
+    std::fprintf(stderr, "qlinear kernels --explain: --scheme is required (one of: %s)\n", scheme_names().c_str());
+    return 2;
+  }
+  const Scheme* scheme = find_scheme(*scheme_name);
+  if (scheme == nullptr) {
+    std::fprintf(stderr, "qlinear kernels: unknown scheme '%s' for --scheme; schemes: %s\n", scheme_name->c_str(),
+                 scheme_names().c_str());
+    return 2;
+  }
+  auto n = args->get_int("--n", 4096, 1);
+  auto k = args->get_int("--k", 4096, 1);
+  auto out = dtype_from_name(args->get_or("--out", "bf16"));
+  if (!n || !k) {
+    std::fprintf(stderr, "qlinear kernels: %s\n", (!n ? n.message() : k.message()).c_str());
+    return 2;
+  }
+  if (!out || !(*out == DType::kBF16 || *out == DType::kF16 || *out == DType::kF32)) {
+    std::fprintf(stderr, "qlinear kernels: --out must be bf16, f16 or f32\n");
+    return 2;
+  }
+  const LinearConfig config = make_config(*scheme, *n, *k, DType::kBF16, *out);
+  const Selection sel = explain_selection(config, *platform);
+  if (json) {
+    nlohmann::json cands = nlohmann::json::array();
+    for (const CandidateVerdict& c : sel.candidates) {
+      cands.push_back({{"kernel", c.kernel->name()}, {"selected", c.chosen}, {"reason", c.reason}});
+    }
+    nlohmann::json doc = {{"scheme", scheme->name},
+                          {"config", config.to_string()},
+                          {"platform", platform->describe()},
+                          {"selected", sel.kernel ? nlohmann::json(sel.kernel->name()) : nlohmann::json(nullptr)},
+                          {"candidates", cands}};
+    std::printf("%s\n", doc.dump(2).c_str());
+  } else {
+    std::printf("%s on %s\n%s", config.to_string().c_str(), platform->describe().c_str(), sel.explain().c_str());
+    if (sel.kernel == nullptr) std::printf("no kernel can implement this layer here\n");
+  }
+  return sel.kernel ? 0 : 1;
+}
+
+}  // namespace qlinear::cli

@@ -1,0 +1,29 @@
+#include "cli/platform_option.hpp"
+
+namespace qlinear::cli {
+
+Result<Platform> parse_platform(const std::string& text) {
+  if (text == "cpu") return Platform::host_cpu();
+  if (text == "cuda") return Platform::cuda_device(0);
+  if (text.rfind("cuda:", 0) == 0) {
+    const std::string idx = text.substr(5);
+    if (idx.empty() || idx.find_first_not_of("0123456789") != std::string::npos) {
+      return Status::error("--platform " + text + ": expected cuda:N with N a device index");
+    }
+    return Platform::cuda_device(std::stoi(idx));
+  }
+  if (text.rfind("sm", 0) == 0 && text.size() >= 4 && text.find_first_not_of("0123456789", 2) == std::string::npos) {
+    return Platform::synthetic_cuda(std::stoi(text.substr(2)));
+  }
+  CpuFeatures f = detect_cpu_features();
+  if (text == "avx512") return Platform::synthetic_cpu(f, Platform::host_cpu().num_threads);
+  if (text == "avx2" || text == "scalar") {
+    f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512vnni = f.avx512bf16 = f.avx512fp16 = false;
+    f.amx_tile = f.amx_int8 = f.amx_bf16 = false;
+    if (text == "scalar") f.avx2 = f.fma = f.f16c = f.avx_vnni = false;
+    return Platform::synthetic_cpu(f, Platform::host_cpu().num_threads);
+  }
+  return Status::error("--platform " + text + ": expected cpu, cuda, cuda:N, smNN (e.g. sm90), avx512, avx2 or scalar");
+}
+
+}  // namespace qlinear::cli

@@ -1,0 +1,86 @@
+// The checks every kernel shares, done once here so a kernel's own code starts from valid inputs:
+// process refuses an invalid or already-processed layer; apply refuses a layer processed by another kernel,
+// wrong shapes and dtypes, and a pre-quantized activation made with another key.
+#include "qlinear/kernel.hpp"
+
+namespace qlinear {
+
+std::optional<QuantKey> LinearKernel::input_quant_key(const LinearConfig&) const { return std::nullopt; }
+
+Status LinearKernel::process_weights_after_loading(LinearLayer& layer) const {
+  const std::string where = "layer " + (layer.name.empty() ? std::string("<unnamed>") : layer.name);
+  if (!layer.processed_by.empty()) {
+    return Status::error(where + " was already processed by " + layer.processed_by +
+                         "; process_weights_after_loading runs once per layer");
+  }
+  QL_RETURN_IF_ERROR(validate_layer_tensors(layer));
+  const Verdict v = can_implement(layer.config);
+  if (!v) return Status::error(where + ": kernel " + std::string(name()) + " cannot implement it: " + v.reason);
+  QL_RETURN_IF_ERROR(process_impl(layer).with_context(where + " (kernel " + std::string(name()) + ")"));
+  layer.processed_by = std::string(name());
+  return Status::ok();
+}
+
+namespace {
+bool is_activation_dtype(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
+}  // namespace
+
+Status LinearKernel::apply(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const {
+  const LinearConfig& c = layer.config;
+  const std::string where = "apply " + std::string(name()) + " to layer " + layer.name;
+  if (layer.processed_by != name()) {
+    return Status::error(where + ": the layer was " +
+                         (layer.processed_by.empty() ? std::string("not processed")
+                                                     : "processed by " + layer.processed_by) +
+                         "; call process_weights_after_loading with this kernel first");
+  }
+  if (x.is_quantized()) {
+    const std::optional<QuantKey> want = input_quant_key(c);
+    const QuantKey& got = x.quantized_tensor().key;
+    if (!want) {
+      return Status::error(where + ": the kernel takes no pre-quantized activations, got one quantized as " +
+                           key_name(got));
+    }
+    if (!(got == *want)) {
+      return Status::error(where + ": pre-quantized activation key " + key_name(got) +
+                           " does not match the kernel's input_quant_key " + key_name(*want));
+    }
+  } else {
+    const Tensor& t = x.dense_tensor();
+    if (!t.defined() || t.rank() != 2) {
+      return Status::error(where + ": activation must be 2-D [M, K], got " + t.describe());
+    }
+    if (!is_activation_dtype(t.dtype())) {
+      return Status::error(where + ": activation dtype must be f32, bf16 or f16, got " + t.describe());
+    }
+    if (t.strides()[1] != 1) return Status::error(where + ": activation rows must be contiguous");
+  }
+  const int64_t m = x.rows();
+  if (x.cols() != c.k) {
+    return Status::error(where + ": activation has K=" + std::to_string(x.cols()) + " columns, the layer expects K=" +
+                         std::to_string(c.k));
+  }
+  if (!out.defined() || out.dtype() != c.out_dtype || out.shape() != Shape{m, c.n} || !out.is_contiguous()) {
+    return Status::error(where + ": output must be a contiguous " + std::string(qlinear::name(c.out_dtype)) +
+                         shape_to_string({m, c.n}) + ", got " + out.describe());
+  }
+  if (bias != nullptr && bias->defined()) {
+    if (!is_activation_dtype(bias->dtype()) || bias->numel() != c.n || bias->rank() != 1) {
+      return Status::error(where + ": bias must be f32/bf16/f16 [" + std::to_string(c.n) + "], got " +
+                           bias->describe());
+    }
+  }
+  if (m == 0) return Status::ok();  // an empty batch has nothing to compute
+  return apply_impl(layer, x, bias != nullptr && bias->defined() ? bias : nullptr, out);
+}
+
+Result<Tensor> LinearKernel::apply(const LinearLayer& layer, const Activation& x, const Tensor* bias) const {
+  const int64_t m = std::max<int64_t>(x.rows(), 0);
+  Tensor out = Tensor::empty(layer.config.out_dtype, {m, layer.config.n});
+  QL_RETURN_IF_ERROR(apply(layer, x, bias, out));
+  return out;
+}
+
+Result<Tensor> LinearKernel::row_major_weight(const LinearLayer& layer) const { return layer.get("weight"); }
+
+}  // namespace qlinear

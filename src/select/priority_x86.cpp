@@ -1,0 +1,23 @@
+// x86-64 CPU: the kernels tried for a layer on the host CPU, best first.
+#include "backends/reference/reference_kernels.hpp"
+#include "select/priority_lists.hpp"
+
+namespace qlinear::detail {
+
+namespace {
+const LinearKernel* const kX86CpuPriority[] = {
+    // Reference: runs anywhere, last for every family.
+    &reference::kFp8ScaledMM,
+    &reference::kInt8ScaledMM,
+    &reference::kFp8BlockScaled,
+    &reference::kFp8WeightOnly,
+    &reference::kMxfp8,
+    &reference::kMxfp6,
+    &reference::kMxfp4,
+    &reference::kNvfp4,
+};
+}  // namespace
+
+std::span<const LinearKernel* const> x86_cpu_priority() { return kX86CpuPriority; }
+
+}  // namespace qlinear::detail
