@@ -1,11 +1,19 @@
 // x86-64 CPU: the kernels tried for a layer on the host CPU, best first.
 #include "backends/reference/reference_kernels.hpp"
+#if QLINEAR_WITH_X86
+#include "backends/x86/x86_kernels.hpp"
+#endif
 #include "select/priority_lists.hpp"
 
 namespace qlinear::detail {
 
 namespace {
 const LinearKernel* const kX86CpuPriority[] = {
+#if QLINEAR_WITH_X86
+    // INT8 W8A8
+    &x86::kAvx512VnniInt8,
+    &x86::kAvx2Int8,
+#endif
     // Reference: runs anywhere, last for every family.
     &reference::kFp8ScaledMM,
     &reference::kInt8ScaledMM,

@@ -1,0 +1,59 @@
+#pragma once
+// The x86-64 CPU backend: kernel classes, one object per (ISA, family). Everything declared here is
+// compiled with baseline flags (kernels.cpp, *_common.cpp); the SIMD code lives in *_avx2.cpp and
+// *_avx512.cpp and is reached only after is_supported() has checked the ISA on this machine.
+//
+//   registry name                 family            ISA                                   file of its SIMD code
+//   x86_avx512vnni_int8           int8_scaled_mm    AVX-512 F/BW/VL + VNNI (+AVX2 quantizer)  int8_gemm_avx512.cpp
+//   x86_avx2_int8                 int8_scaled_mm    AVX2 + FMA + F16C                      int8_gemm_avx2.cpp
+//   x86_avx512bf16_fp8_w8a16      fp8_weight_only   AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
+//   x86_avx512bf16_mxfp8_w8a16    mxfp8 (A16)       AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
+//
+// Per-layer state lives in layer.kernel_state (the kernels are stateless and shared); process replaces
+// the checkpoint's "weight" tensor by the packed copy (no second full copy stays), and row_major_weight
+// rebuilds the checkpoint layout from it exactly.
+#include "qlinear/kernel.hpp"
+
+namespace qlinear::x86 {
+
+enum class Isa : uint8_t { kAvx2, kAvx512Vnni, kAvx512Bf16 };
+
+// ISA check shared by every x86 kernel: the platform's kind, then each feature the code uses.
+Verdict isa_supported(const Platform& platform, Isa isa);
+
+// INT8 W8A8 (vLLM's int8 scaled_mm): dynamic per-token or static per-tensor activations, symmetric or
+// asymmetric, per-channel or per-tensor (per-shard) weight scales. Scales, zero point and bias are applied
+// once to the exact int32 sums: y = sx[m] * sw[n] * (acc - zp[m] * colsum[n]) + bias[n], in f32 (FMA),
+// then rounded to the output type.
+class Int8Kernel final : public LinearKernel {
+ public:
+  constexpr Int8Kernel(std::string_view name, Isa isa) : name_(name), isa_(isa) {}
+  std::string_view name() const override { return name_; }
+  Family family() const override { return Family::kInt8ScaledMM; }
+  std::string_view summary() const override;
+  Verdict is_supported(const Platform& platform) const override { return isa_supported(platform, isa_); }
+  Verdict can_implement(const LinearConfig& config) const override;
+  std::optional<QuantKey> input_quant_key(const LinearConfig& config) const override {
+    return config.activation_key;
+  }
+  Result<Tensor> row_major_weight(const LinearLayer& layer) const override;
+
+ protected:
+  Status process_impl(LinearLayer& layer) const override;
+  Status apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const override;
+
+ private:
+  std::string_view name_;
+  Isa isa_;
+};
+
+extern const Int8Kernel kAvx512VnniInt8;  // "x86_avx512vnni_int8"
+extern const Int8Kernel kAvx2Int8;        // "x86_avx2_int8"
+
+// Shared helpers (kernels.cpp).
+// A dense f32/bf16/f16 [n] tensor as f32 (bias), or empty when t is null.
+std::vector<float> bias_as_f32(const Tensor* t, int64_t n);
+// The activation dtype's FloatKind code (0 f32, 1 bf16, 2 f16).
+uint8_t float_kind_of(DType d);
+
+}  // namespace qlinear::x86

@@ -1,0 +1,213 @@
+// x86 INT8 W8A8 kernels against the reference on the same quantized layers, their activation quantizer
+// against the reference quantizer (bit for bit), threads, round trips and rejections.
+#include <cmath>
+#include <cstring>
+
+#include "backends/x86/int8_isa.hpp"
+#include "backends/x86/x86_kernels.hpp"
+#include "x86_test_util.hpp"
+
+namespace qlinear {
+namespace {
+
+using x86_test::Case;
+
+// INT8 sums are exact; the epilogue rounds three times in f32 (acc -> f32, sx * sw, the FMA with bias).
+constexpr double kInt8Rel = 0x1p-22;
+
+const char* const kInt8Schemes[] = {"w8a8-int8-dynamic", "w8a8-int8-static", "w8a8-int8-static-asym"};
+
+std::vector<Case> sweep() {
+  std::vector<Case> cases;
+  const int64_t ms[] = {1, 2, 3, 7, 16, 17, 64, 257};
+  const DType outs[] = {DType::kBF16, DType::kF16, DType::kF32};
+  const DType ins[] = {DType::kBF16, DType::kF32, DType::kF16};
+  int i = 0;
+  for (int64_t m : ms) {
+    const int64_t n = (i % 2) ? 67 : 80;              // odd N and a multiple of 16
+    const int64_t k = (i % 3 == 0) ? 256 : (i % 3 == 1) ? 130 : 61;  // K at and off multiples of 4
+    cases.push_back({m, n, k, ins[i % 3], outs[i % 3], i % 2 == 0});
+    ++i;
+  }
+  cases.push_back({5, 300, 96, DType::kBF16, DType::kF32, true});  // several column blocks and a tail
+  return cases;
+}
+
+const LinearKernel* const kInt8Kernels[] = {&x86::kAvx512VnniInt8, &x86::kAvx2Int8};
+
+class Int8Kernels : public ::testing::TestWithParam<const LinearKernel*> {};
+
+TEST_P(Int8Kernels, MatchesReferenceAcrossSchemesAndShapes) {
+  const LinearKernel& k = *GetParam();
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  uint64_t seed = 1000;
+  for (const char* s : kInt8Schemes) {
+    for (const Case& c : sweep()) x86_test::expect_matches_reference(k, *find_scheme(s), c, seed += 7, kInt8Rel);
+  }
+}
+
+TEST_P(Int8Kernels, DynamicAsymmetricAndPerTensorShardScales) {
+  const LinearKernel& k = *GetParam();
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  // The families' other keys: dynamic asymmetric activations and per-tensor (per-shard) weight scales.
+  const Scheme dyn_asym{"int8-dyn-asym", Family::kInt8ScaledMM, kInt8StaticChannelSym, kInt8DynamicTokenAsym, ""};
+  const Scheme tensor_w{"int8-tensor-w", Family::kInt8ScaledMM, kInt8StaticTensorSym, kInt8DynamicTokenSym, ""};
+  const Scheme tensor_w_static{"int8-tensor-w-static", Family::kInt8ScaledMM, kInt8StaticTensorSym,
+                               kInt8StaticTensorAsym, ""};
+  uint64_t seed = 2000;
+  for (const Case& c : sweep()) x86_test::expect_matches_reference(k, dyn_asym, c, seed += 7, kInt8Rel);
+  x86_test::expect_matches_reference(k, tensor_w, {7, 48, 64, DType::kBF16, DType::kBF16, true, {16, 16, 16}}, 31,
+                                     kInt8Rel);
+  x86_test::expect_matches_reference(k, tensor_w_static, {17, 40, 100, DType::kF32, DType::kF32, false, {8, 32}},
+                                     32, kInt8Rel);
+  x86_test::expect_matches_reference(k, tensor_w, {3, 33, 64, DType::kBF16, DType::kF16, true, {}}, 33, kInt8Rel);
+}
+
+TEST_P(Int8Kernels, PreQuantizedActivationMatchesDense) {
+  const LinearKernel& k = *GetParam();
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  for (const char* s : kInt8Schemes) {
+    LinearLayer layer = x86_test::make_layer(*find_scheme(s), {9, 40, 72}, 5);
+    ASSERT_TRUE(k.process_weights_after_loading(layer));
+    const Tensor x = random_normal(DType::kBF16, {9, 72}, 6);
+    QuantizeOptions qo;
+    const QuantKey key = *k.input_quant_key(layer.config);
+    if (key.scale.is_static) qo.static_scale = Tensor::scalar_f32(layer.params.at("input_scale").data<float>()[0]).reshape({1}).value();
+    if (key.scale.is_static && !key.symmetric) qo.static_zero_point = layer.params.at("input_zero_point");
+    auto q = quantize(x, key, qo);
+    ASSERT_TRUE(q) << q.message();
+    auto a = k.apply(layer, Activation::dense(x));
+    auto b = k.apply(layer, Activation::quantized(*q, DType::kBF16));
+    ASSERT_TRUE(a && b);
+    EXPECT_EQ(std::memcmp(a->raw(), b->raw(), static_cast<size_t>(a->nbytes())), 0) << s;
+  }
+}
+
+TEST_P(Int8Kernels, ManyThreadsGiveBitIdenticalResults) {
+  const LinearKernel& k = *GetParam();
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  x86_test::expect_thread_safe(k, *find_scheme("w8a8-int8-dynamic"), {33, 200, 300}, 77);
+}
+
+TEST_P(Int8Kernels, RowMajorWeightRoundTrips) {
+  const LinearKernel& k = *GetParam();
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  x86_test::expect_round_trip(k, *find_scheme("w8a8-int8-dynamic"), {1, 67, 61}, 8);
+  x86_test::expect_round_trip(k, *find_scheme("w8a8-int8-static"), {1, 32, 128}, 9);
+}
+
+TEST_P(Int8Kernels, RejectsWhatItCannotDo) {
+  const LinearKernel& k = *GetParam();
+  LinearConfig c = make_config(*find_scheme("w8a8-int8-dynamic"), 64, 70000);
+  Verdict v = k.can_implement(c);
+  EXPECT_FALSE(v);
+  EXPECT_NE(v.reason.find("K=70000 exceeds 65536"), std::string::npos) << v.reason;
+  c = make_config(*find_scheme("w8a16-fp8"), 64, 64);
+  EXPECT_FALSE(k.can_implement(c));
+  CpuFeatures none;
+  none.avx2 = none.fma = none.f16c = true;
+  v = k.is_supported(Platform::synthetic_cpu(none));
+  if (k.name() == "x86_avx2_int8") {
+    EXPECT_TRUE(v) << v.reason;
+  } else {
+    EXPECT_FALSE(v);
+    EXPECT_NE(v.reason.find("AVX-512"), std::string::npos) << v.reason;
+  }
+  EXPECT_FALSE(k.is_supported(Platform::synthetic_cuda(90)));
+}
+
+INSTANTIATE_TEST_SUITE_P(X86, Int8Kernels, ::testing::ValuesIn(kInt8Kernels),
+                         [](const auto& info) { return std::string(info.param->name()); });
+
+TEST(X86Int8, ActivationQuantizerIsBitIdenticalToTheReference) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAvx2Int8);  // the quantizer is AVX2 code
+  struct KeyCase {
+    QuantKey key;
+    float scale;
+    int32_t zp;
+  };
+  const KeyCase keys[] = {{kInt8DynamicTokenSym, 0, 0},
+                          {kInt8DynamicTokenAsym, 0, 0},
+                          {kInt8StaticTensorSym, 0.0173f, 0},
+                          {kInt8StaticTensorAsym, 0.0213f, -7}};
+  const int64_t m = 37, k = 203;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const KeyCase& kc : keys) {
+      for (bool offset : {false, true}) {
+        SCOPED_TRACE(key_name(kc.key) + " " + std::string(name(dt)) + (offset ? " offset128" : ""));
+        Tensor x = random_normal(dt, {m, k}, 11, 1.5);
+        // Plant exact half-integer quotients (x / s = j + 0.5) and their f32 neighbours in row 0 (f32 only,
+        // static scale: the quotient is known), plus a constant row and an all-zero row.
+        if (dt == DType::kF32) {
+          float* p = x.data<float>();
+          if (kc.key.scale.is_static) {
+            for (int j = 0; j < 60; ++j) {
+              const float v = static_cast<float>((j - 30 + 0.5) * kc.scale);
+              p[3 * j] = v;
+              p[3 * j + 1] = std::nextafter(v, 1e9f);
+              p[3 * j + 2] = std::nextafter(v, -1e9f);
+            }
+          }
+          for (int64_t c = 0; c < k; ++c) p[1 * k + c] = 0.75f;
+          for (int64_t c = 0; c < k; ++c) p[2 * k + c] = 0.0f;
+        }
+        QuantizeOptions qo;
+        if (kc.key.scale.is_static) qo.static_scale = Tensor::scalar_f32(kc.scale).reshape({1}).value();
+        if (kc.key.scale.is_static && !kc.key.symmetric) {
+          qo.static_zero_point = Tensor::empty(DType::kI32, {1});
+          qo.static_zero_point.data<int32_t>()[0] = kc.zp;
+        }
+        auto ref = quantize(x, kc.key, qo);
+        ASSERT_TRUE(ref) << ref.message();
+
+        const int64_t k_pad = (k + 3) / 4 * 4;
+        std::vector<uint8_t> codes(m * k_pad), bad(m, 0);
+        std::vector<float> scale(m);
+        std::vector<int32_t> zp(m);
+        x86::Int8ActQuant q;
+        q.x = x.raw();
+        q.x_kind = static_cast<x86::FloatKind>(x86::float_kind_of(dt));
+        q.m = m;
+        q.k = k;
+        q.ldx = k;
+        q.dynamic = !kc.key.scale.is_static;
+        q.symmetric = kc.key.symmetric;
+        q.static_scale = kc.scale;
+        q.static_zp = kc.zp;
+        q.offset128 = offset;
+        q.codes = codes.data();
+        q.k_pad = k_pad;
+        q.scale = scale.data();
+        q.zp = zp.data();
+        q.bad_row = bad.data();
+        x86::int8_quantize_activations_avx2(q);
+        int mismatches = 0;
+        for (int64_t r = 0; r < m; ++r) {
+          const double ref_scale = element_as_double(ref->scale, ref->scale.numel() == 1 ? 0 : r);
+          EXPECT_EQ(scale[r], static_cast<float>(ref_scale)) << "row " << r;
+          if (!kc.key.symmetric) {
+            EXPECT_EQ(zp[r], ref->zero_point.data<int32_t>()[ref->zero_point.numel() == 1 ? 0 : r]) << "row " << r;
+          }
+          for (int64_t c = 0; c < k; ++c) {
+            const int8_t want = ref->data.data<int8_t>()[r * k + c];
+            const int8_t got = static_cast<int8_t>(codes[r * k_pad + c] ^ (offset ? 0x80 : 0));
+            if (want != got && mismatches++ < 5) ADD_FAILURE() << "code (" << r << "," << c << ") " << int(got) << " vs " << int(want);
+          }
+        }
+        EXPECT_EQ(mismatches, 0);
+      }
+    }
+  }
+}
+
+TEST(X86Int8, SelectedOnThisCpu) {
+  const Scheme& s = *find_scheme("w8a8-int8-dynamic");
+  auto k = select_kernel(make_config(s, 4096, 4096), Platform::host_cpu());
+  ASSERT_TRUE(k) << k.message();
+  const CpuFeatures f = Platform::host_cpu().cpu;
+  const bool vnni = f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
+  EXPECT_EQ((*k)->name(), vnni ? "x86_avx512vnni_int8" : (f.avx2 ? "x86_avx2_int8" : "reference_int8_scaled_mm"));
+}
+
+}  // namespace
+}  // namespace qlinear
