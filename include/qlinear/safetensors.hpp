@@ -91,8 +91,9 @@ class SafetensorsFile {
 // A checkpoint spread over one or more safetensors files. open() accepts:
 //   - a single .safetensors file;
 //   - a directory holding model.safetensors.index.json ({"weight_map": {tensor: file}}): the index is
-//     authoritative; each listed file is opened and must hold the tensors the index assigns to it (tensors a
-//     shard holds beyond those are not visible);
+//     authoritative; each listed file is opened and must hold the tensors the index assigns to it; tensors a
+//     shard holds beyond those are not visible, but one held by two shards is an error (which copy is right
+//     is unknowable);
 //   - a directory without an index: every *.safetensors file in it; a tensor name in two files is an error.
 // Every file is opened and validated up front.
 class Checkpoint {
