@@ -27,3 +27,11 @@ test-sanitize:
 
 clean:
 	rm -rf build build-sanitize
+
+# On a machine with an sm_90 GPU: the CUDA tests, then the GPU benchmark (tests/cuda/; they skip without one).
+.PHONY: test-gpu
+test-gpu:
+	@cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQLINEAR_CUDA=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build-gpu --target test_cuda -j $(JOBS)
+	@build-gpu/tests/test_cuda
+	@build-gpu/tests/test_cuda --gtest_also_run_disabled_tests --gtest_filter='CudaBench.*'

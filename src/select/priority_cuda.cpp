@@ -2,11 +2,25 @@
 // capabilities it was not built for in its is_supported.
 #include "backends/reference/reference_kernels.hpp"
 #include "select/priority_lists.hpp"
+#if QLINEAR_WITH_CUDA
+#include "backends/cuda/cuda_kernels.hpp"
+#endif
 
 namespace qlinear::detail {
 
 namespace {
 const LinearKernel* const kCudaPriority[] = {
+#if QLINEAR_WITH_CUDA
+    // sm_90a (each declines other compute capabilities): hybrid routes first, pure cuBLASLt after.
+    &cuda::kSm90Fp8ScaledMM,
+    &cuda::kCublasLtFp8ScaledMM,
+    &cuda::kSm90Fp8BlockScaled,
+    &cuda::kCublasLtFp8BlockScaled,
+    &cuda::kSm90Fp8WeightOnlyStream,
+    &cuda::kSm90Mxfp8Stream,
+    &cuda::kSm90Mxfp6Stream,
+    &cuda::kSm90Mxfp4Stream,
+#endif
     // Reference: host code on host tensors, last for every family.
     &reference::kFp8ScaledMM,
     &reference::kInt8ScaledMM,

@@ -1,0 +1,46 @@
+#pragma once
+// cuBLASLt GEMMs as the backend uses them: y[M, N] (row-major) = x[M, K] W[N, K]^T with scales and bias
+// in cuBLASLt's epilogue. cuBLASLt is column-major, so it computes y^T = W x^T: its A is the weight (TN:
+// both operands K-contiguous, which FP8 requires), its B the activation, its m = N and n = M.
+//
+// Scale modes (cuBLASLt 12.9+ / 13.0 on sm_90; cublasLt.h cublasLtMatmulMatrixScale_t):
+//   kScalar     SCALAR_32F      w_scale, x_scale: one f32 each (device)
+//   kOuterVec   OUTER_VEC_32F   w_scale f32 [N], x_scale f32 [M]: y[m, n] = acc * x_scale[m] * w_scale[n]
+//   kBlock      BLK128x128_32F (A) and VEC128_32F (B):
+//               w_scale f32 [ceil(N/128), ceil(K/128)] row-major (the checkpoint's layout),
+//               x_scale f32 at [kb * M + m] (M fastest; torch._scaled_mm's stride (1, M))
+// Output BF16/F16/F32; bias in the epilogue (dtype: see bias_dtype_for), added before the one rounding.
+#include <cstdint>
+
+#include "backends/cuda/cuda_util.hpp"
+#include "qlinear/formats.hpp"
+
+namespace qlinear::cuda {
+
+enum class LtScaleMode : uint8_t { kNone, kScalar, kOuterVec, kBlock };
+
+struct LtGemm {
+  DType ab_dtype = DType::kF8E4M3;  // F8E4M3, BF16, F16 or F32 (both operands)
+  const void* w = nullptr;
+  int64_t ld_w = 0;  // elements between weight rows
+  const void* x = nullptr;
+  int64_t ld_x = 0;
+  int64_t m = 0, n = 0, k = 0;
+  LtScaleMode scale_mode = LtScaleMode::kNone;
+  const float* w_scale = nullptr;
+  const float* x_scale = nullptr;
+  const void* bias = nullptr;  // dtype bias_dtype_for(...)
+  void* out = nullptr;
+  DType out_dtype = DType::kBF16;
+  bool fast_accum = false;  // FP8 only: skip cuBLASLt's periodic promotion (for benchmarks, not a kernel's default)
+};
+
+// The bias dtype the epilogue takes for these operand/output dtypes (the output dtype, except FP8 with
+// F32 output, which takes BF16).
+DType bias_dtype_for(DType ab_dtype, DType out_dtype);
+
+// Runs the GEMM on `stream` (workspace from the stream-ordered pool; heuristic results cached per shape).
+// An error names the cuBLASLt call and status, or says that no algorithm supports the combination.
+Status lt_gemm(const LtGemm& g, Stream stream);
+
+}  // namespace qlinear::cuda

@@ -1,0 +1,366 @@
+// The CUDA backend's kernel objects: checks (is_supported, can_implement), weight processing into device
+// buffers, and the two routes of apply (cuda_kernels.hpp).
+#include "backends/cuda/cuda_kernels.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backends/cuda/act_quant.hpp"
+#include "backends/cuda/cublaslt_gemm.hpp"
+#include "backends/cuda/weight_stream.hpp"
+
+namespace qlinear::cuda {
+
+const CudaLinearKernel kSm90Fp8ScaledMM(
+    Family::kFp8ScaledMM, "sm90_fp8_scaled_mm",
+    "sm_90a FP8 W8A8: weight-streaming CUDA-core GEMV for M <= 4, cuBLASLt FP8 (SCALAR / OUTER_VEC) above",
+    Route::kAuto);
+const CudaLinearKernel kCublasLtFp8ScaledMM(
+    Family::kFp8ScaledMM, "cublaslt_fp8_scaled_mm",
+    "sm_90a FP8 W8A8 through cuBLASLt: per-tensor (SCALAR_32F) or per-token x per-channel (OUTER_VEC_32F)",
+    Route::kCublasLt);
+const CudaLinearKernel kSm90Fp8BlockScaled(
+    Family::kFp8BlockScaled, "sm90_fp8_block_scaled",
+    "sm_90a FP8 1x128 x 128x128 blocks: weight-streaming GEMV for M <= 4 (M = 1 too), cuBLASLt block mode above",
+    Route::kAuto);
+const CudaLinearKernel kCublasLtFp8BlockScaled(
+    Family::kFp8BlockScaled, "cublaslt_fp8_block_scaled",
+    "sm_90a FP8 1x128 x 128x128 blocks through cuBLASLt (VEC128_32F x BLK128x128_32F); no M = 1",
+    Route::kCublasLt);
+const CudaLinearKernel kSm90Fp8WeightOnlyStream(
+    Family::kFp8WeightOnly, "sm90_fp8_weight_only_stream",
+    "sm_90a FP8 W8A16: weight-streaming CUDA-core GEMM, FP32 accumulation (any M; built for decode)",
+    Route::kStream);
+const CudaLinearKernel kSm90Mxfp8Stream(
+    Family::kMxfp8, "sm90_mxfp8_stream",
+    "sm_90a MXFP8 W8A16 / W8A8: weight-streaming CUDA-core GEMM, E8M0 scales per 32 (any M; built for decode)",
+    Route::kStream);
+const CudaLinearKernel kSm90Mxfp6Stream(
+    Family::kMxfp6, "sm90_mxfp6_stream",
+    "sm_90a MXFP6 E2M3/E3M2 W6A16 / W6A8: weight-streaming CUDA-core GEMM (any M; built for decode)",
+    Route::kStream);
+const CudaLinearKernel kSm90Mxfp4Stream(
+    Family::kMxfp4, "sm90_mxfp4_stream",
+    "sm_90a MXFP4 W4A16 / W4A8: weight-streaming CUDA-core GEMM (any M; built for decode)", Route::kStream);
+
+namespace {
+
+// What process_weights_after_loading leaves in layer.kernel_state.
+struct LayerState {
+  int device = 0;
+  int sm_count = 132;
+  WeightFormat format = WeightFormat::kE4M3;
+  WeightScale scale_kind = WeightScale::kRow;
+  Tensor w;                 // u8 [N, row_bytes] on the device
+  int64_t row_bytes = 0;
+  int64_t k_valid = 0;      // K rounded up to 32 (the padded K of the FP8 GEMMs)
+  Tensor w_scale;           // kRow f32 [N]; kBlock128 f32 [ceil(N/128), ceil(K/128)]; kMx32 u8 [N, K/32]
+  int64_t ws_ld = 0;
+  bool scalar_weight_scale = false;  // one scale for the whole weight: cuBLASLt SCALAR_32F
+  Tensor w_scale_scalar;             // f32 [1]
+  float static_input_scale = 1.0f;   // static per-tensor activations: the max over shards (as vLLM)
+};
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+bool is_w8a8_fp8(Family f) { return f == Family::kFp8ScaledMM || f == Family::kFp8BlockScaled; }
+
+Status expect_host(const Tensor& t, const std::string& what) {
+  if (t.device().kind != DeviceKind::kCpu) {
+    return Status::error("checkpoint tensor '" + what + "' is " + t.describe() + " on " + t.device().to_string() +
+                         "; process_weights_after_loading reads host tensors");
+  }
+  return Status::ok();
+}
+
+// The activation quantization a layer's key asks for.
+ActQuantMode act_mode(const QuantKey& key) {
+  if (key.scale.dtype == DType::kE8M0) return ActQuantMode::kMx32;
+  if (key.scale.group == kGroup1x128) return ActQuantMode::kDynamicGroup128;
+  if (key.scale.group.is_per_token()) return ActQuantMode::kDynamicToken;
+  return key.scale.is_static ? ActQuantMode::kStaticTensor : ActQuantMode::kDynamicTensor;
+}
+
+// Per-row f32 weight scales from a per-tensor ([], [1], [shards]) or per-channel ([N, 1], [N]) tensor.
+std::vector<float> row_scales(const LinearConfig& c, const Tensor& scale) {
+  const Tensor s = scale.contiguous();
+  const float* p = s.data<float>();
+  std::vector<float> rows(static_cast<size_t>(c.n));
+  if (c.weight_key.scale.group.is_per_tensor()) {
+    int64_t row = 0;
+    for (int64_t shard = 0; shard < c.num_shards(); ++shard) {
+      const int64_t width = c.logical_widths.empty() ? c.n : c.logical_widths[shard];
+      const float v = p[s.numel() == 1 ? 0 : shard];
+      std::fill(rows.begin() + row, rows.begin() + row + width, v);
+      row += width;
+    }
+  } else {
+    std::copy(p, p + c.n, rows.begin());
+  }
+  return rows;
+}
+
+}  // namespace
+
+Verdict CudaLinearKernel::is_supported(const Platform& platform) const {
+  if (platform.kind != PlatformKind::kCuda || !platform.cuda) return Verdict::no("not a CUDA platform");
+  if (platform.cuda->compute_capability != 90) {
+    return Verdict::no("compute capability " + std::to_string(platform.cuda->compute_capability) +
+                       ": built for sm_90a (Hopper) only");
+  }
+  return Verdict::yes();
+}
+
+Verdict CudaLinearKernel::can_implement(const LinearConfig& c) const {
+  if (c.family != family_) return Verdict::no("layer family is " + std::string(family_name(c.family)));
+  if (c.activation_key && c.activation_key->scale.dtype == DType::kE8M0 && c.activation_key->dtype != DType::kF8E4M3) {
+    return Verdict::no("MX activations quantized to " + std::string(qlinear::name(c.activation_key->dtype)) +
+                       " are not implemented on the GPU (MXFP8 or unquantized activations are)");
+  }
+  if (route_ == Route::kCublasLt && c.n % 16 != 0) {
+    return Verdict::no("N=" + std::to_string(c.n) + " is not a multiple of 16 (cuBLASLt FP8 output alignment)");
+  }
+  return Verdict::yes();
+}
+
+Status CudaLinearKernel::process_impl(LinearLayer& layer) const {
+  const LinearConfig& c = layer.config;
+  QL_ASSIGN_OR_RETURN(Tensor weight, layer.get("weight"));
+  QL_ASSIGN_OR_RETURN(Tensor scale, layer.get("weight_scale"));
+  QL_RETURN_IF_ERROR(expect_host(weight, "weight"));
+  QL_RETURN_IF_ERROR(expect_host(scale, "weight_scale"));
+  auto st = std::make_shared<LayerState>();
+  QL_CUDA_CHECK(cudaGetDevice(&st->device));
+  QL_CUDA_CHECK(cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, st->device));
+
+  const QuantKey& wk = c.weight_key;
+  const Tensor wc = weight.contiguous();
+  if (wk.dtype == DType::kF8E4M3) {
+    // Rows padded with zero codes to a multiple of 32: 16-byte loads, and a K cuBLASLt accepts.
+    st->format = WeightFormat::kE4M3;
+    st->k_valid = round_up(c.k, 32);
+    st->row_bytes = st->k_valid;
+    std::vector<uint8_t> padded(static_cast<size_t>(c.n * st->row_bytes), 0);
+    for (int64_t r = 0; r < c.n; ++r) {
+      std::memcpy(padded.data() + r * st->row_bytes, static_cast<const uint8_t*>(wc.raw()) + r * c.k,
+                  static_cast<size_t>(c.k));
+    }
+    QL_ASSIGN_OR_RETURN(st->w, upload(padded.data(), padded.size(), DType::kU8, {c.n, st->row_bytes}, st->device));
+  } else {
+    st->format = wk.dtype == DType::kF6E2M3   ? WeightFormat::kE2M3
+                 : wk.dtype == DType::kF6E3M2 ? WeightFormat::kE3M2
+                                              : WeightFormat::kE2M1;
+    st->k_valid = c.k;  // MX: K is a multiple of 32 (check_config)
+    st->row_bytes = storage_bytes(wk.dtype, c.k);
+    QL_ASSIGN_OR_RETURN(st->w, upload(wc.raw(), static_cast<size_t>(wc.nbytes()), DType::kU8, {c.n, st->row_bytes},
+                                      st->device));
+  }
+
+  if (wk.scale.dtype == DType::kE8M0) {
+    st->scale_kind = WeightScale::kMx32;
+    st->ws_ld = c.k / 32;
+    const Tensor s = scale.contiguous();
+    QL_ASSIGN_OR_RETURN(st->w_scale, upload(s.raw(), static_cast<size_t>(s.nbytes()), DType::kU8,
+                                            {c.n, st->ws_ld}, st->device));
+  } else if (wk.scale.group == kBlock128x128) {
+    st->scale_kind = WeightScale::kBlock128;
+    st->ws_ld = (c.k + 127) / 128;
+    QL_ASSIGN_OR_RETURN(st->w_scale, to_device(scale, st->device));
+  } else {
+    st->scale_kind = WeightScale::kRow;
+    const std::vector<float> rows = row_scales(c, scale);
+    QL_ASSIGN_OR_RETURN(st->w_scale, upload(rows.data(), rows.size() * sizeof(float), DType::kF32, {c.n}, st->device));
+    st->scalar_weight_scale = wk.scale.group.is_per_tensor() && scale.numel() == 1;
+    QL_ASSIGN_OR_RETURN(st->w_scale_scalar, upload(rows.data(), sizeof(float), DType::kF32, {1}, st->device));
+  }
+
+  if (c.activation_key && c.activation_key->scale.is_static) {
+    QL_ASSIGN_OR_RETURN(Tensor in_scale, layer.get("input_scale"));
+    QL_RETURN_IF_ERROR(expect_host(in_scale, "input_scale"));
+    const Tensor s = in_scale.contiguous();
+    st->static_input_scale = *std::max_element(s.data<float>(), s.data<float>() + s.numel());
+  }
+  // Finish the uploads before the host staging buffers go away and before apply can run on another stream.
+  QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+  layer.kernel_state = std::move(st);
+  return Status::ok();
+}
+
+namespace {
+
+struct ApplyCtx {
+  const LinearConfig& c;
+  const LayerState& st;
+  const Tensor& x;
+  const Tensor* bias;
+  Tensor& out;
+  int64_t m;
+  Stream stream;
+};
+
+ActQuantArgs quant_args(const ApplyCtx& a, const QuantKey& key) {
+  ActQuantArgs q;
+  q.x = a.x.raw();
+  q.x_dtype = a.x.dtype();
+  q.m = a.m;
+  q.k = a.c.k;
+  q.ld_x = a.x.strides()[0];
+  q.mode = act_mode(key);
+  q.static_scale = a.st.static_input_scale;
+  return q;
+}
+
+Status apply_stream(const ApplyCtx& a) {
+  const LinearConfig& c = a.c;
+  const int64_t ld = stream_ld_x(c.k);
+  QL_ASSIGN_OR_RETURN(Scratch xf, Scratch::make(sizeof(float) * a.m * ld, a.stream));
+  WeightStreamArgs s;
+  s.format = a.st.format;
+  s.scale_kind = a.st.scale_kind;
+  s.w = static_cast<const uint8_t*>(a.st.w.raw());
+  s.w_row_bytes = a.st.row_bytes;
+  s.w_scale = a.st.w_scale.raw();
+  s.ws_ld = a.st.ws_ld;
+  s.k_valid = a.st.k_valid;
+  s.x = xf.as<float>();
+  s.ld_x = ld;
+  s.bias = a.bias ? a.bias->raw() : nullptr;
+  s.bias_dtype = a.bias ? a.bias->dtype() : DType::kF32;
+  s.out = a.out.raw();
+  s.out_dtype = a.out.dtype();
+  s.m = a.m;
+  s.n = c.n;
+  s.sm_count = a.st.sm_count;
+
+  Scratch scales, amax;
+  if (!c.activation_key) {
+    QL_RETURN_IF_ERROR(launch_widen_to_f32(a.x.raw(), a.x.dtype(), a.m, c.k, a.x.strides()[0], xf.as<float>(), ld,
+                                           a.stream));
+  } else {
+    ActQuantArgs q = quant_args(a, *c.activation_key);
+    q.codes = xf.get();
+    q.codes_as_float = true;
+    q.ld_codes = ld;
+    int64_t count = 1;
+    switch (q.mode) {
+      case ActQuantMode::kStaticTensor:
+      case ActQuantMode::kDynamicTensor: q.scale = {nullptr, 0, 0, false}; break;
+      case ActQuantMode::kDynamicToken: count = a.m; q.scale = {nullptr, 1, 0, false}; break;
+      case ActQuantMode::kDynamicGroup128: {
+        const int64_t g = (c.k + 127) / 128;
+        count = a.m * g;
+        q.scale = {nullptr, g, 1, false};
+        break;
+      }
+      case ActQuantMode::kMx32: {
+        const int64_t g = c.k / 32;
+        count = a.m * g;
+        q.scale = {nullptr, g, 1, true};
+        break;
+      }
+    }
+    QL_ASSIGN_OR_RETURN(scales, Scratch::make(sizeof(float) * count, a.stream));
+    q.scale.scales = scales.get();
+    if (q.mode == ActQuantMode::kDynamicTensor) {
+      QL_ASSIGN_OR_RETURN(amax, Scratch::make(sizeof(uint32_t), a.stream));
+      q.amax_scratch = amax.as<uint32_t>();
+    }
+    QL_RETURN_IF_ERROR(launch_act_quant(q, a.stream));
+    s.x_scale = scales.as<float>();
+    s.xs_m = q.scale.m_stride;
+    s.xs_g = q.scale.g_stride;
+  }
+  return launch_weight_stream(s, a.stream);
+}
+
+Status apply_cublaslt(const ApplyCtx& a) {
+  const LinearConfig& c = a.c;
+  const QuantKey& key = *c.activation_key;
+  const int64_t kl = a.st.k_valid;
+  ActQuantArgs q = quant_args(a, key);
+  QL_ASSIGN_OR_RETURN(Scratch codes, Scratch::make(static_cast<size_t>(a.m * kl), a.stream));
+  q.codes = codes.get();
+  q.ld_codes = kl;
+
+  LtGemm g;
+  g.ab_dtype = DType::kF8E4M3;
+  g.w = a.st.w.raw();
+  g.ld_w = a.st.row_bytes;
+  g.x = codes.get();
+  g.ld_x = kl;
+  g.m = a.m;
+  g.n = c.n;
+  g.k = kl;
+  g.out = a.out.raw();
+  g.out_dtype = a.out.dtype();
+
+  int64_t count = 1;
+  if (c.family == Family::kFp8BlockScaled) {
+    g.scale_mode = LtScaleMode::kBlock;
+    g.w_scale = static_cast<const float*>(a.st.w_scale.raw());
+    const int64_t groups = (c.k + 127) / 128;
+    count = groups * a.m;
+    q.scale = {nullptr, 1, a.m, false};  // [kb * M + m]
+  } else if (a.st.scalar_weight_scale && !key.scale.group.is_per_token()) {
+    g.scale_mode = LtScaleMode::kScalar;
+    g.w_scale = static_cast<const float*>(a.st.w_scale_scalar.raw());
+    q.scale = {nullptr, 0, 0, false};
+  } else {
+    g.scale_mode = LtScaleMode::kOuterVec;
+    g.w_scale = static_cast<const float*>(a.st.w_scale.raw());
+    count = a.m;
+    q.scale = {nullptr, 1, 0, false};  // per-tensor scales are repeated per row
+  }
+  QL_ASSIGN_OR_RETURN(Scratch scales, Scratch::make(sizeof(float) * count, a.stream));
+  q.scale.scales = scales.get();
+  g.x_scale = scales.as<float>();
+  Scratch amax;
+  if (q.mode == ActQuantMode::kDynamicTensor) {
+    QL_ASSIGN_OR_RETURN(amax, Scratch::make(sizeof(uint32_t), a.stream));
+    q.amax_scratch = amax.as<uint32_t>();
+  }
+  QL_RETURN_IF_ERROR(launch_act_quant(q, a.stream));
+
+  // Bias: in cuBLASLt's epilogue when it takes the bias dtype exactly; otherwise an F32 result plus our
+  // epilogue (an F32 output is its own accumulator).
+  const bool lt_bias = a.bias == nullptr || a.bias->dtype() == bias_dtype_for(g.ab_dtype, g.out_dtype);
+  if (lt_bias) {
+    g.bias = a.bias ? a.bias->raw() : nullptr;
+    return lt_gemm(g, a.stream);
+  }
+  Scratch acc;
+  if (a.out.dtype() != DType::kF32) {
+    QL_ASSIGN_OR_RETURN(acc, Scratch::make(sizeof(float) * a.m * c.n, a.stream));
+    g.out = acc.get();
+    g.out_dtype = DType::kF32;
+  }
+  QL_RETURN_IF_ERROR(lt_gemm(g, a.stream));
+  return launch_bias_epilogue(static_cast<const float*>(g.out), a.bias->raw(), a.bias->dtype(), a.out.raw(),
+                              a.out.dtype(), a.m, c.n, a.stream);
+}
+
+}  // namespace
+
+Status CudaLinearKernel::apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias,
+                                    Tensor& out) const {
+  if (!layer.kernel_state) return Status::error("layer " + layer.name + " has no device state");
+  const auto& st = *static_cast<const LayerState*>(layer.kernel_state.get());
+  const Tensor& xt = x.dense_tensor();
+  QL_RETURN_IF_ERROR(expect_on_device(xt, st.device, "activation"));
+  QL_RETURN_IF_ERROR(expect_on_device(out, st.device, "output"));
+  if (bias != nullptr) QL_RETURN_IF_ERROR(expect_on_device(*bias, st.device, "bias"));
+  if (xt.strides()[0] < layer.config.k) return Status::error("activation rows overlap (row stride < K)");
+  DeviceGuard guard;
+  QL_RETURN_IF_ERROR(guard.set(st.device));
+  const ApplyCtx ctx{layer.config, st, xt, bias, out, xt.size(0), current_stream()};
+  const bool lt_possible = is_w8a8_fp8(family_) && layer.config.n % 16 == 0;
+  bool use_lt = route_ == Route::kCublasLt || (route_ == Route::kAuto && lt_possible && ctx.m > stream_max_m_);
+  if (route_ == Route::kCublasLt && family_ == Family::kFp8BlockScaled && ctx.m == 1) {
+    return Status::error("cuBLASLt's block-scaled FP8 GEMM (VEC128 x BLK128x128) does not run M = 1; "
+                         "sm90_fp8_block_scaled does");
+  }
+  return use_lt ? apply_cublaslt(ctx) : apply_stream(ctx);
+}
+
+}  // namespace qlinear::cuda

@@ -1,0 +1,59 @@
+#pragma once
+// The CUDA backend's LinearKernels (sm_90a): one class, one object per (family, route); the names say the
+// route. process_weights_after_loading copies the host checkpoint tensors into device buffers in the
+// layouts of weight_stream.hpp / cublaslt_gemm.hpp (layer.kernel_state); apply takes activations and
+// output on that device, on the current stream (qlinear/cuda.hpp), and returns without synchronizing.
+//
+//   route       what runs
+//   kCublasLt   activation quantization kernel + cuBLASLt FP8 GEMM, scales and bias in its epilogue
+//   kStream     the CUDA-core weight-streaming kernel for every M (FP32 accumulation, one FMA per product)
+//   kAuto       kStream while M <= stream_max_m (memory-bound decode), kCublasLt above (FP8 families)
+//
+// Numerics: weights and activation codes are decoded exactly; activation codes are bit-identical to the
+// reference quantizers (act_quant.hpp); products are exact in FP32 and summed in FP32 (cuBLASLt: tensor-core
+// FP32 accumulation with periodic promotion); scales are applied in FP32 where weight_stream.hpp /
+// cublaslt_gemm.hpp say; bias is added in FP32 before the one rounding to the output dtype.
+#include "qlinear/kernel.hpp"
+
+namespace qlinear::cuda {
+
+enum class Route : uint8_t { kAuto, kCublasLt, kStream };
+
+class CudaLinearKernel final : public LinearKernel {
+ public:
+  constexpr CudaLinearKernel(Family family, std::string_view name, std::string_view summary, Route route,
+                             int64_t stream_max_m = 4)
+      : family_(family), name_(name), summary_(summary), route_(route), stream_max_m_(stream_max_m) {}
+
+  std::string_view name() const override { return name_; }
+  Family family() const override { return family_; }
+  std::string_view summary() const override { return summary_; }
+  Verdict is_supported(const Platform& platform) const override;
+  Verdict can_implement(const LinearConfig& config) const override;
+
+  Route route() const { return route_; }
+  int64_t stream_max_m() const { return stream_max_m_; }
+
+ protected:
+  Status process_impl(LinearLayer& layer) const override;
+  Status apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const override;
+
+ private:
+  Family family_;
+  std::string_view name_;
+  std::string_view summary_;
+  Route route_;
+  int64_t stream_max_m_;
+};
+
+// In priority order within each family (src/select/priority_cuda.cpp lists them).
+extern const CudaLinearKernel kSm90Fp8ScaledMM;      // "sm90_fp8_scaled_mm"       stream at small M, cuBLASLt above
+extern const CudaLinearKernel kCublasLtFp8ScaledMM;  // "cublaslt_fp8_scaled_mm"   cuBLASLt only
+extern const CudaLinearKernel kSm90Fp8BlockScaled;   // "sm90_fp8_block_scaled"    stream at small M (M = 1 too)
+extern const CudaLinearKernel kCublasLtFp8BlockScaled;  // "cublaslt_fp8_block_scaled"
+extern const CudaLinearKernel kSm90Fp8WeightOnlyStream;  // "sm90_fp8_weight_only_stream"
+extern const CudaLinearKernel kSm90Mxfp8Stream;      // "sm90_mxfp8_stream"
+extern const CudaLinearKernel kSm90Mxfp6Stream;      // "sm90_mxfp6_stream"
+extern const CudaLinearKernel kSm90Mxfp4Stream;      // "sm90_mxfp4_stream"
+
+}  // namespace qlinear::cuda

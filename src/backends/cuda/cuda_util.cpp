@@ -1,0 +1,136 @@
+// The public CUDA helpers (include/qlinear/cuda.hpp) and the backend's plumbing (cuda_util.hpp).
+#include "backends/cuda/cuda_util.hpp"
+
+#include <cstring>
+#include <memory>
+
+namespace qlinear::cuda {
+
+namespace {
+thread_local Stream t_current_stream = cudaStreamPerThread;
+}  // namespace
+
+Stream current_stream() { return t_current_stream; }
+void set_current_stream(Stream stream) { t_current_stream = stream; }
+
+Status check(cudaError_t err, const char* call) {
+  if (err == cudaSuccess) return Status::ok();
+  cudaGetLastError();  // clear a non-sticky error
+  return Status::error(std::string(call) + " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
+                       ")");
+}
+
+Status check_launch(const char* kernel) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return Status::ok();
+  return Status::error(std::string("launch of ") + kernel + " failed: " + cudaGetErrorName(err) + " (" +
+                       cudaGetErrorString(err) + ")");
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+Status DeviceGuard::set(int device) {
+  int current = 0;
+  QL_CUDA_CHECK(cudaGetDevice(&current));
+  if (current == device) return Status::ok();
+  QL_CUDA_CHECK(cudaSetDevice(device));
+  previous_ = current;
+  return Status::ok();
+}
+
+Scratch::~Scratch() {
+  if (ptr_ != nullptr) cudaFreeAsync(ptr_, stream_);
+}
+
+Scratch::Scratch(Scratch&& other) noexcept : ptr_(other.ptr_), stream_(other.stream_) { other.ptr_ = nullptr; }
+
+Scratch& Scratch::operator=(Scratch&& other) noexcept {
+  if (this != &other) {
+    if (ptr_ != nullptr) cudaFreeAsync(ptr_, stream_);
+    ptr_ = other.ptr_;
+    stream_ = other.stream_;
+    other.ptr_ = nullptr;
+  }
+  return *this;
+}
+
+Result<Scratch> Scratch::make(size_t bytes, Stream stream) {
+  Scratch s;
+  s.stream_ = stream;
+  if (bytes == 0) return s;
+  QL_CUDA_CHECK(cudaMallocAsync(&s.ptr_, bytes, stream));
+  return s;
+}
+
+Status synchronize() {
+  QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+  return Status::ok();
+}
+
+Result<Tensor> empty(DType dtype, Shape shape, int device) {
+  DeviceGuard guard;
+  QL_RETURN_IF_ERROR(guard.set(device));
+  Tensor probe = Tensor::from_blob(nullptr, dtype, shape, nullptr);  // for nbytes() only
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(probe.nbytes(), 1));
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  if (err != cudaSuccess) {
+    return check(err, ("cudaMalloc(" + std::to_string(bytes) + " bytes for " + probe.describe() + ")").c_str());
+  }
+  std::shared_ptr<void> owner(p, [](void* q) { cudaFree(q); });
+  return Tensor::from_blob(p, dtype, std::move(shape), std::move(owner), Device{DeviceKind::kCuda, device});
+}
+
+Status fill_bytes(Tensor& t, uint8_t value) {
+  if (t.device().kind != DeviceKind::kCuda) return Status::error("fill_bytes: " + t.describe() + " is not on a CUDA device");
+  if (!t.is_contiguous()) return Status::error("fill_bytes: " + t.describe() + " is not contiguous");
+  DeviceGuard guard;
+  QL_RETURN_IF_ERROR(guard.set(t.device().index));
+  QL_CUDA_CHECK(cudaMemsetAsync(t.raw(), value, static_cast<size_t>(t.nbytes()), current_stream()));
+  return Status::ok();
+}
+
+Result<Tensor> upload(const void* host, size_t bytes, DType dtype, Shape shape, int device) {
+  QL_ASSIGN_OR_RETURN(Tensor d, empty(dtype, std::move(shape), device));
+  DeviceGuard guard;
+  QL_RETURN_IF_ERROR(guard.set(device));
+  // cudaMemcpyAsync from pageable memory returns once the source has been staged, so the host buffer may
+  // go away afterwards; the stream orders the copy before any later use.
+  QL_CUDA_CHECK(cudaMemcpyAsync(d.raw(), host, bytes, cudaMemcpyHostToDevice, current_stream()));
+  return d;
+}
+
+Result<Tensor> to_device(const Tensor& host, int device) {
+  if (!host.defined()) return Status::error("to_device: the tensor is undefined");
+  if (host.device().kind != DeviceKind::kCpu) {
+    return Status::error("to_device: " + host.describe() + " is on " + host.device().to_string() + ", not the host");
+  }
+  const Tensor c = host.is_contiguous() ? host : host.contiguous();
+  return upload(c.raw(), static_cast<size_t>(c.nbytes()), c.dtype(), c.shape(), device);
+}
+
+Result<Tensor> to_host(const Tensor& device_tensor) {
+  const Tensor& d = device_tensor;
+  if (!d.defined()) return Status::error("to_host: the tensor is undefined");
+  if (d.device().kind != DeviceKind::kCuda) return Status::error("to_host: " + d.describe() + " is not on a CUDA device");
+  if (!d.is_contiguous()) return Status::error("to_host: " + d.describe() + " is not contiguous");
+  DeviceGuard guard;
+  QL_RETURN_IF_ERROR(guard.set(d.device().index));
+  Tensor h = Tensor::empty(d.dtype(), d.shape());
+  QL_CUDA_CHECK(cudaMemcpyAsync(h.raw(), d.raw(), static_cast<size_t>(d.nbytes()), cudaMemcpyDeviceToHost,
+                                current_stream()));
+  QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+  return h;
+}
+
+Status expect_on_device(const Tensor& t, int device, const std::string& what) {
+  if (t.device().kind != DeviceKind::kCuda || t.device().index != device) {
+    return Status::error(what + " " + t.describe() + " is on " + t.device().to_string() + ", expected cuda:" +
+                         std::to_string(device) + " (the device the layer was processed on)");
+  }
+  return Status::ok();
+}
+
+}  // namespace qlinear::cuda

@@ -1,0 +1,61 @@
+#pragma once
+// Internal CUDA plumbing shared by the CUDA backend: checked calls, the current device, stream-ordered
+// scratch memory and the per-thread library handles. Host code only (compiled by the C++ or CUDA compiler).
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+
+#include "qlinear/cuda.hpp"
+
+namespace qlinear::cuda {
+
+// An error Status naming the call and the CUDA error, or ok. Clears a non-sticky error so later calls
+// start clean (a sticky one, such as an illegal address, keeps failing: the context is lost).
+Status check(cudaError_t err, const char* call);
+// The error of the last kernel launch, named after the kernel.
+Status check_launch(const char* kernel);
+
+#define QL_CUDA_CHECK(call) QL_RETURN_IF_ERROR(::qlinear::cuda::check((call), #call))
+#define QL_CUDA_CHECK_LAUNCH(name) QL_RETURN_IF_ERROR(::qlinear::cuda::check_launch(name))
+
+// Makes `device` current for a scope and restores the previous one.
+class DeviceGuard {
+ public:
+  DeviceGuard() = default;
+  ~DeviceGuard();
+  Status set(int device);
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// Stream-ordered device memory for one operation (cudaMallocAsync on the current stream, freed on that
+// stream when it goes out of scope): quantized activations, scales, cuBLASLt workspace.
+class Scratch {
+ public:
+  Scratch() = default;
+  ~Scratch();
+  Scratch(Scratch&& other) noexcept;
+  Scratch& operator=(Scratch&& other) noexcept;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+
+  static Result<Scratch> make(size_t bytes, Stream stream);
+  void* get() const { return ptr_; }
+  template <class T> T* as() const { return static_cast<T*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  Stream stream_ = nullptr;
+};
+
+// A device tensor from a host tensor, or `bytes` copied from host memory, on the current device.
+Result<Tensor> upload(const void* host, size_t bytes, DType dtype, Shape shape, int device);
+
+// "cuda:0": the device a tensor must be on, for error messages; checks kind and index.
+Status expect_on_device(const Tensor& t, int device, const std::string& what);
+
+}  // namespace qlinear::cuda

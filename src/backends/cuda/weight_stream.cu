@@ -1,0 +1,76 @@
+// Host side of the weight-streaming kernel: tile and split choice, split-K workspace and finalize.
+#include "backends/cuda/weight_stream.cuh"
+
+namespace qlinear::cuda {
+
+namespace stream_detail {
+extern template Status launch_format<WeightFormat::kE4M3>(const WeightStreamArgs&, int, dim3, int64_t, float*, Stream);
+extern template Status launch_format<WeightFormat::kE2M3>(const WeightStreamArgs&, int, dim3, int64_t, float*, Stream);
+extern template Status launch_format<WeightFormat::kE3M2>(const WeightStreamArgs&, int, dim3, int64_t, float*, Stream);
+extern template Status launch_format<WeightFormat::kE2M1>(const WeightStreamArgs&, int, dim3, int64_t, float*, Stream);
+
+namespace {
+__global__ void finalize_kernel(const float* ws, const void* bias, DType bias_dtype, void* out, DType out_dtype,
+                                int64_t m, int64_t n) {
+  const int64_t total = m * n;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    float y = ws[i];
+    if (bias != nullptr) y += load_bias(bias, bias_dtype, i % n);
+    store_out(out, out_dtype, i, y);
+  }
+}
+}  // namespace
+}  // namespace stream_detail
+
+Status launch_weight_stream(const WeightStreamArgs& a, Stream stream) {
+  using namespace stream_detail;
+  if (a.m == 0 || a.n == 0) return Status::ok();
+  if (a.ld_x % kStreamStepElems != 0 || a.ld_x < a.k_valid) {
+    return Status::error("weight_stream: activation rows of " + std::to_string(a.ld_x) +
+                         " floats are not a whole number of 1024-element steps covering K");
+  }
+  const int mt = a.m <= 1 ? 1 : a.m <= 2 ? 2 : a.m <= 4 ? 4 : 8;
+  int rows = 0;
+  switch (a.format) {
+    case WeightFormat::kE4M3: rows = rows_per_block<WeightFormat::kE4M3>(); break;
+    case WeightFormat::kE2M3: rows = rows_per_block<WeightFormat::kE2M3>(); break;
+    case WeightFormat::kE3M2: rows = rows_per_block<WeightFormat::kE3M2>(); break;
+    case WeightFormat::kE2M1: rows = rows_per_block<WeightFormat::kE2M1>(); break;
+  }
+  const int64_t bx = (a.n + rows - 1) / rows, by = (a.m + mt - 1) / mt;
+  const int64_t steps = a.ld_x / kStreamStepElems;
+  // Split K when the row blocks alone give fewer than ~3 blocks per SM.
+  const int64_t target = 3LL * a.sm_count;
+  int64_t split = bx * by >= target ? 1 : std::min<int64_t>(steps, (target + bx * by - 1) / (bx * by));
+  const int64_t per_split = (steps + split - 1) / split;
+  split = (steps + per_split - 1) / per_split;
+  if (bx > 0x7FFFFFFF || by > 65535) return Status::error("weight_stream: grid too large");
+  const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(by), static_cast<unsigned>(split));
+
+  Scratch ws;
+  if (split > 1) {
+    QL_ASSIGN_OR_RETURN(ws, Scratch::make(sizeof(float) * a.m * a.n, stream));
+    QL_CUDA_CHECK(cudaMemsetAsync(ws.get(), 0, sizeof(float) * a.m * a.n, stream));
+  }
+  float* workspace = split > 1 ? ws.as<float>() : nullptr;
+  switch (a.format) {
+    case WeightFormat::kE4M3: QL_RETURN_IF_ERROR(launch_format<WeightFormat::kE4M3>(a, mt, grid, per_split, workspace, stream)); break;
+    case WeightFormat::kE2M3: QL_RETURN_IF_ERROR(launch_format<WeightFormat::kE2M3>(a, mt, grid, per_split, workspace, stream)); break;
+    case WeightFormat::kE3M2: QL_RETURN_IF_ERROR(launch_format<WeightFormat::kE3M2>(a, mt, grid, per_split, workspace, stream)); break;
+    case WeightFormat::kE2M1: QL_RETURN_IF_ERROR(launch_format<WeightFormat::kE2M1>(a, mt, grid, per_split, workspace, stream)); break;
+  }
+  if (split > 1) QL_RETURN_IF_ERROR(launch_bias_epilogue(workspace, a.bias, a.bias_dtype, a.out, a.out_dtype, a.m, a.n, stream));
+  return Status::ok();
+}
+
+Status launch_bias_epilogue(const float* acc, const void* bias, DType bias_dtype, void* out, DType out_dtype,
+                            int64_t m, int64_t n, Stream stream) {
+  if (m * n == 0) return Status::ok();
+  const int64_t blocks = std::min<int64_t>((m * n + 255) / 256, 132 * 8);
+  stream_detail::finalize_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(acc, bias, bias_dtype, out,
+                                                                                    out_dtype, m, n);
+  QL_CUDA_CHECK_LAUNCH("finalize_kernel");
+  return Status::ok();
+}
+
+}  // namespace qlinear::cuda

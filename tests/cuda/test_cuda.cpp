@@ -1,0 +1,440 @@
+// The CUDA backend against the reference, on the same quantized layers. Every GPU test skips, with the
+// reason, when there is no usable sm_90 device (what CI sees); the program still builds and passes there.
+//
+//   * activation quantization: codes and scales bit-identical to the reference quantizers;
+//   * every CUDA kernel (and each of its routes) vs the reference kernel: a layer from quantize_layer is
+//     copied, one copy processed by the CUDA kernel, one by the reference on the host; fresh random data
+//     each run (the seed is printed), outputs poisoned with NaN before each launch, M in
+//     {1, 2, 7, 16, 17, 64, 257, 4096}, odd N / K where the kernel allows them. Bound per element (FP32
+//     accumulation): |got - ref| <= c * K * 2^-24 * sum_k |x w| + 1 ULP(out), c = kAccumFactor;
+//   * the reasons kernels give when they decline.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "qlinear/make_layer.hpp"
+#include "qlinear/platform.hpp"
+#include "qlinear/random.hpp"
+#include "qlinear/registry.hpp"
+
+#if QLINEAR_WITH_CUDA
+#include "backends/cuda/act_quant.hpp"
+#include "backends/cuda/cuda_kernels.hpp"
+#include "backends/reference/reference_kernels.hpp"
+#include "qlinear/cuda.hpp"
+#endif
+
+namespace qlinear {
+namespace {
+
+#if !QLINEAR_WITH_CUDA
+TEST(Cuda, BuiltWithoutCuda) { GTEST_SKIP() << "qlinear was built without its CUDA backend (no nvcc)"; }
+#else
+
+#define QL_REQUIRE_SM90()                                                                        \
+  do {                                                                                           \
+    auto platform_ = Platform::cuda_device(0);                                                   \
+    if (!platform_) GTEST_SKIP() << "no CUDA device: " << platform_.message();                   \
+    if (platform_->cuda->compute_capability != 90) {                                             \
+      GTEST_SKIP() << "needs an sm_90 GPU, found " << platform_->describe();                     \
+    }                                                                                            \
+  } while (0)
+
+#define QL_ASSERT_OK(expr)                       \
+  do {                                                \
+    const ::qlinear::Status s_ = (expr);              \
+    ASSERT_TRUE(s_.is_ok()) << #expr << ": " << s_.message(); \
+  } while (0)
+
+constexpr double kAccumFactor = 2.0;
+
+uint64_t fresh_seed() {
+  static const uint64_t base = std::random_device{}();
+  static uint64_t n = 0;
+  return base + 1000 * ++n;
+}
+
+Tensor to_dtype(const Tensor& f32, DType d) {
+  Tensor t = Tensor::empty(d, f32.shape());
+  const float* p = f32.data<float>();
+  for (int64_t i = 0; i < f32.numel(); ++i) {
+    switch (d) {
+      case DType::kBF16: t.data<uint16_t>()[i] = float_to_bf16(p[i]); break;
+      case DType::kF16: t.data<uint16_t>()[i] = float_to_f16(p[i]); break;
+      default: t.data<float>()[i] = p[i]; break;
+    }
+  }
+  return t;
+}
+
+// Activations whose rows span several binades (one all-zero row, one tiny row) to reach every scale rule.
+Tensor varied_activation(DType d, int64_t m, int64_t k, uint64_t seed) {
+  Tensor x = random_normal(DType::kF32, {m, k}, seed, 1.0);
+  for (int64_t r = 0; r < m; ++r) {
+    const float f = r == 1 ? 0.0f : (r == 2 ? 1e-6f : std::ldexp(1.0f, static_cast<int>(r % 9) - 4));
+    for (int64_t c = 0; c < k; ++c) x.data<float>()[r * k + c] *= f;
+  }
+  return to_dtype(x, d);
+}
+
+double ulp_of(DType d, double v) {
+  const double a = std::fabs(v);
+  int e = a > 0 ? std::ilogb(a) : -1000;
+  switch (d) {
+    case DType::kBF16: return std::ldexp(1.0, std::max(e, -126) - 7);
+    case DType::kF16: return std::ldexp(1.0, std::max(e, -14) - 10);
+    default: return std::ldexp(1.0, std::max(e, -126) - 23);
+  }
+}
+
+// ---- Activation quantization --------------------------------------------------------------------------
+
+struct QuantCase {
+  cuda::ActQuantMode mode;
+  QuantKey key;
+  float scale_ub = 0.0f;
+};
+
+void check_act_quant(const QuantCase& qc, DType dtype, int64_t m, int64_t k, bool as_float) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(key_name(qc.key) + " " + std::string(name(dtype)) + " M=" + std::to_string(m) + " K=" +
+               std::to_string(k) + (as_float ? " float codes" : " byte codes") + " seed=" + std::to_string(seed));
+  const Tensor x = varied_activation(dtype, m, k, seed);
+  QuantizeOptions opt;
+  const float static_scale = 0.0123f;
+  if (qc.mode == cuda::ActQuantMode::kStaticTensor) opt.static_scale = Tensor::scalar_f32(static_scale).reshape({1}).value();
+  if (qc.scale_ub > 0) opt.scale_ub = qc.scale_ub;
+  auto ref = quantize(x, qc.key, opt);
+  ASSERT_TRUE(ref) << ref.message();
+
+  const bool mx = qc.mode == cuda::ActQuantMode::kMx32;
+  const int64_t ld_codes = (k + 31) / 32 * 32 + 32;  // one extra block of padding
+  const int64_t groups = mx ? k / 32 : (k + 127) / 128;
+  auto xd = cuda::to_device(x);
+  ASSERT_TRUE(xd) << xd.message();
+  auto codes = cuda::empty(as_float ? DType::kF32 : DType::kU8, {m, ld_codes});
+  ASSERT_TRUE(codes) << codes.message();
+  QL_ASSERT_OK(cuda::fill_bytes(*codes, 0xFF));
+  const bool grouped = qc.mode == cuda::ActQuantMode::kDynamicGroup128 || mx;
+  const int64_t nscales = grouped ? m * groups : (qc.mode == cuda::ActQuantMode::kDynamicToken ? m : 1);
+  auto scales = cuda::empty(mx ? DType::kU8 : DType::kF32, {nscales});
+  ASSERT_TRUE(scales) << scales.message();
+  auto amax = cuda::empty(DType::kU8, {4});
+  ASSERT_TRUE(amax) << amax.message();
+
+  cuda::ActQuantArgs a;
+  a.x = xd->raw();
+  a.x_dtype = dtype;
+  a.m = m;
+  a.k = k;
+  a.ld_x = k;
+  a.mode = qc.mode;
+  a.static_scale = static_scale;
+  a.scale_ub = qc.scale_ub;
+  a.codes = codes->raw();
+  a.codes_as_float = as_float;
+  a.ld_codes = ld_codes;
+  a.scale = {scales->raw(), grouped ? groups : (qc.mode == cuda::ActQuantMode::kDynamicToken ? 1 : 0), grouped ? 1 : 0,
+             false};
+  a.amax_scratch = reinterpret_cast<uint32_t*>(amax->raw());
+  QL_ASSERT_OK(cuda::launch_act_quant(a, cuda::current_stream()));
+  auto got_codes = cuda::to_host(*codes);
+  auto got_scales = cuda::to_host(*scales);
+  ASSERT_TRUE(got_codes && got_scales);
+
+  const uint8_t* rc = static_cast<const uint8_t*>(ref->data.raw());
+  int64_t bad = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < ld_codes; ++c) {
+      const uint32_t want = c < k ? rc[r * k + c] : 0u;
+      bool ok;
+      if (as_float) {
+        const float g = got_codes->data<float>()[r * ld_codes + c];
+        ok = g == g && static_cast<double>(g) == decode(DType::kF8E4M3, want) &&
+             std::signbit(g) == std::signbit(decode(DType::kF8E4M3, want));
+      } else {
+        ok = got_codes->data<uint8_t>()[r * ld_codes + c] == want;
+      }
+      if (!ok && bad++ < 5) ADD_FAILURE() << "code (" << r << ", " << c << ") differs from the reference";
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  for (int64_t i = 0; i < (qc.mode == cuda::ActQuantMode::kStaticTensor ? 1 : nscales); ++i) {
+    if (mx) {
+      EXPECT_EQ(got_scales->data<uint8_t>()[i], ref->scale.data<uint8_t>()[i]) << "scale " << i;
+    } else {
+      EXPECT_EQ(got_scales->data<float>()[i], ref->scale.data<float>()[i]) << "scale " << i;
+    }
+  }
+}
+
+TEST(CudaActQuant, CodesAndScalesAreBitIdenticalToTheReference) {
+  QL_REQUIRE_SM90();
+  const std::vector<QuantCase> cases = {
+      {cuda::ActQuantMode::kStaticTensor, kFp8StaticTensorSym},
+      {cuda::ActQuantMode::kDynamicTensor, kFp8DynamicTensorSym},
+      {cuda::ActQuantMode::kDynamicToken, kFp8DynamicTokenSym},
+      {cuda::ActQuantMode::kDynamicToken, kFp8DynamicTokenSym, 0.75f},
+      {cuda::ActQuantMode::kDynamicGroup128, kFp8Dynamic128Sym},
+      {cuda::ActQuantMode::kMx32, kMxfp8Dynamic},
+  };
+  for (const QuantCase& qc : cases) {
+    for (DType d : {DType::kBF16, DType::kF16, DType::kF32}) {
+      for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 4096}, {7, 1000}, {17, 320}, {64, 4160}}) {
+        if (qc.mode == cuda::ActQuantMode::kMx32 && k % 32 != 0) continue;
+        check_act_quant(qc, d, m, k, false);
+        check_act_quant(qc, d, m, k, true);
+      }
+    }
+  }
+}
+
+// ---- Kernels vs the reference ---------------------------------------------------------------------------
+
+struct KernelCase {
+  const LinearKernel* kernel;
+  Scheme scheme;
+  int64_t m, n, k;
+  DType in = DType::kBF16;
+  DType out = DType::kBF16;
+  std::optional<DType> bias;
+  std::vector<int64_t> shards;
+};
+
+Scheme custom(Family f, QuantKey w, std::optional<QuantKey> a) { return Scheme{"custom", f, w, a, ""}; }
+
+// Returns the worst (|got - ref| - 1 ULP) / (K 2^-24 sum|x w|) seen, for the log.
+double check_kernel(const KernelCase& kc) {
+  const uint64_t seed = fresh_seed();
+  const std::string what = std::string(kc.kernel->name()) + " " +
+                           (kc.scheme.name == std::string_view("custom") ? kc.scheme.weight_key.to_string()
+                                                                         : std::string(kc.scheme.name)) +
+                           " a=" + (kc.scheme.activation_key ? key_name(*kc.scheme.activation_key) : "dense") +
+                           " M=" + std::to_string(kc.m) + " N=" + std::to_string(kc.n) + " K=" + std::to_string(kc.k) +
+                           " in=" + std::string(name(kc.in)) + " out=" + std::string(name(kc.out)) +
+                           (kc.bias ? " bias=" + std::string(name(*kc.bias)) : "") +
+                           (kc.shards.empty() ? "" : " shards=" + std::to_string(kc.shards.size())) +
+                           " seed=" + std::to_string(seed);
+  SCOPED_TRACE(what);
+  MakeLayerOptions opt;
+  opt.out_dtype = kc.out;
+  opt.input_dtype = kc.in;
+  opt.logical_widths = kc.shards;
+  opt.input_min = -3.0f;
+  opt.input_max = 3.0f;
+  const Tensor w = random_normal(DType::kF32, {kc.n, kc.k}, seed, 0.05);
+  auto layer = quantize_layer("cuda_test", kc.scheme, w, opt);
+  EXPECT_TRUE(layer) << layer.message();
+  if (!layer) return 0;
+  LinearLayer mine = *layer;
+  const LinearKernel& ref = *find_kernel("reference_" + std::string(family_name(kc.scheme.family)));
+  EXPECT_TRUE(ref.process_weights_after_loading(*layer));
+  const Verdict v = kc.kernel->can_implement(mine.config);
+  EXPECT_TRUE(v) << v.reason;
+  const Status ps = kc.kernel->process_weights_after_loading(mine);
+  EXPECT_TRUE(ps.is_ok()) << ps.message();
+  if (!ps.is_ok()) return 0;
+
+  const Tensor x = to_dtype(random_normal(DType::kF32, {kc.m, kc.k}, seed + 1, 1.0), kc.in);
+  const Tensor bias = kc.bias ? to_dtype(random_normal(DType::kF32, {kc.n}, seed + 2, 0.5), *kc.bias) : Tensor();
+  Tensor ref_out = Tensor::empty(kc.out, {kc.m, kc.n});
+  const Status rs = ref.apply(*layer, Activation::dense(x), kc.bias ? &bias : nullptr, ref_out);
+  EXPECT_TRUE(rs.is_ok()) << rs.message();
+
+  auto xd = cuda::to_device(x).value();
+  Tensor bd = kc.bias ? cuda::to_device(bias).value() : Tensor();
+  auto od = cuda::empty(kc.out, {kc.m, kc.n}).value();
+  EXPECT_TRUE(cuda::fill_bytes(od, 0xFF).is_ok());  // NaN in every float dtype
+  const Status as = kc.kernel->apply(mine, Activation::dense(xd), kc.bias ? &bd : nullptr, od);
+  EXPECT_TRUE(as.is_ok()) << as.message();
+  if (!as.is_ok()) return 0;
+  auto got = cuda::to_host(od);
+  EXPECT_TRUE(got) << got.message();
+  if (!got) return 0;
+
+  // sum_k |x w| with the operands the numerics define.
+  const Tensor wd = reference::dequantized_weight(*layer).value();
+  const Tensor xa = reference::effective_activation(*layer, Activation::dense(x)).value();
+  const double* wp = wd.data<double>();
+  const double* xp = xa.data<double>();
+  const int64_t m = kc.m, n = kc.n, k = kc.k;
+  std::vector<double> ratio(static_cast<size_t>(m * n), 0.0);
+  std::vector<uint8_t> fail(static_cast<size_t>(m * n), 0);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t c = 0; c < k; ++c) s += std::fabs(xp[i * k + c] * wp[j * k + c]);
+      const double g = element_as_double(*got, i * n + j);
+      const double r = element_as_double(ref_out, i * n + j);
+      const double slack = std::fabs(g - r) - ulp_of(kc.out, std::max(std::fabs(g), std::fabs(r)));
+      const double unit = k * std::ldexp(1.0, -24) * s;
+      ratio[i * n + j] = slack <= 0 ? 0.0 : (unit > 0 ? slack / unit : HUGE_VAL);
+      fail[i * n + j] = !(std::isfinite(g) && ratio[i * n + j] <= kAccumFactor);
+    }
+  }
+  int64_t bad = 0;
+  double worst = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    worst = std::max(worst, ratio[i]);
+    if (fail[i] && bad++ < 5) {
+      ADD_FAILURE() << "out(" << i / n << ", " << i % n << ") = " << element_as_double(*got, i)
+                    << ", reference " << element_as_double(ref_out, i) << " (ratio " << ratio[i] << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  std::printf("[ check ] %-110s worst %.3f\n", what.c_str(), worst);
+  return worst;
+}
+
+// Route-forced copies of the production kernels, so each route is tested on every M.
+const cuda::CudaLinearKernel kStreamFp8(Family::kFp8ScaledMM, "test_stream_fp8_scaled_mm", "", cuda::Route::kStream);
+const cuda::CudaLinearKernel kStreamBlock(Family::kFp8BlockScaled, "test_stream_fp8_block_scaled", "",
+                                          cuda::Route::kStream);
+
+const std::vector<int64_t> kMs = {1, 2, 7, 16, 17, 64, 257};
+
+TEST(CudaKernels, Fp8ScaledMMMatchesTheReference) {
+  QL_REQUIRE_SM90();
+  const Scheme tensor = *find_scheme("w8a8-fp8-tensor");
+  const Scheme channel = *find_scheme("w8a8-fp8-channel");
+  const Scheme dyn_tensor = custom(Family::kFp8ScaledMM, kFp8StaticTensorSym, kFp8DynamicTensorSym);
+  const Scheme tensor_w_token_a = custom(Family::kFp8ScaledMM, kFp8StaticTensorSym, kFp8DynamicTokenSym);
+  for (int64_t m : kMs) {
+    for (const LinearKernel* kern : {static_cast<const LinearKernel*>(&cuda::kSm90Fp8ScaledMM),
+                                     static_cast<const LinearKernel*>(&cuda::kCublasLtFp8ScaledMM),
+                                     static_cast<const LinearKernel*>(&kStreamFp8)}) {
+      check_kernel({kern, tensor, m, 256, 1024});
+      check_kernel({kern, channel, m, 192, 4096, DType::kBF16, DType::kBF16, DType::kBF16});
+      check_kernel({kern, dyn_tensor, m, 128, 1000, DType::kF16, DType::kF16, DType::kF32});
+      check_kernel({kern, tensor_w_token_a, m, 96, 520, DType::kF32, DType::kF32, DType::kBF16});
+      check_kernel({kern, tensor, m, 96, 320, DType::kBF16, DType::kBF16, std::nullopt, {32, 64}});
+      if (kern != &cuda::kCublasLtFp8ScaledMM) check_kernel({kern, channel, m, 75, 999});  // odd N and K
+    }
+  }
+  check_kernel({&cuda::kSm90Fp8ScaledMM, channel, 4096, 256, 1024});
+  check_kernel({&cuda::kSm90Fp8ScaledMM, tensor, 4096, 128, 512, DType::kBF16, DType::kF32, DType::kF32});
+}
+
+TEST(CudaKernels, Fp8BlockScaledMatchesTheReference) {
+  QL_REQUIRE_SM90();
+  const Scheme block = *find_scheme("w8a8-fp8-block");
+  for (int64_t m : kMs) {
+    for (const LinearKernel* kern : {static_cast<const LinearKernel*>(&cuda::kSm90Fp8BlockScaled),
+                                     static_cast<const LinearKernel*>(&cuda::kCublasLtFp8BlockScaled),
+                                     static_cast<const LinearKernel*>(&kStreamBlock)}) {
+      if (m == 1 && kern == &cuda::kCublasLtFp8BlockScaled) continue;  // declined at apply (tested below)
+      check_kernel({kern, block, m, 256, 1024});
+      check_kernel({kern, block, m, 384, 1536, DType::kF16, DType::kF16, DType::kF16});
+      check_kernel({kern, block, m, 128, 2048, DType::kBF16, DType::kF32, DType::kBF16});
+      if (kern != &cuda::kCublasLtFp8BlockScaled) check_kernel({kern, block, m, 200, 1000});  // partial blocks
+    }
+  }
+  check_kernel({&cuda::kSm90Fp8BlockScaled, block, 4096, 256, 1024});
+}
+
+TEST(CudaKernels, WeightOnlyAndMxStreamKernelsMatchTheReference) {
+  QL_REQUIRE_SM90();
+  const std::vector<Scheme> schemes = {
+      *find_scheme("w8a16-fp8"),
+      custom(Family::kFp8WeightOnly, kFp8StaticTensorSym, std::nullopt),
+      custom(Family::kFp8WeightOnly, kFp8Static128BlockSym, std::nullopt),
+      *find_scheme("w8a8-mxfp8"),
+      *find_scheme("w8a16-mxfp8"),
+      *find_scheme("w6a16-mxfp6-e2m3"),
+      *find_scheme("w6a16-mxfp6-e3m2"),
+      custom(Family::kMxfp6, kMxfp6E2M3Static, kMxfp8Dynamic),
+      *find_scheme("w4a16-mxfp4"),
+      custom(Family::kMxfp4, kMxfp4Static, kMxfp8Dynamic),
+  };
+  for (const Scheme& s : schemes) {
+    const LinearKernel* kern = select_kernel(make_config(s, 256, 1024), Platform::cuda_device(0).value()).value();
+    for (int64_t m : kMs) {
+      check_kernel({kern, s, m, 256, 1024});
+      check_kernel({kern, s, m, 72, 2080, DType::kF32, DType::kF32, DType::kF32});
+      check_kernel({kern, s, m, 33, 320, DType::kF16, DType::kF16, DType::kBF16});
+      if (s.family == Family::kFp8WeightOnly) check_kernel({kern, s, m, 75, 999});
+    }
+  }
+}
+
+// A few shapes for compute-sanitizer (run with --gtest_filter=CudaSanitizer.*).
+TEST(CudaSanitizer, SmallShapesOfEveryRoute) {
+  QL_REQUIRE_SM90();
+  check_kernel({&cuda::kSm90Fp8ScaledMM, *find_scheme("w8a8-fp8-channel"), 3, 75, 999});
+  check_kernel({&cuda::kCublasLtFp8ScaledMM, *find_scheme("w8a8-fp8-tensor"), 17, 64, 256});
+  check_kernel({&cuda::kSm90Fp8BlockScaled, *find_scheme("w8a8-fp8-block"), 1, 200, 1000});
+  check_kernel({&cuda::kCublasLtFp8BlockScaled, *find_scheme("w8a8-fp8-block"), 9, 256, 512});
+  check_kernel({&cuda::kSm90Mxfp8Stream, *find_scheme("w8a8-mxfp8"), 5, 40, 2080, DType::kBF16, DType::kBF16,
+                DType::kF32});
+  check_kernel({&cuda::kSm90Mxfp6Stream, *find_scheme("w6a16-mxfp6-e3m2"), 9, 33, 96});
+  check_kernel({&cuda::kSm90Mxfp4Stream, *find_scheme("w4a16-mxfp4"), 2, 65, 1024});
+}
+
+// ---- Declining, with reasons -------------------------------------------------------------------------
+
+TEST(CudaKernels, DeclineWithReasons) {
+  // No GPU needed: platform and config checks.
+  const Verdict cc = cuda::kSm90Fp8ScaledMM.is_supported(Platform::synthetic_cuda(80));
+  EXPECT_FALSE(cc);
+  EXPECT_NE(cc.reason.find("sm_90a"), std::string::npos) << cc.reason;
+  EXPECT_FALSE(cuda::kSm90Fp8ScaledMM.is_supported(Platform::host_cpu()));
+  EXPECT_TRUE(cuda::kSm90Fp8ScaledMM.is_supported(Platform::synthetic_cuda(90)));
+  const Verdict odd = cuda::kCublasLtFp8ScaledMM.can_implement(make_config(*find_scheme("w8a8-fp8-tensor"), 200, 512));
+  EXPECT_FALSE(odd);
+  EXPECT_NE(odd.reason.find("N=200 is not a multiple of 16"), std::string::npos) << odd.reason;
+  EXPECT_TRUE(cuda::kSm90Fp8ScaledMM.can_implement(make_config(*find_scheme("w8a8-fp8-tensor"), 200, 512)));
+  const Verdict mx4act =
+      cuda::kSm90Mxfp6Stream.can_implement(make_config(custom(Family::kMxfp6, kMxfp6E2M3Static, kMxfp4Dynamic), 64, 64));
+  EXPECT_FALSE(mx4act);
+  EXPECT_NE(mx4act.reason.find("not implemented on the GPU"), std::string::npos) << mx4act.reason;
+  // On an sm_90 platform the CUDA kernels come first.
+  EXPECT_EQ(select_kernel(make_config(*find_scheme("w4a16-mxfp4"), 64, 64), Platform::synthetic_cuda(90)).value()->name(),
+            "sm90_mxfp4_stream");
+}
+
+TEST(CudaKernels, ApplyRefusesHostTensorsAndBlockModeAtMOne) {
+  QL_REQUIRE_SM90();
+  auto layer = quantize_layer("l", *find_scheme("w8a8-fp8-block"), random_normal(DType::kF32, {128, 256}, 1, 0.1)).value();
+  ASSERT_TRUE(cuda::kCublasLtFp8BlockScaled.process_weights_after_loading(layer));
+  const Tensor x = random_normal(DType::kBF16, {1, 256}, 2);
+  Tensor host_out = Tensor::empty(DType::kBF16, {1, 128});
+  const Status on_host = cuda::kCublasLtFp8BlockScaled.apply(layer, Activation::dense(x), nullptr, host_out);
+  ASSERT_FALSE(on_host.is_ok());
+  EXPECT_NE(on_host.message().find("is on cpu"), std::string::npos) << on_host.message();
+  auto xd = cuda::to_device(x).value();
+  auto od = cuda::empty(DType::kBF16, {1, 128}).value();
+  const Status m1 = cuda::kCublasLtFp8BlockScaled.apply(layer, Activation::dense(xd), nullptr, od);
+  ASSERT_FALSE(m1.is_ok());
+  EXPECT_NE(m1.message().find("M = 1"), std::string::npos) << m1.message();
+}
+
+TEST(CudaMemory, RoundTripAndStreams) {
+  QL_REQUIRE_SM90();
+  const Tensor h = random_normal(DType::kF32, {3, 5}, 9);
+  auto d = cuda::to_device(h);
+  ASSERT_TRUE(d) << d.message();
+  EXPECT_EQ(d->device().kind, DeviceKind::kCuda);
+  auto back = cuda::to_host(*d);
+  ASSERT_TRUE(back) << back.message();
+  EXPECT_EQ(std::memcmp(back->raw(), h.raw(), h.nbytes()), 0);
+  EXPECT_FALSE(cuda::to_host(h).is_ok());
+  EXPECT_FALSE(cuda::empty(DType::kF32, {1}, 999).is_ok());
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  {
+    cuda::StreamGuard g(s);
+    EXPECT_EQ(cuda::current_stream(), s);
+    auto again = cuda::to_host(*d);
+    ASSERT_TRUE(again);
+  }
+  EXPECT_EQ(cuda::current_stream(), cudaStreamPerThread);
+  cudaStreamDestroy(s);
+}
+
+#endif  // QLINEAR_WITH_CUDA
+
+}  // namespace
+}  // namespace qlinear
