@@ -45,7 +45,7 @@ enum class FormatKind : uint8_t { kFloat, kInteger, kScale };
 
 struct FormatTraits {
   DType dtype;
-  std::string_view name;  // canonical short name: "f8e4m3fn", "bf16", "e8m0", "i8", ...
+  std::string_view name;  // canonical short name (ml_dtypes spelling): "f8e4m3fn", "bf16", "e8m0fnu", "i8"
   FormatKind kind;
   int bits;                 // bits per code
   int exponent_bits;        // floats: E; integers/scale: 0 / 8
@@ -53,8 +53,8 @@ struct FormatTraits {
   int exponent_bias;        // floats and E8M0
   bool is_signed;
   SpecialValues specials;
-  double max_finite;        // largest finite magnitude
-  double min_normal;        // smallest positive normal (floats), 0 otherwise
+  double max_finite;        // largest finite value (integers: the largest positive one)
+  double min_normal;        // smallest positive normal (floats; E8M0: 2^-127), 0 otherwise
   double min_subnormal;     // smallest positive value (floats), 0 otherwise
   int codes_per_pack;       // sub-byte packing: codes in one pack (1 for byte+ formats)
   int bytes_per_pack;       // bytes of one pack

@@ -139,7 +139,9 @@ Status expect_scale(const LinearLayer& layer, const std::string& param, const Qu
   QL_ASSIGN_OR_RETURN(Tensor t, layer.get(param));
   const GroupShape g = key.scale.group;
   const int64_t shards = layer.config.num_shards();
-  if (t.dtype() != key.scale.dtype) {
+  // E8M0 scales travel as raw bytes (U8), as checkpoints and vLLM carry them.
+  const bool dtype_ok = t.dtype() == key.scale.dtype || (key.scale.dtype == DType::kE8M0 && t.dtype() == DType::kU8);
+  if (!dtype_ok) {
     return Status::error(expect_shape_msg(layer, param, t, "dtype " + std::string(name(key.scale.dtype))));
   }
   if (g.is_per_tensor()) {

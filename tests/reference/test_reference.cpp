@@ -36,6 +36,7 @@ double naive_value(const QuantKey& key, const Tensor& data, const Tensor& scale,
     const int64_t scale_cols = (cols + g.col - 1) / g.col;
     s = element_as_double(scale, (r / g.row) * scale_cols + c / g.col);
   }
+  if (key.scale.dtype == DType::kE8M0) s = std::ldexp(1.0, static_cast<int>(s) - 127);  // raw E8M0 byte
   if (zero_point.defined()) {
     code -= element_as_double(zero_point, zero_point.numel() == 1 ? 0 : r);
   }

@@ -54,7 +54,12 @@ const FakeKernel kGpu("fake_sm90_int8", Family::kInt8ScaledMM, false, 90);
 const FakeKernel kVnni("fake_avx512vnni_int8", Family::kInt8ScaledMM, true, 0);
 const FakeKernel kAvx2("fake_avx2_int8", Family::kInt8ScaledMM, false, 0);
 const FakeKernel kOtherFamily("fake_avx2_mxfp8", Family::kMxfp8, false, 0);
-const LinearKernel* const kList[] = {&kGpu, &kVnni, &kAvx2, &kOtherFamily, find_kernel("reference_int8_scaled_mm")};
+// Built on first use: registered kernels may live in other translation units, constructed after this one.
+struct TestList {
+  const LinearKernel* kernels[5];
+  operator std::span<const LinearKernel* const>() const { return kernels; }
+};
+TestList list() { return {{&kGpu, &kVnni, &kAvx2, &kOtherFamily, find_kernel("reference_int8_scaled_mm")}}; }
 
 LinearConfig int8_config(int64_t k = 4096) {
   return make_config(*find_scheme("w8a8-int8-dynamic"), 4096, k);
@@ -78,19 +83,19 @@ SelectOptions no_env() {
 }
 
 TEST(Selection, PicksFirstFittingKernelPerPlatform) {
-  EXPECT_EQ(select_kernel_in(kList, int8_config(), Platform::synthetic_cpu(avx512_vnni()), no_env()).value()->name(),
+  EXPECT_EQ(select_kernel_in(list(), int8_config(), Platform::synthetic_cpu(avx512_vnni()), no_env()).value()->name(),
             "fake_avx512vnni_int8");
-  EXPECT_EQ(select_kernel_in(kList, int8_config(), Platform::synthetic_cpu(avx2_only()), no_env()).value()->name(),
+  EXPECT_EQ(select_kernel_in(list(), int8_config(), Platform::synthetic_cpu(avx2_only()), no_env()).value()->name(),
             "fake_avx2_int8");
-  EXPECT_EQ(select_kernel_in(kList, int8_config(), Platform::synthetic_cuda(90), no_env()).value()->name(),
+  EXPECT_EQ(select_kernel_in(list(), int8_config(), Platform::synthetic_cuda(90), no_env()).value()->name(),
             "fake_sm90_int8");
   // sm80: the sm90 kernel declines, the CPU kernels decline, the reference takes it.
-  EXPECT_EQ(select_kernel_in(kList, int8_config(), Platform::synthetic_cuda(80), no_env()).value()->name(),
+  EXPECT_EQ(select_kernel_in(list(), int8_config(), Platform::synthetic_cuda(80), no_env()).value()->name(),
             "reference_int8_scaled_mm");
 }
 
 TEST(Selection, ExplainGivesEveryCandidateOfTheFamilyWithItsReason) {
-  const Selection sel = explain_selection_in(kList, int8_config(), Platform::synthetic_cuda(80), no_env());
+  const Selection sel = explain_selection_in(list(), int8_config(), Platform::synthetic_cuda(80), no_env());
   ASSERT_EQ(sel.candidates.size(), 4u);  // the MXFP8 kernel is not a candidate for an INT8 layer
   EXPECT_EQ(sel.candidates[0].reason, "not supported here: needs compute capability >= 90, device has 80");
   EXPECT_EQ(sel.candidates[1].reason, "not supported here: runs on the x86 CPU only");
@@ -99,14 +104,14 @@ TEST(Selection, ExplainGivesEveryCandidateOfTheFamilyWithItsReason) {
 }
 
 TEST(Selection, LowerPriorityKernelsThatFitSaySo) {
-  const Selection sel = explain_selection_in(kList, int8_config(), Platform::synthetic_cpu(avx512_vnni()), no_env());
+  const Selection sel = explain_selection_in(list(), int8_config(), Platform::synthetic_cpu(avx512_vnni()), no_env());
   EXPECT_TRUE(sel.candidates[1].chosen);
   EXPECT_EQ(sel.candidates[2].reason, "lower priority than fake_avx512vnni_int8");
 }
 
 TEST(Selection, CanImplementReasonReachesTheUser) {
   const Selection sel =
-      explain_selection_in(kList, int8_config(4000), Platform::synthetic_cpu(avx512_vnni()), no_env());
+      explain_selection_in(list(), int8_config(4000), Platform::synthetic_cpu(avx512_vnni()), no_env());
   EXPECT_EQ(sel.candidates[1].reason, "cannot implement: K=4000 is not a multiple of 64");
   EXPECT_EQ(sel.kernel->name(), "reference_int8_scaled_mm");
 }
@@ -114,7 +119,7 @@ TEST(Selection, CanImplementReasonReachesTheUser) {
 TEST(Selection, DisabledKernelsAreSkippedWithReason) {
   SelectOptions o = no_env();
   o.disabled = {"fake_avx512vnni_int8"};
-  const Selection sel = explain_selection_in(kList, int8_config(), Platform::synthetic_cpu(avx512_vnni()), o);
+  const Selection sel = explain_selection_in(list(), int8_config(), Platform::synthetic_cpu(avx512_vnni()), o);
   EXPECT_EQ(sel.kernel->name(), "fake_avx2_int8");
   EXPECT_NE(sel.candidates[1].reason.find("disabled"), std::string::npos);
 }
@@ -122,16 +127,16 @@ TEST(Selection, DisabledKernelsAreSkippedWithReason) {
 TEST(Selection, ForcedKernelWinsOrFailsWithItsReason) {
   SelectOptions o = no_env();
   o.force = "fake_avx2_int8";
-  EXPECT_EQ(select_kernel_in(kList, int8_config(), Platform::synthetic_cpu(avx512_vnni()), o).value()->name(),
+  EXPECT_EQ(select_kernel_in(list(), int8_config(), Platform::synthetic_cpu(avx512_vnni()), o).value()->name(),
             "fake_avx2_int8");
   o.force = "fake_avx512vnni_int8";
-  auto r = select_kernel_in(kList, int8_config(), Platform::synthetic_cpu(avx2_only()), o);
+  auto r = select_kernel_in(list(), int8_config(), Platform::synthetic_cpu(avx2_only()), o);
   ASSERT_FALSE(r);
   EXPECT_NE(r.message().find("forced kernel: fake_avx512vnni_int8"), std::string::npos);
   EXPECT_NE(r.message().find("needs AVX-512 VNNI"), std::string::npos);
   // Forcing an unknown name is an error listing the known kernels, never a silent fallback.
   o.force = "fake_typo";
-  r = select_kernel_in(kList, int8_config(), Platform::synthetic_cpu(avx2_only()), o);
+  r = select_kernel_in(list(), int8_config(), Platform::synthetic_cpu(avx2_only()), o);
   ASSERT_FALSE(r);
   EXPECT_NE(r.message().find("unknown kernel 'fake_typo'"), std::string::npos);
 }
@@ -139,7 +144,7 @@ TEST(Selection, ForcedKernelWinsOrFailsWithItsReason) {
 TEST(Selection, NoKernelErrorListsEveryCandidateAndReason) {
   SelectOptions o = no_env();
   o.disabled = {"reference_int8_scaled_mm"};
-  auto r = select_kernel_in(kList, int8_config(4000), Platform::synthetic_cuda(80), o);
+  auto r = select_kernel_in(list(), int8_config(4000), Platform::synthetic_cuda(80), o);
   ASSERT_FALSE(r);
   for (const char* part : {"no kernel can implement int8_scaled_mm N=4096 K=4000", "fake_sm90_int8",
                            "needs compute capability >= 90", "fake_avx2_int8", "runs on the x86 CPU only",
