@@ -13,6 +13,10 @@ const LinearKernel* const kX86CpuPriority[] = {
     // INT8 W8A8
     &x86::kAvx512VnniInt8,
     &x86::kAvx2Int8,
+    // FP8 weight-only (W8A16)
+    &x86::kAvx512Bf16Fp8W8A16,
+    // MXFP8 weight-only (W8A16)
+    &x86::kAvx512Bf16Mxfp8W8A16,
 #endif
     // Reference: runs anywhere, last for every family.
     &reference::kFp8ScaledMM,

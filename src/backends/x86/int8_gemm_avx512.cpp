@@ -30,7 +30,8 @@ int prefetch_distance(int64_t m) {
     return s ? std::atoi(s) : -1;
   }();
   if (env >= 0) return env;
-  return m <= 4 ? 1024 : 0;
+  (void)m;
+  return 0;  // measured: hardware prefetch alone streams best at M = 1 (1024: -10%)
 }
 
 template <int MR, int NV>

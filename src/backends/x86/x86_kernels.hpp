@@ -50,6 +50,30 @@ class Int8Kernel final : public LinearKernel {
 extern const Int8Kernel kAvx512VnniInt8;  // "x86_avx512vnni_int8"
 extern const Int8Kernel kAvx2Int8;        // "x86_avx2_int8"
 
+// FP8 E4M3 weights (fp8_weight_only: per-tensor / per-channel / 128x128 f32 scales; mxfp8 A16: E8M0 per
+// 1x32) x BF16 activations, vdpbf16ps with f32 accumulation. Where each scale is applied: w8a16_isa.hpp.
+class W8A16Kernel final : public LinearKernel {
+ public:
+  constexpr W8A16Kernel(std::string_view name, Family family) : name_(name), family_(family) {}
+  std::string_view name() const override { return name_; }
+  Family family() const override { return family_; }
+  std::string_view summary() const override;
+  Verdict is_supported(const Platform& platform) const override;
+  Verdict can_implement(const LinearConfig& config) const override;
+  Result<Tensor> row_major_weight(const LinearLayer& layer) const override;
+
+ protected:
+  Status process_impl(LinearLayer& layer) const override;
+  Status apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const override;
+
+ private:
+  std::string_view name_;
+  Family family_;
+};
+
+extern const W8A16Kernel kAvx512Bf16Fp8W8A16;    // "x86_avx512bf16_fp8_w8a16"
+extern const W8A16Kernel kAvx512Bf16Mxfp8W8A16;  // "x86_avx512bf16_mxfp8_w8a16"
+
 // Shared helpers (kernels.cpp).
 // A dense f32/bf16/f16 [n] tensor as f32 (bias), or empty when t is null.
 std::vector<float> bias_as_f32(const Tensor* t, int64_t n);

@@ -1,0 +1,245 @@
+// FP8 / MXFP8 weight-only kernels (x86_avx512bf16_fp8_w8a16, x86_avx512bf16_mxfp8_w8a16): checks, weight
+// prepacking, the exact scalar path and the apply driver, baseline flags. Layout and numerics: w8a16_isa.hpp.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "backends/x86/w8a16_isa.hpp"
+#include "backends/x86/x86_kernels.hpp"
+
+namespace qlinear::x86 {
+
+namespace {
+
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+
+std::unique_ptr<uint8_t, AlignedFree> aligned_bytes(int64_t bytes) {
+  const size_t size = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
+  return std::unique_ptr<uint8_t, AlignedFree>(static_cast<uint8_t*>(std::aligned_alloc(64, size)));
+}
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// E8M0 exponents whose folded BF16 weights stay normal for every E4M3 magnitude in [2^-9, 448].
+constexpr int kMinFoldExp = -117;
+constexpr int kMaxFoldExp = 119;
+
+struct W8A16State {
+  int64_t n = 0, k = 0, n_pad = 0, k_pad = 0;
+  std::unique_ptr<uint8_t, AlignedFree> packed;
+  W8ScaleMode mode = W8ScaleMode::kPerColumn;
+  std::vector<float> col_scale;    // [n_pad]
+  std::vector<float> block_scale;  // [ceil(n/128) * ceil(k/128)]
+  int64_t block_cols = 0;
+  std::vector<uint8_t> mx_scale;   // [n_pad/16][k_pad/32][16]
+  // Exact scalar path: NaN weight codes, or MX scales that would push folded BF16 weights out of range.
+  bool exact_path = false;
+  std::vector<uint8_t> mx_raw;     // [n][k/32] as the checkpoint stored it (exact path)
+};
+
+// Byte offset of W[n][k] in the panels (w8a16_isa.hpp).
+int64_t packed_offset(int64_t k_pad, int64_t n, int64_t k) {
+  const int64_t j = n % 16, t = k % 4;
+  return (n / 16) * 16 * k_pad + (k / 4) * 64 + 16 * (j / 4) + 8 * (t / 2) + 2 * (j % 4) + t % 2;
+}
+
+const W8A16State* state_of(const LinearLayer& layer) {
+  return static_cast<const W8A16State*>(layer.kernel_state.get());
+}
+
+double weight_value(const W8A16State& st, int64_t n, int64_t k) {
+  const uint8_t code = st.packed.get()[packed_offset(st.k_pad, n, k)];
+  const double v = decode(DType::kF8E4M3, code);
+  switch (st.mode) {
+    case W8ScaleMode::kPerColumn: return v * st.col_scale[n];
+    case W8ScaleMode::kBlock128: return v * st.block_scale[(n / 128) * st.block_cols + k / 128];
+    case W8ScaleMode::kMx: return std::ldexp(v, static_cast<int>(st.mx_raw[n * (st.k / 32) + k / 32]) - 127);
+  }
+  return v;
+}
+
+// The reference's numerics, scalar: FP64 products and sum, one rounding.
+void exact_apply(const W8A16State& st, const uint16_t* x, int64_t lda, int64_t m, const float* bias, Tensor& out) {
+  std::vector<double> w(static_cast<size_t>(st.n * st.k));
+  for (int64_t n = 0; n < st.n; ++n)
+    for (int64_t k = 0; k < st.k; ++k) w[n * st.k + k] = weight_value(st, n, k);
+  const DType od = out.dtype();
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t n = 0; n < st.n; ++n) {
+      double acc = 0;
+      for (int64_t k = 0; k < st.k; ++k) acc += static_cast<double>(bf16_to_float(x[i * lda + k])) * w[n * st.k + k];
+      if (bias) acc += bias[n];
+      const int64_t o = i * st.n + n;
+      if (od == DType::kF32) {
+        out.data<float>()[o] = static_cast<float>(acc);
+      } else {
+        out.data<uint16_t>()[o] = static_cast<uint16_t>(encode(od, acc, Overflow::kNonSaturating));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+const W8A16Kernel kAvx512Bf16Fp8W8A16("x86_avx512bf16_fp8_w8a16", Family::kFp8WeightOnly);
+const W8A16Kernel kAvx512Bf16Mxfp8W8A16("x86_avx512bf16_mxfp8_w8a16", Family::kMxfp8);
+
+std::string_view W8A16Kernel::summary() const {
+  return family_ == Family::kMxfp8
+             ? "MXFP8 weights x BF16 activations, E4M3->BF16 in registers with the E8M0 scale folded, vdpbf16ps, "
+               "f32 accumulation"
+             : "FP8 E4M3 weights (per-tensor/channel/128x128 scales) x BF16 activations, vdpbf16ps, f32 accumulation";
+}
+
+Verdict W8A16Kernel::is_supported(const Platform& platform) const {
+  return isa_supported(platform, Isa::kAvx512Bf16);
+}
+
+Verdict W8A16Kernel::can_implement(const LinearConfig& c) const {
+  if (c.family != family_) return Verdict::no("layer family is " + std::string(family_name(c.family)));
+  if (c.activation_key) {
+    return Verdict::no("activations are quantized (" + key_name(*c.activation_key) +
+                       "); this kernel is weight-only (A16)");
+  }
+  if (c.input_dtype != DType::kBF16) {
+    return Verdict::no("input dtype is " + std::string(qlinear::name(c.input_dtype)) +
+                       ", not bf16 (vdpbf16ps multiplies bf16; rounding the input to bf16 would change the numerics)");
+  }
+  return Verdict::yes();  // any N and K: padded at prepack
+}
+
+Status W8A16Kernel::process_impl(LinearLayer& layer) const {
+  const LinearConfig& c = layer.config;
+  auto st = std::make_shared<W8A16State>();
+  st->n = c.n;
+  st->k = c.k;
+  st->n_pad = round_up(c.n, 16);
+  st->k_pad = round_up(c.k, 32);
+  const Tensor w = layer.params.at("weight").contiguous();
+  const uint8_t* wp = w.data<uint8_t>();
+  st->packed = aligned_bytes(st->n_pad * st->k_pad);
+  uint8_t* dst = st->packed.get();
+  std::memset(dst, 0, static_cast<size_t>(st->n_pad * st->k_pad));
+  bool nan_code = false;
+#pragma omp parallel for schedule(static) reduction(|| : nan_code)
+  for (int64_t n = 0; n < c.n; ++n) {
+    for (int64_t k = 0; k < c.k; ++k) {
+      const uint8_t v = wp[n * c.k + k];
+      nan_code = nan_code || (v & 0x7F) == 0x7F;
+      dst[packed_offset(st->k_pad, n, k)] = v;
+    }
+  }
+  st->exact_path = nan_code;
+
+  const Tensor ws = layer.params.at("weight_scale").contiguous();
+  const GroupShape g = c.weight_key.scale.group;
+  if (c.weight_key.scale.dtype == DType::kE8M0) {
+    st->mode = W8ScaleMode::kMx;
+    const int64_t kb = c.k / 32, kb_pad = st->k_pad / 32;
+    const uint8_t* e = static_cast<const uint8_t*>(ws.raw());
+    st->mx_raw.assign(e, e + c.n * kb);
+    st->mx_scale.assign(static_cast<size_t>(st->n_pad / 16 * kb_pad * 16), 127);
+    for (int64_t n = 0; n < c.n; ++n) {
+      for (int64_t b = 0; b < kb; ++b) {
+        const uint8_t code = e[n * kb + b];
+        if (code == 0xFF) return Status::error("weight_scale[" + std::to_string(n) + ", " + std::to_string(b) + "] is 255, the E8M0 NaN");
+        st->mx_scale[((n / 16) * kb_pad + b) * 16 + n % 16] = code;
+        const int d = static_cast<int>(code) - 127;
+        if (d < kMinFoldExp || d > kMaxFoldExp) {
+          bool any = false;
+          for (int64_t k = b * 32; k < b * 32 + 32; ++k) any = any || (wp[n * c.k + k] & 0x7F) != 0;
+          st->exact_path = st->exact_path || any;
+        }
+      }
+    }
+  } else if (g == kBlock128x128) {
+    st->mode = W8ScaleMode::kBlock128;
+    st->block_cols = (c.k + 127) / 128;
+    st->block_scale.assign(ws.data<float>(), ws.data<float>() + ws.numel());
+  } else {
+    st->mode = W8ScaleMode::kPerColumn;
+    st->col_scale.assign(static_cast<size_t>(st->n_pad), 0.0f);
+    if (g.is_per_channel()) {
+      std::copy(ws.data<float>(), ws.data<float>() + c.n, st->col_scale.begin());
+    } else {
+      int64_t row = 0;
+      for (int64_t s = 0; s < c.num_shards(); ++s) {
+        const int64_t width = c.logical_widths.empty() ? c.n : c.logical_widths[s];
+        std::fill(st->col_scale.begin() + row, st->col_scale.begin() + row + width,
+                  ws.data<float>()[ws.numel() == 1 ? 0 : s]);
+        row += width;
+      }
+    }
+  }
+  layer.kernel_state = st;
+  layer.params.erase("weight");  // the packed copy replaces it; row_major_weight rebuilds it
+  return Status::ok();
+}
+
+Result<Tensor> W8A16Kernel::row_major_weight(const LinearLayer& layer) const {
+  const W8A16State* st = state_of(layer);
+  if (st == nullptr) return layer.get("weight");
+  Tensor w = Tensor::empty(DType::kF8E4M3, {st->n, st->k});
+  for (int64_t n = 0; n < st->n; ++n) {
+    for (int64_t k = 0; k < st->k; ++k) {
+      w.data<uint8_t>()[n * st->k + k] = st->packed.get()[packed_offset(st->k_pad, n, k)];
+    }
+  }
+  return w;
+}
+
+Status W8A16Kernel::apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const {
+  const W8A16State& st = *state_of(layer);
+  const Tensor& xd = x.dense_tensor();
+  if (xd.dtype() != DType::kBF16) {
+    return Status::error(std::string(name()) + " takes bf16 activations, got " + xd.describe());
+  }
+  const int64_t m = xd.size(0);
+  const std::vector<float> b = bias_as_f32(bias, st.n);
+  // Rows padded with zeros to k_pad (the padded weights are zero, but 0 * NaN garbage would not be).
+  const uint16_t* act = xd.data<uint16_t>();
+  int64_t lda = xd.strides()[0];
+  std::unique_ptr<uint8_t, AlignedFree> padded;
+  if (st.k_pad != st.k) {
+    padded = aligned_bytes(m * st.k_pad * 2);
+    uint16_t* p = reinterpret_cast<uint16_t*>(padded.get());
+    for (int64_t i = 0; i < m; ++i) {
+      std::memcpy(p + i * st.k_pad, act + i * lda, static_cast<size_t>(st.k) * 2);
+      std::memset(p + i * st.k_pad + st.k, 0, static_cast<size_t>(st.k_pad - st.k) * 2);
+    }
+    act = p;
+    lda = st.k_pad;
+  }
+  if (st.exact_path) {
+    exact_apply(st, act, lda, m, b.empty() ? nullptr : b.data(), out);
+    return Status::ok();
+  }
+  W8A16Gemm g;
+  g.packed = st.packed.get();
+  g.n = st.n;
+  g.n_pad = st.n_pad;
+  g.k_pad = st.k_pad;
+  g.mode = st.mode;
+  g.col_scale = st.col_scale.data();
+  g.block_scale = st.block_scale.data();
+  g.block_cols = st.block_cols;
+  g.mx_scale = st.mx_scale.data();
+  g.act = act;
+  g.lda = lda;
+  g.m = m;
+  g.bias = b.empty() ? nullptr : b.data();
+  g.out = out.raw();
+  g.out_kind = static_cast<FloatKind>(float_kind_of(out.dtype()));
+  g.threads = omp_get_max_threads();
+  w8a16_gemm_avx512bf16(g);
+  return Status::ok();
+}
+
+}  // namespace qlinear::x86

@@ -1,0 +1,52 @@
+#pragma once
+// FP8-weight / BF16-activation GEMM on x86 (x86_avx512bf16_fp8_w8a16, x86_avx512bf16_mxfp8_w8a16): the
+// plain-C interface between the kernel classes (w8a16_common.cpp, baseline flags) and the AVX-512 code
+// (w8a16_gemm_avx512.cpp). No inline functions or templates here (see int8_isa.hpp for why).
+//
+// Weight layout ("BF16-pair panels of FP8 bytes"), made once by process_weights_after_loading:
+//   N padded to 16, K padded to 32 (MX block), padding codes 0. A panel is 16 output columns; along K it is
+//   a sequence of quads (4 k), one 64-byte group per quad, swizzled so that one vpunpck{l,h}bw pair turns
+//   the decoded (hi, lo) bytes straight into the two zmm vdpbf16ps wants:
+//     byte 16*l + 8*h + i  (lane l < 4, half h < 2, i < 8)  =  code of column 4l + i/2 at k = 4q + 2h + i%2
+//     -> zmm A (h = 0): word 2j + t = W[j][4q + t],   zmm B (h = 1): word 2j + t = W[j][4q + 2 + t]
+//   panel p, quad q at byte p * 16 * k_pad + q * 64.
+// E4M3 -> BF16 is exact (every E4M3 value, subnormals included, is a normal BF16); the decoder uses only
+// AVX-512BW (shifts, vpshufb for the 8 subnormal codes), no VBMI.
+//
+// Scales, and where they are applied:
+//   MX (E8M0 per 1x32): folded into the decoded BF16 weights by adding the exponent (exact while the scaled
+//       values stay normal BF16, which process checks per block; otherwise the layer takes the exact
+//       scalar path). mx_scale[p][kb][16] are the E8M0 codes of panel p.
+//   per-tensor / per-channel f32: multiplied once in the epilogue, y = acc * s[n] + bias[n].
+//   128x128 f32 blocks: each 128-wide K block is summed alone in f32, then acc_total += partial * s[nb][kb].
+// Accumulation: f32 (vdpbf16ps), activations BF16 only (can_implement refuses f32/f16 input: rounding it
+// to BF16 would change the numerics).
+#include <cstdint>
+
+#include "backends/x86/int8_isa.hpp"  // FloatKind
+
+namespace qlinear::x86 {
+
+enum class W8ScaleMode : uint8_t { kPerColumn, kBlock128, kMx };
+
+struct W8A16Gemm {
+  const uint8_t* packed = nullptr;  // panels (above)
+  int64_t n = 0, n_pad = 0, k_pad = 0;
+  W8ScaleMode mode = W8ScaleMode::kPerColumn;
+  const float* col_scale = nullptr;    // kPerColumn: [n_pad]
+  const float* block_scale = nullptr;  // kBlock128: [ceil(n/128)][ceil(k/128)] row-major
+  int64_t block_cols = 0;              // ceil(k/128)
+  const uint8_t* mx_scale = nullptr;   // kMx: [n_pad/16][k_pad/32][16] E8M0 codes
+  const uint16_t* act = nullptr;       // BF16 [m, lda], columns k..k_pad-1 zero
+  int64_t lda = 0;
+  int64_t m = 0;
+  const float* bias = nullptr;         // [n] or null
+  void* out = nullptr;                 // [m, n]
+  FloatKind out_kind = FloatKind::kBF16;
+  int threads = 1;
+};
+
+// AVX-512 F/BW/VL/DQ + BF16.
+void w8a16_gemm_avx512bf16(const W8A16Gemm& g);
+
+}  // namespace qlinear::x86
