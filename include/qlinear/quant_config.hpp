@@ -145,8 +145,9 @@ Result<QuantConfig> parse_quant_config(const std::string& config_json_text, cons
 //   - compressed-tensors targets, first match wins in this order: (1) the layer name, exact or "re:", over
 //     every target of every group in file order; (2) the module class: a plain target matches when it is a
 //     case-insensitive substring of `module_class` (vLLM's check on LinearBase subclasses: "Linear" matches
-//     every linear layer); (3) each shard matched by (1); they must all land in one group (qlinear: vLLM
-//     silently takes the first shard's). No match is an error (vLLM raises too).
+//     every linear layer); (3) a fused layer that neither matched: each shard by (1). No match is an error
+//     (vLLM raises too). qlinear also checks that every shard of a fused layer, matched on its own, lands in
+//     the fused layer's group (vLLM does not, and would load a differently quantized shard).
 //   - Quark: layer_quant_config patterns in file order (fnmatch when the pattern has a '*', else vLLM's
 //     `layer_name in pattern`), else global_quant_config. A fused layer's shards must have equal configs.
 Result<const ConfigGroup*> match_layer(const QuantConfig& config, std::string_view layer_name,
