@@ -1,0 +1,121 @@
+// qlinear run CKPT: load every selected layer, process it with the kernel chosen here, run it on random
+// activations for each M, check it against the reference, report times and rates.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+#include "cli/layer_runner.hpp"
+#include "cli/platform_option.hpp"
+#include "qlinear/loader.hpp"
+
+namespace qlinear::cli {
+
+namespace {
+const std::vector<OptionSpec> kSpecs = {
+    {"--m", "LIST", "token counts, comma-separated (default 1,16,256)"},
+    {"--layers", "REGEX", "only layers whose name matches"},
+    {"--tp-rank", "R", "tensor-parallel rank to load (default 0)"},
+    {"--tp-size", "W", "tensor-parallel size (default 1)"},
+    {"--platform", "P", "cpu (default), cuda, cuda:N"},
+    {"--reps", "N", "timed repetitions per measurement (default 10)"},
+    {"--no-check", "", "skip the comparison with the reference kernel"},
+    {"--json", "", "machine-readable output (one record per layer and M)"},
+    {"--help", "", "this help"},
+};
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  auto args = Args::parse(argc, argv, 2, kSpecs, 1);
+  if (!args) {
+    std::fprintf(stderr, "qlinear run: %s\n", args.message().c_str());
+    return 2;
+  }
+  if (args->flag("--help")) {
+    std::printf("Usage: qlinear run CKPT [--m 1,16,256] [--layers REGEX] [--tp-rank R --tp-size W] [--json]\n\n%s",
+                options_help(kSpecs).c_str());
+    return 0;
+  }
+  if (args->positional().empty()) {
+    std::fprintf(stderr, "qlinear run: missing CKPT (a checkpoint directory or .safetensors file)\n");
+    return 2;
+  }
+  auto ms = args->get_int_list("--m", {1, 16, 256}, 1);
+  auto rank = args->get_int("--tp-rank", 0, 0);
+  auto size = args->get_int("--tp-size", 1, 1);
+  auto reps = args->get_int("--reps", 10, 1);
+  for (const Status& s : {ms.status(), rank.status(), size.status(), reps.status()}) {
+    if (!s) {
+      std::fprintf(stderr, "qlinear run: %s\n", s.message().c_str());
+      return 2;
+    }
+  }
+  if (*rank >= *size) {
+    std::fprintf(stderr, "qlinear run: --tp-rank %lld must be below --tp-size %lld\n", static_cast<long long>(*rank),
+                 static_cast<long long>(*size));
+    return 2;
+  }
+  auto platform = parse_platform(args->get_or("--platform", "cpu"));
+  if (!platform) {
+    std::fprintf(stderr, "qlinear run: %s\n", platform.message().c_str());
+    return 2;
+  }
+  LoadOptions lo;
+  lo.tp_rank = static_cast<int>(*rank);
+  lo.tp_size = static_cast<int>(*size);
+  lo.layer_regex = args->get_or("--layers", "");
+  auto model = load_checkpoint(args->positional()[0], lo);
+  if (!model) {
+    std::fprintf(stderr, "qlinear run: %s\n", model.message().c_str());
+    return 1;
+  }
+  const bool json = args->flag("--json"), check = !args->flag("--no-check");
+  nlohmann::json records = nlohmann::json::array();
+  if (!json) {
+    std::printf("%s: %zu quantized layers, rank %d of %d, on %s\n\n", model->path.c_str(), model->layers.size(),
+                lo.tp_rank, lo.tp_size, platform->describe().c_str());
+    std::printf("%-44s %-20s %-28s %6s %11s %10s %9s %9s\n", "layer", "scheme", "kernel", "M", "vs ref", "median ms",
+                "TFLOP/s", "GB/s");
+  }
+  int failures = 0;
+  uint64_t seed = 1;
+  for (const LoadedLayer& l : model->layers) {
+    auto runner = LayerRunner::create(l.layer, l.bias, *platform, {}, 1);
+    if (!runner) {
+      std::fprintf(stderr, "qlinear run: %s: %s\n", l.layer.name.c_str(), runner.message().c_str());
+      ++failures;
+      continue;
+    }
+    for (int64_t m : *ms) {
+      auto r = (*runner)->measure(m, static_cast<int>(*reps), check, seed++);
+      if (!r) {
+        std::fprintf(stderr, "qlinear run: %s M=%lld: %s\n", l.layer.name.c_str(), static_cast<long long>(m),
+                     r.message().c_str());
+        ++failures;
+        continue;
+      }
+      // Kernel output vs the reference on the same quantized inputs: FP32 accumulation and one output rounding.
+      const bool ok = !check || r->rel_err <= 1e-2;
+      failures += ok ? 0 : 1;
+      if (json) {
+        records.push_back({{"layer", l.layer.name}, {"scheme", l.scheme->name}, {"kernel", (*runner)->kernel().name()},
+                           {"m", m}, {"n", l.layer.config.n}, {"k", l.layer.config.k}, {"median_ms", r->median_ms},
+                           {"tflops", r->tflops}, {"weight_gbps", r->weight_gbps},
+                           {"rel_err_reference", check ? nlohmann::json(r->rel_err) : nlohmann::json(nullptr)},
+                           {"ok", ok}});
+      } else {
+        char err[32] = "-";
+        if (check) std::snprintf(err, sizeof err, "%.2e%s", r->rel_err, ok ? "" : " !");
+        std::printf("%-44s %-20.*s %-28.*s %6lld %11s %10.3f %9.3f %9.1f\n", l.layer.name.c_str(),
+                    static_cast<int>(l.scheme->name.size()), l.scheme->name.data(),
+                    static_cast<int>((*runner)->kernel().name().size()), (*runner)->kernel().name().data(),
+                    static_cast<long long>(m), err, r->median_ms, r->tflops, r->weight_gbps);
+      }
+    }
+  }
+  if (json) std::printf("%s\n", records.dump(2).c_str());
+  if (failures > 0 && !json) std::printf("\n%d check(s) failed\n", failures);
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace qlinear::cli

@@ -1,0 +1,49 @@
+#pragma once
+// Runs one quantized layer the way the run, bench and demo commands measure it: select a kernel, process
+// the weights (several copies when the weights must come cold from memory), time apply with medians, and
+// check the output against the reference kernel on the same quantized inputs.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qlinear/registry.hpp"
+
+namespace qlinear::cli {
+
+struct Measurement {
+  int64_t m = 0;
+  double median_ms = 0;
+  double min_ms = 0;
+  double tflops = 0;       // 2 M N K / median
+  double weight_gbps = 0;  // checkpoint bytes of the weight and its scales / median
+  double rel_err = -1;     // ||y - y_ref|| / ||y_ref|| against the reference kernel; -1 when not checked
+};
+
+class LayerRunner {
+ public:
+  // `copies` processed copies are rotated so that each call reads its weights from memory, not cache.
+  static Result<std::unique_ptr<LayerRunner>> create(const LinearLayer& layer, const Tensor& bias,
+                                                     const Platform& platform, const SelectOptions& select,
+                                                     int copies);
+  const LinearKernel& kernel() const { return *kernel_; }
+  int64_t weight_bytes() const { return weight_bytes_; }
+  // Times `reps` calls at M tokens (after a warm-up call); checks against the reference when asked.
+  Result<Measurement> measure(int64_t m, int reps, bool check, uint64_t seed);
+
+ private:
+  LinearLayer original_;  // unprocessed, for the reference
+  Tensor bias_;
+  Platform platform_;
+  const LinearKernel* kernel_ = nullptr;
+  std::vector<LinearLayer> copies_;
+  int64_t weight_bytes_ = 0;
+};
+
+// A deep copy of a layer's tensors (kernels may rewrite what they are given).
+LinearLayer clone_layer(const LinearLayer& layer);
+// Enough copies of `bytes` of weights to exceed the last-level cache several times over (256 MiB here).
+int cold_copies_for(int64_t bytes);
+// ||a - b|| / ||b|| over all elements of two host tensors.
+double relative_error(const Tensor& a, const Tensor& b);
+
+}  // namespace qlinear::cli
