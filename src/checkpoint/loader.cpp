@@ -427,7 +427,8 @@ Result<LoadedModel> load_checkpoint(const std::string& path, const LoadOptions& 
     if (taken.count(m) || !quantized.count(m)) continue;
     bool fused = false;
     for (const FusionRule& rule : kFusionRules) {
-      if (!opt.fuse || leaf_of(m) != rule.shards[0]) continue;
+      const std::string_view leaf = leaf_of(m);
+      if (!opt.fuse || std::find(rule.shards.begin(), rule.shards.end(), leaf) == rule.shards.end()) continue;
       const std::string parent = parent_of(m);
       std::vector<std::string> shard_names;
       for (std::string_view s : rule.shards) shard_names.push_back(parent + std::string(s));
