@@ -17,6 +17,8 @@ const LinearKernel* const kX86CpuPriority[] = {
     &x86::kAvx512Bf16Fp8W8A16,
     // MXFP8 weight-only (W8A16)
     &x86::kAvx512Bf16Mxfp8W8A16,
+    // MXFP4 weight-only (W4A16)
+    &x86::kAvx512Bf16Mxfp4W4A16,
 #endif
     // Reference: runs anywhere, last for every family.
     &reference::kFp8ScaledMM,

@@ -84,7 +84,7 @@ TEST(X86Bench, Peaks) {
 TEST(X86Bench, Kernels) {
   if (std::getenv("QLINEAR_X86_BENCH") == nullptr) GTEST_SKIP() << "set QLINEAR_X86_BENCH=1 to time the kernels";
   const int64_t n = 4096, k = 4096;
-  const auto schemes = split(std::getenv("QLINEAR_X86_BENCH_SCHEMES"), "w8a8-int8-dynamic,w8a16-fp8,w8a16-mxfp8");
+  const auto schemes = split(std::getenv("QLINEAR_X86_BENCH_SCHEMES"), "w8a8-int8-dynamic,w8a16-fp8,w8a16-mxfp8,w4a16-mxfp4");
   const auto ms = split(std::getenv("QLINEAR_X86_BENCH_M"), "1,16,128");
   const Tensor w = random_normal(DType::kF32, {n, k}, 1, 0.05);
   for (const std::string& sname : schemes) {

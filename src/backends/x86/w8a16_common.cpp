@@ -26,12 +26,14 @@ std::unique_ptr<uint8_t, AlignedFree> aligned_bytes(int64_t bytes) {
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// E8M0 exponents whose folded BF16 weights stay normal for every E4M3 magnitude in [2^-9, 448].
-constexpr int kMinFoldExp = -117;
-constexpr int kMaxFoldExp = 119;
+// E8M0 exponents whose folded BF16 weights stay normal for every nonzero magnitude of the element format:
+// E4M3 [2^-9, 448], E2M1 [0.5, 6].
+constexpr int kMinFoldExp[2] = {-117, -125};
+constexpr int kMaxFoldExp[2] = {119, 125};
 
 struct W8A16State {
   int64_t n = 0, k = 0, n_pad = 0, k_pad = 0;
+  W8Elem elem = W8Elem::kE4M3;
   std::unique_ptr<uint8_t, AlignedFree> packed;
   W8ScaleMode mode = W8ScaleMode::kPerColumn;
   std::vector<float> col_scale;    // [n_pad]
@@ -43,19 +45,40 @@ struct W8A16State {
   std::vector<uint8_t> mx_raw;     // [n][k/32] as the checkpoint stored it (exact path)
 };
 
-// Byte offset of W[n][k] in the panels (w8a16_isa.hpp).
-int64_t packed_offset(int64_t k_pad, int64_t n, int64_t k) {
+// Swizzled position of W[n][k] inside its quad's 64 codes (w8a16_isa.hpp).
+int64_t swizzle(int64_t n, int64_t k) {
   const int64_t j = n % 16, t = k % 4;
-  return (n / 16) * 16 * k_pad + (k / 4) * 64 + 16 * (j / 4) + 8 * (t / 2) + 2 * (j % 4) + t % 2;
+  return 16 * (j / 4) + 8 * (t / 2) + 2 * (j % 4) + t % 2;
 }
+
+// Byte offset of W[n][k] in the E4M3 panels.
+int64_t packed_offset(int64_t k_pad, int64_t n, int64_t k) { return (n / 16) * 16 * k_pad + (k / 4) * 64 + swizzle(n, k); }
+
+uint8_t code_at(const W8A16State& st, int64_t n, int64_t k) {
+  if (st.elem == W8Elem::kE4M3) return st.packed.get()[packed_offset(st.k_pad, n, k)];
+  const int64_t s = swizzle(n, k);
+  const uint8_t byte = st.packed.get()[(n / 16) * 8 * st.k_pad + (k / 4) * 32 + s % 32];
+  return s < 32 ? (byte & 0x0F) : (byte >> 4);
+}
+
+void set_code(W8A16State& st, int64_t n, int64_t k, uint8_t code) {
+  if (st.elem == W8Elem::kE4M3) {
+    st.packed.get()[packed_offset(st.k_pad, n, k)] = code;
+    return;
+  }
+  const int64_t s = swizzle(n, k);
+  uint8_t& byte = st.packed.get()[(n / 16) * 8 * st.k_pad + (k / 4) * 32 + s % 32];
+  byte = s < 32 ? static_cast<uint8_t>((byte & 0xF0) | code) : static_cast<uint8_t>((byte & 0x0F) | (code << 4));
+}
+
+DType elem_dtype(W8Elem e) { return e == W8Elem::kE4M3 ? DType::kF8E4M3 : DType::kF4E2M1; }
 
 const W8A16State* state_of(const LinearLayer& layer) {
   return static_cast<const W8A16State*>(layer.kernel_state.get());
 }
 
 double weight_value(const W8A16State& st, int64_t n, int64_t k) {
-  const uint8_t code = st.packed.get()[packed_offset(st.k_pad, n, k)];
-  const double v = decode(DType::kF8E4M3, code);
+  const double v = decode(elem_dtype(st.elem), code_at(st, n, k));
   switch (st.mode) {
     case W8ScaleMode::kPerColumn: return v * st.col_scale[n];
     case W8ScaleMode::kBlock128: return v * st.block_scale[(n / 128) * st.block_cols + k / 128];
@@ -90,8 +113,13 @@ void exact_apply(const W8A16State& st, const uint16_t* x, int64_t lda, int64_t m
 
 const W8A16Kernel kAvx512Bf16Fp8W8A16("x86_avx512bf16_fp8_w8a16", Family::kFp8WeightOnly);
 const W8A16Kernel kAvx512Bf16Mxfp8W8A16("x86_avx512bf16_mxfp8_w8a16", Family::kMxfp8);
+const W8A16Kernel kAvx512Bf16Mxfp4W4A16("x86_avx512bf16_mxfp4_w4a16", Family::kMxfp4);
 
 std::string_view W8A16Kernel::summary() const {
+  if (family_ == Family::kMxfp4) {
+    return "MXFP4 weights x BF16 activations, E2M1->BF16 by vpshufb with the E8M0 scale folded, vdpbf16ps, f32 "
+           "accumulation";
+  }
   return family_ == Family::kMxfp8
              ? "MXFP8 weights x BF16 activations, E4M3->BF16 in registers with the E8M0 scale folded, vdpbf16ps, "
                "f32 accumulation"
@@ -122,18 +150,28 @@ Status W8A16Kernel::process_impl(LinearLayer& layer) const {
   st->k = c.k;
   st->n_pad = round_up(c.n, 16);
   st->k_pad = round_up(c.k, 32);
+  st->elem = c.family == Family::kMxfp4 ? W8Elem::kE2M1 : W8Elem::kE4M3;
+  const bool fp4 = st->elem == W8Elem::kE2M1;
   const Tensor w = layer.params.at("weight").contiguous();
   const uint8_t* wp = w.data<uint8_t>();
-  st->packed = aligned_bytes(st->n_pad * st->k_pad);
-  uint8_t* dst = st->packed.get();
-  std::memset(dst, 0, static_cast<size_t>(st->n_pad * st->k_pad));
+  const int64_t row_bytes = fp4 ? storage_bytes(DType::kF4E2M1, c.k) : c.k;
+  // Checkpoint code of W[n][k] (FP4: two per byte, low nibble first).
+  auto code = [&](int64_t n, int64_t k) -> uint8_t {
+    return fp4 ? static_cast<uint8_t>(unpack_code(DType::kF4E2M1, wp + n * row_bytes, k)) : wp[n * c.k + k];
+  };
+  const int64_t bytes = st->n_pad * st->k_pad / (fp4 ? 2 : 1);
+  st->packed = aligned_bytes(bytes);
+  std::memset(st->packed.get(), 0, static_cast<size_t>(bytes));
   bool nan_code = false;
 #pragma omp parallel for schedule(static) reduction(|| : nan_code)
-  for (int64_t n = 0; n < c.n; ++n) {
-    for (int64_t k = 0; k < c.k; ++k) {
-      const uint8_t v = wp[n * c.k + k];
-      nan_code = nan_code || (v & 0x7F) == 0x7F;
-      dst[packed_offset(st->k_pad, n, k)] = v;
+  for (int64_t n = 0; n < c.n; ++n) {  // FP4: a panel's 16 rows fill its bytes, one thread per 16 rows
+    if (fp4 && n % 16 != 0) continue;
+    for (int64_t r = n; r < (fp4 ? std::min(n + 16, c.n) : n + 1); ++r) {
+      for (int64_t k = 0; k < c.k; ++k) {
+        const uint8_t v = code(r, k);
+        nan_code = nan_code || (!fp4 && (v & 0x7F) == 0x7F);
+        set_code(*st, r, k, v);
+      }
     }
   }
   st->exact_path = nan_code;
@@ -148,13 +186,13 @@ Status W8A16Kernel::process_impl(LinearLayer& layer) const {
     st->mx_scale.assign(static_cast<size_t>(st->n_pad / 16 * kb_pad * 16), 127);
     for (int64_t n = 0; n < c.n; ++n) {
       for (int64_t b = 0; b < kb; ++b) {
-        const uint8_t code = e[n * kb + b];
-        if (code == 0xFF) return Status::error("weight_scale[" + std::to_string(n) + ", " + std::to_string(b) + "] is 255, the E8M0 NaN");
-        st->mx_scale[((n / 16) * kb_pad + b) * 16 + n % 16] = code;
-        const int d = static_cast<int>(code) - 127;
-        if (d < kMinFoldExp || d > kMaxFoldExp) {
+        const uint8_t ecode = e[n * kb + b];
+        if (ecode == 0xFF) return Status::error("weight_scale[" + std::to_string(n) + ", " + std::to_string(b) + "] is 255, the E8M0 NaN");
+        st->mx_scale[((n / 16) * kb_pad + b) * 16 + n % 16] = ecode;
+        const int d = static_cast<int>(ecode) - 127;
+        if (d < kMinFoldExp[fp4] || d > kMaxFoldExp[fp4]) {
           bool any = false;
-          for (int64_t k = b * 32; k < b * 32 + 32; ++k) any = any || (wp[n * c.k + k] & 0x7F) != 0;
+          for (int64_t k = b * 32; k < b * 32 + 32; ++k) any = any || (code(n, k) & (fp4 ? 0x07 : 0x7F)) != 0;
           st->exact_path = st->exact_path || any;
         }
       }
@@ -186,11 +224,17 @@ Status W8A16Kernel::process_impl(LinearLayer& layer) const {
 Result<Tensor> W8A16Kernel::row_major_weight(const LinearLayer& layer) const {
   const W8A16State* st = state_of(layer);
   if (st == nullptr) return layer.get("weight");
+  if (st->elem == W8Elem::kE2M1) {
+    const int64_t row_bytes = storage_bytes(DType::kF4E2M1, st->k);
+    Tensor w = Tensor::zeros(DType::kU8, {st->n, row_bytes});
+    for (int64_t n = 0; n < st->n; ++n) {
+      for (int64_t k = 0; k < st->k; ++k) pack_code(DType::kF4E2M1, w.data<uint8_t>() + n * row_bytes, k, code_at(*st, n, k));
+    }
+    return w;
+  }
   Tensor w = Tensor::empty(DType::kF8E4M3, {st->n, st->k});
   for (int64_t n = 0; n < st->n; ++n) {
-    for (int64_t k = 0; k < st->k; ++k) {
-      w.data<uint8_t>()[n * st->k + k] = st->packed.get()[packed_offset(st->k_pad, n, k)];
-    }
+    for (int64_t k = 0; k < st->k; ++k) w.data<uint8_t>()[n * st->k + k] = code_at(*st, n, k);
   }
   return w;
 }
@@ -223,6 +267,7 @@ Status W8A16Kernel::apply_impl(const LinearLayer& layer, const Activation& x, co
   }
   W8A16Gemm g;
   g.packed = st.packed.get();
+  g.elem = st.elem;
   g.n = st.n;
   g.n_pad = st.n_pad;
   g.k_pad = st.k_pad;

@@ -53,6 +53,37 @@ struct Decoder {
     a = _mm512_unpacklo_epi8(lo, hi);
     b = _mm512_unpackhi_epi8(lo, hi);
   }
+
+  // E2M1: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives (code bit 3 is the sign), as BF16 (hi, lo) bytes.
+  __m512i m0f = _mm512_set1_epi8(0x0F);
+  __m512i fp4_hi = _mm512_broadcast_i32x4(_mm_setr_epi8(0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40,
+                                                        static_cast<char>(0x80), static_cast<char>(0xBF),
+                                                        static_cast<char>(0xBF), static_cast<char>(0xBF),
+                                                        static_cast<char>(0xC0), static_cast<char>(0xC0),
+                                                        static_cast<char>(0xC0), static_cast<char>(0xC0)));
+  __m512i fp4_lo = _mm512_broadcast_i32x4(_mm_setr_epi8(0x00, 0x00, static_cast<char>(0x80), static_cast<char>(0xC0),
+                                                        0x00, 0x40, static_cast<char>(0x80), static_cast<char>(0xC0),
+                                                        0x00, 0x00, static_cast<char>(0x80), static_cast<char>(0xC0),
+                                                        0x00, 0x40, static_cast<char>(0x80), static_cast<char>(0xC0)));
+
+  void decode_fp4(const uint8_t* src, __m512i& a, __m512i& b) const {
+    const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(src));
+    const __m256i lo4 = _mm256_and_si256(x, _mm512_castsi512_si256(m0f));
+    const __m256i hi4 = _mm256_and_si256(_mm256_srli_epi16(x, 4), _mm512_castsi512_si256(m0f));
+    const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(lo4), hi4, 1);
+    const __m512i hi = _mm512_shuffle_epi8(fp4_hi, idx);
+    const __m512i lo = _mm512_shuffle_epi8(fp4_lo, idx);
+    a = _mm512_unpacklo_epi8(lo, hi);
+    b = _mm512_unpackhi_epi8(lo, hi);
+  }
+
+  void decode_any(const W8A16Gemm& g, int64_t p, int64_t q, __m512i& a, __m512i& b) const {
+    if (g.elem == W8Elem::kE2M1) {
+      decode_fp4(g.packed + p * 8 * g.k_pad + q * 32, a, b);
+    } else {
+      decode(g.packed + p * 16 * g.k_pad + q * 64, a, b);
+    }
+  }
 };
 
 // Word offsets (e - 127) << 7 for the 16 columns of one MX block, duplicated for the two k of a pair.
@@ -76,7 +107,6 @@ void decode_chunk(const W8A16Gemm& g, const Decoder& dec, int64_t p0, int nv, in
   const int64_t pairs = 2 * (q1 - q0);
   for (int v = 0; v < nv; ++v) {
     const int64_t p = p0 + v;
-    const uint8_t* src = g.packed + p * 16 * g.k_pad;
     uint16_t* dst = scratch + v * pairs * 32;
     __m512i off = _mm512_setzero_si512();
     for (int64_t q = q0; q < q1; ++q) {
@@ -84,7 +114,7 @@ void decode_chunk(const W8A16Gemm& g, const Decoder& dec, int64_t p0, int nv, in
         off = mx_offsets(g.mx_scale + (p * (g.k_pad / 32) + q / 8) * 16);
       }
       __m512i a, b;
-      dec.decode(src + q * 64, a, b);
+      dec.decode_any(g, p, q, a, b);
       if (g.mode == W8ScaleMode::kMx) {
         a = add_exponent(a, off);
         b = add_exponent(b, off);
@@ -167,7 +197,7 @@ void ukernel_direct(const W8A16Gemm& g, const Decoder& dec, const uint16_t* a, i
     for (int v = 0; v < NV; ++v) {
       if (mx && q % 8 == 0) off[v] = mx_offsets(g.mx_scale + ((p0 + v) * (g.k_pad / 32) + q / 8) * 16);
       __m512i w01, w23;
-      dec.decode(g.packed + (p0 + v) * 16 * g.k_pad + q * 64, w01, w23);
+      dec.decode_any(g, p0 + v, q, w01, w23);
       if (mx) {
         w01 = add_exponent(w01, off[v]);
         w23 = add_exponent(w23, off[v]);

@@ -10,6 +10,10 @@
 //     byte 16*l + 8*h + i  (lane l < 4, half h < 2, i < 8)  =  code of column 4l + i/2 at k = 4q + 2h + i%2
 //     -> zmm A (h = 0): word 2j + t = W[j][4q + t],   zmm B (h = 1): word 2j + t = W[j][4q + 2 + t]
 //   panel p, quad q at byte p * 16 * k_pad + q * 64.
+// MXFP4 (x86_avx512bf16_mxfp4_w4a16) uses the same panels with half the bytes: a quad's 64 codes are 32
+// bytes, byte i holding swizzled code i in its low nibble and swizzled code 32 + i in its high nibble, so that
+// splitting the nibbles of a ymm yields the 64 swizzled codes in order; panel p at byte p * 8 * k_pad.
+// E2M1 -> BF16 is a 16-entry vpshufb table (sign included).
 // E4M3 -> BF16 is exact (every E4M3 value, subnormals included, is a normal BF16); the decoder uses only
 // AVX-512BW (shifts, vpshufb for the 8 subnormal codes), no VBMI.
 //
@@ -29,8 +33,11 @@ namespace qlinear::x86 {
 
 enum class W8ScaleMode : uint8_t { kPerColumn, kBlock128, kMx };
 
+enum class W8Elem : uint8_t { kE4M3, kE2M1 };
+
 struct W8A16Gemm {
   const uint8_t* packed = nullptr;  // panels (above)
+  W8Elem elem = W8Elem::kE4M3;
   int64_t n = 0, n_pad = 0, k_pad = 0;
   W8ScaleMode mode = W8ScaleMode::kPerColumn;
   const float* col_scale = nullptr;    // kPerColumn: [n_pad]

@@ -8,6 +8,7 @@
 //   x86_avx2_int8                 int8_scaled_mm    AVX2 + FMA + F16C                      int8_gemm_avx2.cpp
 //   x86_avx512bf16_fp8_w8a16      fp8_weight_only   AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
 //   x86_avx512bf16_mxfp8_w8a16    mxfp8 (A16)       AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
+//   x86_avx512bf16_mxfp4_w4a16    mxfp4 (A16)       AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
 //
 // Per-layer state lives in layer.kernel_state (the kernels are stateless and shared); process replaces
 // the checkpoint's "weight" tensor by the packed copy (no second full copy stays), and row_major_weight
@@ -51,7 +52,7 @@ extern const Int8Kernel kAvx512VnniInt8;  // "x86_avx512vnni_int8"
 extern const Int8Kernel kAvx2Int8;        // "x86_avx2_int8"
 
 // FP8 E4M3 weights (fp8_weight_only: per-tensor / per-channel / 128x128 f32 scales; mxfp8 A16: E8M0 per
-// 1x32) x BF16 activations, vdpbf16ps with f32 accumulation. Where each scale is applied: w8a16_isa.hpp.
+// 1x32) and FP4 E2M1 weights (mxfp4 A16) x BF16 activations, vdpbf16ps with f32 accumulation. Where each scale is applied: w8a16_isa.hpp.
 class W8A16Kernel final : public LinearKernel {
  public:
   constexpr W8A16Kernel(std::string_view name, Family family) : name_(name), family_(family) {}
@@ -73,6 +74,7 @@ class W8A16Kernel final : public LinearKernel {
 
 extern const W8A16Kernel kAvx512Bf16Fp8W8A16;    // "x86_avx512bf16_fp8_w8a16"
 extern const W8A16Kernel kAvx512Bf16Mxfp8W8A16;  // "x86_avx512bf16_mxfp8_w8a16"
+extern const W8A16Kernel kAvx512Bf16Mxfp4W4A16;  // "x86_avx512bf16_mxfp4_w4a16"
 
 // Shared helpers (kernels.cpp).
 // A dense f32/bf16/f16 [n] tensor as f32 (bias), or empty when t is null.
