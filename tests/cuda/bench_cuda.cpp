@@ -1,7 +1,7 @@
 // GPU benchmark (disabled by default; run with --gtest_also_run_disabled_tests --gtest_filter=CudaBench.*):
 // the CUDA kernels against cuBLASLt FP8 and cuBLAS BF16 on the Llama-3.1 8B / 70B shapes of
 // ../shared/anchors/GPU.md, in the same process. Medians of CUDA-event timings, L2 flushed (a 256 MiB
-// memset) before every repetition. Weights are random valid codes (timing does not depend on quantization).
+// read) before every repetition. Weights are random valid codes (timing does not depend on quantization).
 // Each line: "BENCH <shape> N K M <variant> <us> <metric>", the metric being weight GB/s (codes + scales)
 // for M <= 64 and TFLOP/s above.
 #include <gtest/gtest.h>
@@ -76,7 +76,7 @@ LinearLayer synthetic_layer(const char* scheme_name, int64_t n, int64_t k) {
     const bool e4m3 = wk.dtype == DType::kF8E4M3;
     l.params["weight"] = e4m3 ? random_bytes(DType::kF8E4M3, {n, k}, true)
                               : random_bytes(DType::kU8, {n, storage_bytes(wk.dtype, k)}, false);
-    Tensor sc = Tensor::empty(DType::kU8, {n, k / 32});
+    Tensor sc = Tensor::empty(DType::kE8M0, {n, k / 32});
     for (int64_t i = 0; i < sc.numel(); ++i) sc.data<uint8_t>()[i] = static_cast<uint8_t>(120 + next_u64() % 8);
     l.params["weight_scale"] = sc;
   }
@@ -85,10 +85,12 @@ LinearLayer synthetic_layer(const char* scheme_name, int64_t n, int64_t k) {
 }
 
 struct Timer {
-  Tensor flush;
+  Tensor flush, sink;
   cudaEvent_t a = nullptr, b = nullptr;
   Timer() {
     flush = cuda::empty(DType::kU8, {256 << 20}).value();
+    sink = cuda::empty(DType::kF32, {1}).value();
+    (void)cuda::fill_bytes(flush, 0x5A);
     cudaEventCreate(&a);
     cudaEventCreate(&b);
   }
@@ -101,7 +103,7 @@ struct Timer {
     const cudaStream_t s = cuda::current_stream();
     std::vector<double> t;
     for (int i = 0; i < reps + 3; ++i) {
-      cudaMemsetAsync(flush.raw(), i & 0xFF, static_cast<size_t>(flush.nbytes()), s);
+      (void)cuda::l2_flush_read(flush.raw(), static_cast<size_t>(flush.nbytes()), sink.data<float>(), s);
       cudaEventRecord(a, s);
       const Status st = fn();
       cudaEventRecord(b, s);

@@ -49,6 +49,18 @@ TEST(Cuda, BuiltWithoutCuda) { GTEST_SKIP() << "qlinear was built without its CU
   } while (0)
 
 constexpr double kAccumFactor = 2.0;
+// cuBLASLt FP8 (Hopper tensor cores, fast accumulation off) keeps ~14 bits between promotions: its bound
+// is 2^-12 sum|x w| (measured up to ~2^-13.5), not K 2^-24 sum|x w| (README.md of the backend).
+constexpr double kTensorCoreFp8Bound = 1.0 / 4096;
+
+// Does this kernel take the cuBLASLt route for (family, M, N)?
+bool takes_cublaslt(const LinearKernel* k, const LinearConfig& c, int64_t m) {
+  const auto* ck = dynamic_cast<const cuda::CudaLinearKernel*>(k);
+  if (ck == nullptr) return false;
+  const bool w8a8 = c.family == Family::kFp8ScaledMM || c.family == Family::kFp8BlockScaled;
+  return ck->route() == cuda::Route::kCublasLt ||
+         (ck->route() == cuda::Route::kAuto && w8a8 && c.n % 16 == 0 && m > ck->stream_max_m());
+}
 
 uint64_t fresh_seed() {
   static const uint64_t base = std::random_device{}();
@@ -228,6 +240,11 @@ double check_kernel(const KernelCase& kc) {
   auto layer = quantize_layer("cuda_test", kc.scheme, w, opt);
   EXPECT_TRUE(layer) << layer.message();
   if (!layer) return 0;
+  // quantize_layer stores MX scales as u8 bytes while the contract asks for e8m0: same bytes, relabelled.
+  Tensor& ws = layer->params["weight_scale"];
+  if (kc.scheme.weight_key.scale.dtype == DType::kE8M0 && ws.dtype() == DType::kU8) {
+    ws = Tensor::from_blob(ws.raw(), DType::kE8M0, ws.shape(), ws.owner());
+  }
   LinearLayer mine = *layer;
   const LinearKernel& ref = *find_kernel("reference_" + std::string(family_name(kc.scheme.family)));
   EXPECT_TRUE(ref.process_weights_after_loading(*layer));
@@ -260,6 +277,9 @@ double check_kernel(const KernelCase& kc) {
   const double* wp = wd.data<double>();
   const double* xp = xa.data<double>();
   const int64_t m = kc.m, n = kc.n, k = kc.k;
+  const double bound = std::max(kAccumFactor, takes_cublaslt(kc.kernel, mine.config, m)
+                                                  ? kTensorCoreFp8Bound / (k * std::ldexp(1.0, -24))
+                                                  : 0.0);
   std::vector<double> ratio(static_cast<size_t>(m * n), 0.0);
   std::vector<uint8_t> fail(static_cast<size_t>(m * n), 0);
 #pragma omp parallel for collapse(2) schedule(static)
@@ -272,7 +292,7 @@ double check_kernel(const KernelCase& kc) {
       const double slack = std::fabs(g - r) - ulp_of(kc.out, std::max(std::fabs(g), std::fabs(r)));
       const double unit = k * std::ldexp(1.0, -24) * s;
       ratio[i * n + j] = slack <= 0 ? 0.0 : (unit > 0 ? slack / unit : HUGE_VAL);
-      fail[i * n + j] = !(std::isfinite(g) && ratio[i * n + j] <= kAccumFactor);
+      fail[i * n + j] = !(std::isfinite(g) && ratio[i * n + j] <= bound);
     }
   }
   int64_t bad = 0;
@@ -285,7 +305,7 @@ double check_kernel(const KernelCase& kc) {
     }
   }
   EXPECT_EQ(bad, 0);
-  std::printf("[ check ] %-110s worst %.3f\n", what.c_str(), worst);
+  std::printf("[ check ] %-110s worst %.3f (bound %.3f)\n", what.c_str(), worst, bound);
   return worst;
 }
 
@@ -325,7 +345,6 @@ TEST(CudaKernels, Fp8BlockScaledMatchesTheReference) {
     for (const LinearKernel* kern : {static_cast<const LinearKernel*>(&cuda::kSm90Fp8BlockScaled),
                                      static_cast<const LinearKernel*>(&cuda::kCublasLtFp8BlockScaled),
                                      static_cast<const LinearKernel*>(&kStreamBlock)}) {
-      if (m == 1 && kern == &cuda::kCublasLtFp8BlockScaled) continue;  // declined at apply (tested below)
       check_kernel({kern, block, m, 256, 1024});
       check_kernel({kern, block, m, 384, 1536, DType::kF16, DType::kF16, DType::kF16});
       check_kernel({kern, block, m, 128, 2048, DType::kBF16, DType::kF32, DType::kBF16});
@@ -395,7 +414,7 @@ TEST(CudaKernels, DeclineWithReasons) {
             "sm90_mxfp4_stream");
 }
 
-TEST(CudaKernels, ApplyRefusesHostTensorsAndBlockModeAtMOne) {
+TEST(CudaKernels, ApplyRefusesHostTensors) {
   QL_REQUIRE_SM90();
   auto layer = quantize_layer("l", *find_scheme("w8a8-fp8-block"), random_normal(DType::kF32, {128, 256}, 1, 0.1)).value();
   ASSERT_TRUE(cuda::kCublasLtFp8BlockScaled.process_weights_after_loading(layer));
@@ -404,11 +423,6 @@ TEST(CudaKernels, ApplyRefusesHostTensorsAndBlockModeAtMOne) {
   const Status on_host = cuda::kCublasLtFp8BlockScaled.apply(layer, Activation::dense(x), nullptr, host_out);
   ASSERT_FALSE(on_host.is_ok());
   EXPECT_NE(on_host.message().find("is on cpu"), std::string::npos) << on_host.message();
-  auto xd = cuda::to_device(x).value();
-  auto od = cuda::empty(DType::kBF16, {1, 128}).value();
-  const Status m1 = cuda::kCublasLtFp8BlockScaled.apply(layer, Activation::dense(xd), nullptr, od);
-  ASSERT_FALSE(m1.is_ok());
-  EXPECT_NE(m1.message().find("M = 1"), std::string::npos) << m1.message();
 }
 
 TEST(CudaMemory, RoundTripAndStreams) {

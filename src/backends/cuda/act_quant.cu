@@ -76,9 +76,10 @@ __global__ void quant_row_kernel(const T* x, int64_t k, int64_t ld_x, ActQuantMo
   }
   // Per-tensor scales too are written once per row when m_stride != 0 (cuBLASLt's OUTER_VEC wants [M]).
   if (threadIdx.x == 0 && (so.m_stride != 0 || m == 0)) static_cast<float*>(so.scales)[m * so.m_stride] = static_cast<float>(s);
+  const float r = 1.0f / static_cast<float>(s);  // s is an f32 value
   for (int64_t j = threadIdx.x; j < ld_codes; j += kThreads) {
-    const double v = j < k ? static_cast<double>(load(row + j)) : 0.0;
-    store_code(codes, as_float, m * ld_codes + j, codec::encode_e4m3(v / s));
+    const float v = j < k ? load(row + j) : 0.0f;
+    store_code(codes, as_float, m * ld_codes + j, codec::encode_e4m3_div(v, r, s));
   }
 }
 
@@ -114,8 +115,9 @@ __global__ void quant_group_kernel(const T* x, int64_t m, int64_t k, int64_t ld_
   uint8_t q[4];
   if constexpr (G == 128) {
     const double s = static_cast<double>(static_cast<float>(fmax(static_cast<double>(a), kGroupAmaxFloor) / kFp8Max));
+    const float rcp = 1.0f / static_cast<float>(s);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) q[i] = codec::encode_e4m3(static_cast<double>(v[i]) / s);
+    for (int i = 0; i < 4; ++i) q[i] = codec::encode_e4m3_div(v[i], rcp, s);
     if (col % G == 0 && g < real_groups) {
       static_cast<float*>(so.scales)[r * so.m_stride + g * so.g_stride] = static_cast<float>(s);
     }
@@ -123,7 +125,7 @@ __global__ void quant_group_kernel(const T* x, int64_t m, int64_t k, int64_t ld_
     int e = a == 0.0f ? -127 : ceil_log2_over_448(a);
     e = e < -127 ? -127 : (e > 127 ? 127 : e);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) q[i] = codec::encode_e4m3(ldexp(static_cast<double>(v[i]), -e));
+    for (int i = 0; i < 4; ++i) q[i] = codec::encode_e4m3_pow2(v[i], e);
     if (col % G == 0 && g < real_groups) {
       const int64_t at = r * so.m_stride + g * so.g_stride;
       if (so.mx_as_float) {

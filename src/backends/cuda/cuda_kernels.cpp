@@ -26,7 +26,7 @@ const CudaLinearKernel kSm90Fp8BlockScaled(
     Route::kAuto);
 const CudaLinearKernel kCublasLtFp8BlockScaled(
     Family::kFp8BlockScaled, "cublaslt_fp8_block_scaled",
-    "sm_90a FP8 1x128 x 128x128 blocks through cuBLASLt (VEC128_32F x BLK128x128_32F); no M = 1",
+    "sm_90a FP8 1x128 x 128x128 blocks through cuBLASLt (VEC128_32F x BLK128x128_32F; M padded to 16)",
     Route::kCublasLt);
 const CudaLinearKernel kSm90Fp8WeightOnlyStream(
     Family::kFp8WeightOnly, "sm90_fp8_weight_only_stream",
@@ -278,8 +278,15 @@ Status apply_cublaslt(const ApplyCtx& a) {
   const LinearConfig& c = a.c;
   const QuantKey& key = *c.activation_key;
   const int64_t kl = a.st.k_valid;
+  const bool block = c.family == Family::kFp8BlockScaled;
+  // cuBLASLt's block-scaled mode finds no algorithm unless M is a multiple of 16 (measured on the H200 with
+  // CUDA 13.0: M = 2, 7, 9, 17, 257 fail; 16, 64, 4096 run): run it on M rounded up, the extra rows zero.
+  const int64_t m_run = block ? round_up(a.m, 16) : a.m;
   ActQuantArgs q = quant_args(a, key);
-  QL_ASSIGN_OR_RETURN(Scratch codes, Scratch::make(static_cast<size_t>(a.m * kl), a.stream));
+  QL_ASSIGN_OR_RETURN(Scratch codes, Scratch::make(static_cast<size_t>(m_run * kl), a.stream));
+  if (m_run > a.m) {
+    QL_CUDA_CHECK(cudaMemsetAsync(codes.as<uint8_t>() + a.m * kl, 0, static_cast<size_t>((m_run - a.m) * kl), a.stream));
+  }
   q.codes = codes.get();
   q.ld_codes = kl;
 
@@ -289,19 +296,16 @@ Status apply_cublaslt(const ApplyCtx& a) {
   g.ld_w = a.st.row_bytes;
   g.x = codes.get();
   g.ld_x = kl;
-  g.m = a.m;
+  g.m = m_run;
   g.n = c.n;
   g.k = kl;
-  g.out = a.out.raw();
-  g.out_dtype = a.out.dtype();
 
   int64_t count = 1;
-  if (c.family == Family::kFp8BlockScaled) {
+  if (block) {
     g.scale_mode = LtScaleMode::kBlock;
     g.w_scale = static_cast<const float*>(a.st.w_scale.raw());
-    const int64_t groups = (c.k + 127) / 128;
-    count = groups * a.m;
-    q.scale = {nullptr, 1, a.m, false};  // [kb * M + m]
+    count = (c.k + 127) / 128 * m_run;
+    q.scale = {nullptr, 1, m_run, false};  // [kb * M + m]
   } else if (a.st.scalar_weight_scale && !key.scale.group.is_per_token()) {
     g.scale_mode = LtScaleMode::kScalar;
     g.w_scale = static_cast<const float*>(a.st.w_scale_scalar.raw());
@@ -313,6 +317,7 @@ Status apply_cublaslt(const ApplyCtx& a) {
     q.scale = {nullptr, 1, 0, false};  // per-tensor scales are repeated per row
   }
   QL_ASSIGN_OR_RETURN(Scratch scales, Scratch::make(sizeof(float) * count, a.stream));
+  if (m_run > a.m) QL_CUDA_CHECK(cudaMemsetAsync(scales.get(), 0, sizeof(float) * count, a.stream));
   q.scale.scales = scales.get();
   g.x_scale = scales.as<float>();
   Scratch amax;
@@ -323,19 +328,27 @@ Status apply_cublaslt(const ApplyCtx& a) {
   QL_RETURN_IF_ERROR(launch_act_quant(q, a.stream));
 
   // Bias: in cuBLASLt's epilogue when it takes the bias dtype exactly; otherwise an F32 result plus our
-  // epilogue (an F32 output is its own accumulator).
-  const bool lt_bias = a.bias == nullptr || a.bias->dtype() == bias_dtype_for(g.ab_dtype, g.out_dtype);
-  if (lt_bias) {
-    g.bias = a.bias ? a.bias->raw() : nullptr;
+  // epilogue. Padded runs write to scratch and copy the first M rows.
+  const bool lt_bias = a.bias == nullptr || a.bias->dtype() == bias_dtype_for(g.ab_dtype, a.out.dtype());
+  g.bias = lt_bias && a.bias ? a.bias->raw() : nullptr;
+  g.out_dtype = lt_bias ? a.out.dtype() : DType::kF32;
+  if (lt_bias && m_run == a.m) {
+    g.out = a.out.raw();
     return lt_gemm(g, a.stream);
   }
-  Scratch acc;
-  if (a.out.dtype() != DType::kF32) {
-    QL_ASSIGN_OR_RETURN(acc, Scratch::make(sizeof(float) * a.m * c.n, a.stream));
-    g.out = acc.get();
-    g.out_dtype = DType::kF32;
+  Scratch result;
+  if (!lt_bias && m_run == a.m && a.out.dtype() == DType::kF32) {
+    g.out = a.out.raw();  // an F32 output is its own accumulator
+  } else {
+    QL_ASSIGN_OR_RETURN(result, Scratch::make(static_cast<size_t>(m_run * c.n * element_size(g.out_dtype)), a.stream));
+    g.out = result.get();
   }
   QL_RETURN_IF_ERROR(lt_gemm(g, a.stream));
+  if (lt_bias) {
+    QL_CUDA_CHECK(cudaMemcpyAsync(a.out.raw(), g.out, static_cast<size_t>(a.m * c.n * element_size(g.out_dtype)),
+                                  cudaMemcpyDeviceToDevice, a.stream));
+    return Status::ok();
+  }
   return launch_bias_epilogue(static_cast<const float*>(g.out), a.bias->raw(), a.bias->dtype(), a.out.raw(),
                               a.out.dtype(), a.m, c.n, a.stream);
 }
@@ -356,10 +369,6 @@ Status CudaLinearKernel::apply_impl(const LinearLayer& layer, const Activation& 
   const ApplyCtx ctx{layer.config, st, xt, bias, out, xt.size(0), current_stream()};
   const bool lt_possible = is_w8a8_fp8(family_) && layer.config.n % 16 == 0;
   bool use_lt = route_ == Route::kCublasLt || (route_ == Route::kAuto && lt_possible && ctx.m > stream_max_m_);
-  if (route_ == Route::kCublasLt && family_ == Family::kFp8BlockScaled && ctx.m == 1) {
-    return Status::error("cuBLASLt's block-scaled FP8 GEMM (VEC128 x BLK128x128) does not run M = 1; "
-                         "sm90_fp8_block_scaled does");
-  }
   return use_lt ? apply_cublaslt(ctx) : apply_stream(ctx);
 }
 

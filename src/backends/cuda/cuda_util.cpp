@@ -56,10 +56,29 @@ Scratch& Scratch::operator=(Scratch&& other) noexcept {
   return *this;
 }
 
+namespace {
+// The default stream-ordered pool hands memory back to the driver at every synchronization unless told to
+// keep it (release threshold 0): per-call scratch would then be re-mapped on every apply (tens of us).
+// Keep up to 1 GiB cached per device.
+Status retain_pool_memory() {
+  thread_local int done_mask = 0;  // devices this thread has configured (idempotent across threads)
+  int device = 0;
+  QL_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 31 && (done_mask >> device & 1)) return Status::ok();
+  cudaMemPool_t pool = nullptr;
+  QL_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t threshold = 1ull << 30;
+  QL_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  if (device < 31) done_mask |= 1 << device;
+  return Status::ok();
+}
+}  // namespace
+
 Result<Scratch> Scratch::make(size_t bytes, Stream stream) {
   Scratch s;
   s.stream_ = stream;
   if (bytes == 0) return s;
+  QL_RETURN_IF_ERROR(retain_pool_memory());
   QL_CUDA_CHECK(cudaMallocAsync(&s.ptr_, bytes, stream));
   return s;
 }

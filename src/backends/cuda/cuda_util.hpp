@@ -55,6 +55,10 @@ class Scratch {
 // A device tensor from a host tensor, or `bytes` copied from host memory, on the current device.
 Result<Tensor> upload(const void* host, size_t bytes, DType dtype, Shape shape, int device);
 
+// Evicts the L2 cache by reading `bytes` of `buf` (benchmarks: a read leaves no dirty lines to write back
+// inside the timed region, as a memset would).
+Status l2_flush_read(const void* buf, size_t bytes, float* sink, Stream stream);
+
 // "cuda:0": the device a tensor must be on, for error messages; checks kind and index.
 Status expect_on_device(const Tensor& t, int device, const std::string& what);
 

@@ -26,6 +26,29 @@ __device__ __forceinline__ uint8_t encode_e4m3(double v) {
   return static_cast<uint8_t>(sign | (mag > 0x7Eu ? 0x7Eu : mag));
 }
 
+// encode_e4m3(x / s) with the quotient rounded to double first, as the reference computes it, mostly in
+// f32: q = x * r with r = f32(1/s) is within 2 ulps of the exact quotient, so unless q lies within 4 ulps of
+// an E4M3 rounding midpoint (low 20 mantissa bits 0x80000) rounding q (hardware cvt, RNE, saturating) gives
+// the code of the exact quotient, which is also the code of its double. Near a midpoint, in the E4M3
+// subnormal range (|q| < 2^-6), for zeros and non-finite q: the double path.
+__device__ __forceinline__ uint8_t encode_e4m3_div(float x, float r, double s) {
+  const float q = x * r;
+  const uint32_t u = __float_as_uint(q) & 0x7FFFFFFFu;
+  const uint32_t low = u & 0xFFFFFu;
+  const uint32_t dist = low > 0x80000u ? low - 0x80000u : 0x80000u - low;
+  if (u >= (121u << 23) && u < 0x7F800000u && dist > 4u) {
+    return static_cast<uint8_t>(__nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3));
+  }
+  return encode_e4m3(static_cast<double>(x) / s);
+}
+
+// encode_e4m3(x * 2^-e) for MX: the scaling is exact in f32 (an underflow only touches values that encode
+// to +-0 anyway), so the hardware RNE/saturating conversion is the reference's rounding.
+__device__ __forceinline__ uint8_t encode_e4m3_pow2(float x, int e) {  // e in [-127, 127]
+  const float scale = e == 127 ? __uint_as_float(0x00400000u) : __uint_as_float(static_cast<uint32_t>(127 - e) << 23);
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x * scale, __NV_SATFINITE, __NV_E4M3));
+}
+
 // Exact float value of an E4M3FN code (0x7F/0xFF, the NaN codes, never occur in quantized data).
 __device__ __forceinline__ float decode_e4m3(uint32_t code) {
   const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);

@@ -39,9 +39,9 @@ Status launch_weight_stream(const WeightStreamArgs& a, Stream stream) {
   }
   const int64_t bx = (a.n + rows - 1) / rows, by = (a.m + mt - 1) / mt;
   const int64_t steps = a.ld_x / kStreamStepElems;
-  // Split K when the row blocks alone give fewer than ~3 blocks per SM.
-  const int64_t target = 3LL * a.sm_count;
-  int64_t split = bx * by >= target ? 1 : std::min<int64_t>(steps, (target + bx * by - 1) / (bx * by));
+  // Split K (atomics into a workspace, one more kernel) only when the row blocks leave SMs idle.
+  const int64_t target = 2LL * a.sm_count;
+  int64_t split = bx * by >= a.sm_count ? 1 : std::min<int64_t>(steps, (target + bx * by - 1) / (bx * by));
   const int64_t per_split = (steps + split - 1) / split;
   split = (steps + per_split - 1) / per_split;
   if (bx > 0x7FFFFFFF || by > 65535) return Status::error("weight_stream: grid too large");

@@ -134,7 +134,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // workspace: null -> write out directly; else atomicAdd the scaled partial sums (split-K).
 template <WeightFormat F, WeightScale S, int MT>
-__global__ void __launch_bounds__(kThreads) weight_stream_kernel(const WeightStreamArgs a, int64_t steps_per_split,
+__global__ void __launch_bounds__(kThreads, MT <= 2 ? 3 : 1) weight_stream_kernel(const WeightStreamArgs a, int64_t steps_per_split,
                                                                   float* workspace) {
   using T = Traits<F>;
   constexpr int R = T::kRows;
@@ -174,28 +174,39 @@ __global__ void __launch_bounds__(kThreads) weight_stream_kernel(const WeightStr
     for (int r = 0; r < R; ++r) acc[mm][r] = 0.0f;
   }
 
-  if (step_begin < step_end) stage(0, step_begin);
-  for (int64_t step = step_begin; step < step_end; ++step) {
-    const int buf = static_cast<int>((step - step_begin) & 1);
-    // Weights first: their loads are in flight while the activation stage lands.
-    uint32_t raw[R][P][T::kPieceWords];
-    bool valid[P];
-    int64_t elem[P];
+  // Weights of step s + 1 are loaded into registers while step s computes (two steps in flight per lane).
+  uint32_t raw[R][P][T::kPieceWords];
+  bool valid[P];
+  int64_t elem[P];
+  auto load_step = [&](int64_t step, uint32_t (&dst)[R][P][T::kPieceWords]) {
 #pragma unroll
     for (int j = 0; j < P; ++j) {
       const int64_t piece = step * (kStreamStepElems / T::kPieceElems) + lane + 32 * j;
-      elem[j] = piece * T::kPieceElems;
-      valid[j] = elem[j] < a.k_valid;
+      const bool ok = piece * T::kPieceElems < a.k_valid && step < step_end;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        if (valid[j]) {
-          load_piece<F>(wrow[r] + piece * T::kPieceBytes, raw[r][j]);
+        if (ok) {
+          load_piece<F>(wrow[r] + piece * T::kPieceBytes, dst[r][j]);
         } else {
 #pragma unroll
-          for (int q = 0; q < T::kPieceWords; ++q) raw[r][j][q] = 0;
+          for (int q = 0; q < T::kPieceWords; ++q) dst[r][j][q] = 0;
         }
       }
     }
+  };
+  if (step_begin < step_end) {
+    load_step(step_begin, raw);
+    stage(0, step_begin);
+  }
+  for (int64_t step = step_begin; step < step_end; ++step) {
+    const int buf = static_cast<int>((step - step_begin) & 1);
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      elem[j] = (step * (kStreamStepElems / T::kPieceElems) + lane + 32 * j) * T::kPieceElems;
+      valid[j] = elem[j] < a.k_valid;
+    }
+    uint32_t next[R][P][T::kPieceWords];
+    load_step(step + 1, next);
     if (step + 1 < step_end) {
       stage(buf ^ 1, step + 1);
     } else {
@@ -277,6 +288,14 @@ __global__ void __launch_bounds__(kThreads) weight_stream_kernel(const WeightStr
       }
     }
     __syncthreads();  // every warp is done with `buf` before the next step's stage overwrites it
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int j = 0; j < P; ++j) {
+#pragma unroll
+        for (int q = 0; q < T::kPieceWords; ++q) raw[r][j][q] = next[r][j][q];
+      }
+    }
   }
 
 #pragma unroll
