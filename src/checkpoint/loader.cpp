@@ -102,6 +102,12 @@ Result<Tensor> LayerLoader::scale_tensor(const std::string& tensor_name, const T
                          " scales");
   }
   if (key.scale.dtype == DType::kE8M0) s = Tensor::from_blob(s.raw(), DType::kU8, s.shape(), s.owner());
+  if (g.is_per_channel() && s.numel() == 1 && rows > 1) {
+    // A per-tensor scale on a per-channel scheme (resolve_scheme maps them): repeat it for every row.
+    Tensor expanded = Tensor::empty(DType::kF32, {rows, 1});
+    std::fill_n(expanded.data<float>(), rows, s.data<float>()[0]);
+    return expanded;
+  }
   Shape want;
   if (g.is_per_tensor()) {
     want = {1};

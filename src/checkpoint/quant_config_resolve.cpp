@@ -205,6 +205,11 @@ Result<const Scheme*> resolve_compressed_tensors(const ConfigGroup& g, std::stri
                        "float-quantized, nvfp4-pack-quantized, mxfp4-pack-quantized");
   }
   if (in && in->type != w.type) return unsupported("weights and input must both be int or both be float");
+  // A per-tensor weight scale is a per-channel scale with one value repeated: the loader expands it (vLLM's
+  // convert_to_channelwise), so these checkpoints run on the per-channel schemes, losslessly.
+  const bool dynamic_token_input = in && in->is_dynamic() && in->strategy == QuantStrategy::kToken;
+  if (*wk == kInt8StaticTensorSym) wk = kInt8StaticChannelSym;
+  if (*wk == kFp8StaticTensorSym && (!in || dynamic_token_input)) wk = kFp8StaticChannelSym;
   if (is_float) {  // FP8 weights per tensor, per channel or in blocks
     if (!in) return pick_scheme({*wk, std::nullopt, "CompressedTensorsW8A16Fp8", "w8a16-fp8"}, g, layer, args_text);
     if (!in->is_dynamic() && !(in->strategy == QuantStrategy::kTensor && in->symmetric)) {

@@ -6,4 +6,5 @@ int cmd_demo(int argc, char** argv);
 int cmd_kernels(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_run(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
 }  // namespace qlinear::cli

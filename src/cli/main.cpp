@@ -18,6 +18,7 @@ constexpr Command kCommands[] = {
     {"demo", qlinear::cli::cmd_demo, "build a small layer in every scheme, run it, check it against FP64"},
     {"inspect", qlinear::cli::cmd_inspect, "show a checkpoint's layers: schemes, shapes, shards, kernels and why"},
     {"run", qlinear::cli::cmd_run, "load a checkpoint, run each layer with its kernel, check it, time it"},
+    {"bench", qlinear::cli::cmd_bench, "time a scheme's kernel with cold weights against an anchor and the roofline"},
     {"kernels", qlinear::cli::cmd_kernels, "list kernels and schemes; explain which kernel a layer gets and why"},
 };
 

@@ -49,7 +49,9 @@ Result<Tensor> dequantized_weight(const LinearLayer& layer) {
   const bool per_shard_global = global.defined() && global.numel() > 1;
   if (!per_shard_scale && !per_shard_global) {
     q.data = weight;
-    q.scale = scale.numel() == 1 ? Tensor::scalar_f32(scale.data<float>()[0]).reshape({1}).value() : scale;
+    // Per-tensor scales arrive as [] or [1]; the quantizer's layout for them is [1].
+    const bool scalar = c.weight_key.scale.group.is_per_tensor();
+    q.scale = scalar ? Tensor::scalar_f32(scale.data<float>()[0]).reshape({1}).value() : scale;
     if (global.defined()) q.scale2 = Tensor::scalar_f32(global.data<float>()[0]).reshape({1}).value();
     return dequantize(q, DType::kF64);
   }

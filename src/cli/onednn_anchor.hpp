@@ -1,0 +1,23 @@
+#pragma once
+// oneDNN, the CPU anchor, measured in the same process on the same shapes (anchors/CPU.md's method):
+// weights reordered once into the layout oneDNN picks, rotated copies > 256 MiB so they come from DRAM.
+//   int8: s8 x s8 -> f32 with constant per-channel output scales (the brgemm VNNI path); no activation
+//         quantization is timed, which favours oneDNN.
+//   bf16: bf16 x bf16 -> f32 (the W8A16 anchor: what running unquantized BF16 weights costs).
+#include <string>
+
+#include "qlinear/status.hpp"
+
+namespace qlinear::cli {
+
+struct AnchorTiming {
+  std::string name;   // "onednn_s8s8", "onednn_bf16"
+  std::string impl;   // oneDNN's implementation string
+  double median_ms = 0;
+  double weight_bytes = 0;
+};
+
+bool onednn_available();
+Result<AnchorTiming> time_onednn_matmul(bool int8, int64_t m, int64_t n, int64_t k, int reps);
+
+}  // namespace qlinear::cli
