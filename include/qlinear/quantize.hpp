@@ -23,8 +23,12 @@ namespace qlinear {
 enum class MxScaleRule : uint8_t { kCeilOverMax, kFloorLog2, kOcp };
 
 struct QuantizeOptions {
-  // Static keys: the scale to use ([1] or [] f32; per-channel static keys take [rows, 1]). For static
-  // asymmetric INT8 also `zero_point` (i32 [1]).
+  // Static keys: the scale to use — per-tensor f32 [1] or []; per-channel [rows, 1]; 128x128 blocks
+  // [ceil(rows/128), ceil(cols/128)]; MX E8M0 bytes (U8) [rows, cols/32]; NVFP4 E4M3 [rows, cols/16] (with
+  // nvfp4_global_scale). Without one, weight-style static keys (per-tensor, per-channel, blocks, MX, NVFP4)
+  // compute it from the data, as a checkpoint producer does; static per-token, static 1xG and static
+  // asymmetric INT8 keys require it. For static asymmetric INT8 also `static_zero_point` (i32 [1]).
+  // Options a key does not use are errors, and so is any Inf or NaN in the input.
   Tensor static_scale;
   Tensor static_zero_point;
   // Dynamic FP8 per-token: the upper bound on amax (vLLM's input_scale_ub); none by default.
