@@ -1,7 +1,8 @@
 // Activation quantization kernels (act_quant.hpp): the reference quantizers' arithmetic on the GPU.
-// Memory-bound and small next to the GEMMs they feed; written for clarity: one element (row kernels) or
-// four consecutive elements (group kernels) per thread, coalesced.
+// Memory-bound: each thread takes 8 consecutive elements (one 16-byte load of BF16/F16 where the rows are
+// aligned), coalesced across the warp.
 #include <cmath>
+#include <type_traits>
 
 #include "backends/cuda/act_quant.hpp"
 #include "backends/cuda/fp_codec.cuh"
@@ -20,28 +21,82 @@ __device__ __forceinline__ float load(const float* p) { return *p; }
 __device__ __forceinline__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 __device__ __forceinline__ float load(const __half* p) { return __half2float(*p); }
 
+constexpr int kVec = 8;  // elements per thread and chunk
+
+// Elements col .. col+7 of a row as floats, zeros at and beyond k.
+template <class T>
+__device__ __forceinline__ void load8(const T* __restrict__ row, int64_t col, int64_t k, bool vec, float (&v)[kVec]) {
+  if (vec && col + kVec <= k) {
+    if constexpr (sizeof(T) == 2) {
+      const uint4 u = *reinterpret_cast<const uint4*>(row + col);
+      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if constexpr (std::is_same_v<T, __half>) {
+          v[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[i] & 0xFFFFu)));
+          v[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[i] >> 16)));
+        } else {
+          v[2 * i] = __uint_as_float(w[i] << 16);
+          v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+        }
+      }
+    } else {
+      const float4 a = *reinterpret_cast<const float4*>(row + col);
+      const float4 b = *reinterpret_cast<const float4*>(row + col + 4);
+      v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+      v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) v[i] = col + i < k ? load(row + col + i) : 0.0f;
+  }
+}
+
+// Codes col .. col+7 of output row `r` (bytes, or their exact float values), those below ld_codes.
+__device__ __forceinline__ void store8(void* __restrict__ codes, bool as_float, int64_t r, int64_t ld_codes,
+                                       int64_t col, const uint8_t (&q)[kVec]) {
+  if (col + kVec <= ld_codes && ld_codes % kVec == 0) {
+    if (as_float) {
+      float4* p = reinterpret_cast<float4*>(static_cast<float*>(codes) + r * ld_codes + col);
+      p[0] = make_float4(codec::decode_e4m3(q[0]), codec::decode_e4m3(q[1]), codec::decode_e4m3(q[2]),
+                         codec::decode_e4m3(q[3]));
+      p[1] = make_float4(codec::decode_e4m3(q[4]), codec::decode_e4m3(q[5]), codec::decode_e4m3(q[6]),
+                         codec::decode_e4m3(q[7]));
+    } else {
+      uint2 w;
+      w.x = q[0] | q[1] << 8 | q[2] << 16 | static_cast<uint32_t>(q[3]) << 24;
+      w.y = q[4] | q[5] << 8 | q[6] << 16 | static_cast<uint32_t>(q[7]) << 24;
+      *reinterpret_cast<uint2*>(static_cast<uint8_t*>(codes) + r * ld_codes + col) = w;
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    if (col + i >= ld_codes) break;
+    if (as_float) {
+      static_cast<float*>(codes)[r * ld_codes + col + i] = codec::decode_e4m3(q[i]);
+    } else {
+      static_cast<uint8_t*>(codes)[r * ld_codes + col + i] = q[i];
+    }
+  }
+}
+
 __device__ __forceinline__ float warp_max(float v, int width = 32) {
   for (int o = width / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
   return v;
 }
 
+constexpr int kRowThreads = 512;  // one block per row: 4096 elements per pass, few passes at small M
+
 __device__ float block_max(float v) {
-  __shared__ float partial[kThreads / 32];
+  __shared__ float partial[kRowThreads / 32];
   v = warp_max(v);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
   __syncthreads();
   float r = 0.0f;
-  for (int i = 0; i < kThreads / 32; ++i) r = fmaxf(r, partial[i]);
+  for (int i = 0; i < kRowThreads / 32; ++i) r = fmaxf(r, partial[i]);
   __syncthreads();
   return r;
-}
-
-__device__ __forceinline__ void store_code(void* codes, bool as_float, int64_t i, uint8_t code) {
-  if (as_float) {
-    static_cast<float*>(codes)[i] = codec::decode_e4m3(code);
-  } else {
-    static_cast<uint8_t*>(codes)[i] = code;
-  }
 }
 
 // |x| max over everything into *amax (non-negative floats order like their bit patterns).
@@ -58,9 +113,9 @@ __global__ void amax_kernel(const T* x, int64_t m, int64_t k, int64_t ld, uint32
 
 // One block per row: per-tensor (static or dynamic) and per-token scales.
 template <class T>
-__global__ void quant_row_kernel(const T* x, int64_t k, int64_t ld_x, ActQuantMode mode, float static_scale,
-                                 float scale_ub, const uint32_t* amax_tensor, void* codes, bool as_float,
-                                 int64_t ld_codes, ScaleOut so) {
+__global__ void quant_row_kernel(const T* __restrict__ x, int64_t k, int64_t ld_x, bool vec, ActQuantMode mode,
+                                 float static_scale, float scale_ub, const uint32_t* amax_tensor,
+                                 void* __restrict__ codes, bool as_float, int64_t ld_codes, ScaleOut so) {
   const int64_t m = blockIdx.x;
   const T* row = x + m * ld_x;
   double s = static_scale;
@@ -69,7 +124,13 @@ __global__ void quant_row_kernel(const T* x, int64_t k, int64_t ld_x, ActQuantMo
     if (!(s > 0)) s = kMinScale;
   } else if (mode == ActQuantMode::kDynamicToken) {
     float a = 0.0f;
-    for (int64_t j = threadIdx.x; j < k; j += kThreads) a = fmaxf(a, fabsf(load(row + j)));
+#pragma unroll 4
+    for (int64_t col = threadIdx.x * int64_t{kVec}; col < k; col += int64_t{kRowThreads} * kVec) {
+      float v[kVec];
+      load8(row, col, k, vec, v);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) a = fmaxf(a, fabsf(v[i]));
+    }
     double amax = block_max(a);
     if (scale_ub > 0) amax = fmin(amax, static_cast<double>(scale_ub));
     s = fmax(static_cast<double>(static_cast<float>(amax / kFp8Max)), kMinScale);
@@ -77,9 +138,14 @@ __global__ void quant_row_kernel(const T* x, int64_t k, int64_t ld_x, ActQuantMo
   // Per-tensor scales too are written once per row when m_stride != 0 (cuBLASLt's OUTER_VEC wants [M]).
   if (threadIdx.x == 0 && (so.m_stride != 0 || m == 0)) static_cast<float*>(so.scales)[m * so.m_stride] = static_cast<float>(s);
   const float r = 1.0f / static_cast<float>(s);  // s is an f32 value
-  for (int64_t j = threadIdx.x; j < ld_codes; j += kThreads) {
-    const float v = j < k ? load(row + j) : 0.0f;
-    store_code(codes, as_float, m * ld_codes + j, codec::encode_e4m3_div(v, r, s));
+#pragma unroll 4
+  for (int64_t col = threadIdx.x * int64_t{kVec}; col < ld_codes; col += int64_t{kRowThreads} * kVec) {
+    float v[kVec];
+    load8(row, col, k, vec, v);
+    uint8_t q[kVec];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) q[i] = codec::encode_e4m3_div(v[i], r, s);
+    store8(codes, as_float, m, ld_codes, col, q);
   }
 }
 
@@ -90,34 +156,33 @@ __device__ __forceinline__ int ceil_log2_over_448(double a) {
   return ka - 9 + (fa > 0.875 ? 1 : 0);
 }
 
-// 1xG groups (G = 128: FP8 per-token-group; G = 32: MX). Each thread takes four consecutive elements of a
-// row; the G/4 threads of a group are consecutive lanes of one warp and reduce the amax by shuffles.
+// 1xG groups (G = 128: FP8 per-token-group; G = 32: MX). Each thread takes eight consecutive elements of a
+// row; the G/8 threads of a group are consecutive lanes of one warp and reduce the amax by shuffles.
 template <class T, int G>
-__global__ void quant_group_kernel(const T* x, int64_t m, int64_t k, int64_t ld_x, int64_t groups,
-                                   int64_t real_groups, void* codes, bool as_float, int64_t ld_codes, ScaleOut so) {
+__global__ void quant_group_kernel(const T* __restrict__ x, int64_t m, int64_t k, int64_t ld_x, bool vec,
+                                   int64_t groups, int64_t real_groups, void* __restrict__ codes, bool as_float,
+                                   int64_t ld_codes, ScaleOut so) {
   static_assert(G == 32 || G == 128, "1x32 (MX) and 1x128 groups only");
-  constexpr int kLanesPerGroup = G / 4;
+  constexpr int kLanesPerGroup = G / kVec;
   const int64_t chunks_per_row = groups * kLanesPerGroup;
   const int64_t c = blockIdx.x * int64_t{kThreads} + threadIdx.x;
   const bool valid = c < m * chunks_per_row;
   const int64_t r = valid ? c / chunks_per_row : 0;
-  const int64_t col = valid ? (c % chunks_per_row) * 4 : 0;
-  float v[4];
+  const int64_t col = valid ? (c % chunks_per_row) * kVec : 0;
+  float v[kVec];
+  load8(x + r * ld_x, col, valid ? k : 0, vec, v);
   float a = 0.0f;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[i] = valid && col + i < k ? load(x + r * ld_x + col + i) : 0.0f;
-    a = fmaxf(a, fabsf(v[i]));
-  }
+  for (int i = 0; i < kVec; ++i) a = fmaxf(a, fabsf(v[i]));
   a = warp_max(a, kLanesPerGroup);  // groups are aligned to kLanesPerGroup lanes
   if (!valid) return;
   const int64_t g = col / G;
-  uint8_t q[4];
+  uint8_t q[kVec];
   if constexpr (G == 128) {
     const double s = static_cast<double>(static_cast<float>(fmax(static_cast<double>(a), kGroupAmaxFloor) / kFp8Max));
     const float rcp = 1.0f / static_cast<float>(s);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) q[i] = codec::encode_e4m3_div(v[i], rcp, s);
+    for (int i = 0; i < kVec; ++i) q[i] = codec::encode_e4m3_div(v[i], rcp, s);
     if (col % G == 0 && g < real_groups) {
       static_cast<float*>(so.scales)[r * so.m_stride + g * so.g_stride] = static_cast<float>(s);
     }
@@ -125,7 +190,7 @@ __global__ void quant_group_kernel(const T* x, int64_t m, int64_t k, int64_t ld_
     int e = a == 0.0f ? -127 : ceil_log2_over_448(a);
     e = e < -127 ? -127 : (e > 127 ? 127 : e);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) q[i] = codec::encode_e4m3_pow2(v[i], e);
+    for (int i = 0; i < kVec; ++i) q[i] = codec::encode_e4m3_pow2(v[i], e);
     if (col % G == 0 && g < real_groups) {
       const int64_t at = r * so.m_stride + g * so.g_stride;
       if (so.mx_as_float) {
@@ -135,10 +200,7 @@ __global__ void quant_group_kernel(const T* x, int64_t m, int64_t k, int64_t ld_
       }
     }
   }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (col + i < ld_codes) store_code(codes, as_float, r * ld_codes + col + i, q[i]);
-  }
+  store8(codes, as_float, r, ld_codes, col, q);
 }
 
 template <class T>
@@ -158,6 +220,8 @@ unsigned grid_for(int64_t work) {
 template <class T>
 Status launch_typed(const ActQuantArgs& a, Stream stream) {
   const T* x = static_cast<const T*>(a.x);
+  // 16-byte loads when every row starts 16-byte aligned.
+  const bool vec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && (a.ld_x * sizeof(T)) % 16 == 0;
   switch (a.mode) {
     case ActQuantMode::kStaticTensor:
     case ActQuantMode::kDynamicTensor:
@@ -168,8 +232,8 @@ Status launch_typed(const ActQuantArgs& a, Stream stream) {
         amax_kernel<T><<<grid_for(a.m * a.k), kThreads, 0, stream>>>(x, a.m, a.k, a.ld_x, a.amax_scratch);
         QL_CUDA_CHECK_LAUNCH("amax_kernel");
       }
-      quant_row_kernel<T><<<static_cast<unsigned>(a.m), kThreads, 0, stream>>>(
-          x, a.k, a.ld_x, a.mode, a.static_scale, a.scale_ub, a.amax_scratch, a.codes, a.codes_as_float,
+      quant_row_kernel<T><<<static_cast<unsigned>(a.m), kRowThreads, 0, stream>>>(
+          x, a.k, a.ld_x, vec, a.mode, a.static_scale, a.scale_ub, a.amax_scratch, a.codes, a.codes_as_float,
           a.ld_codes, a.scale);
       QL_CUDA_CHECK_LAUNCH("quant_row_kernel");
       return Status::ok();
@@ -181,13 +245,13 @@ Status launch_typed(const ActQuantArgs& a, Stream stream) {
       const int64_t real_groups = (a.k + group - 1) / group;
       const int64_t groups = (a.ld_codes + group - 1) / group;
       if (a.ld_codes < a.k) return Status::error("act_quant: code rows shorter than K");
-      const int64_t threads = a.m * groups * (group / 4);
+      const int64_t threads = a.m * groups * (group / kVec);
       const unsigned blocks = static_cast<unsigned>((threads + kThreads - 1) / kThreads);
       if (group == 32) {
-        quant_group_kernel<T, 32><<<blocks, kThreads, 0, stream>>>(x, a.m, a.k, a.ld_x, groups, real_groups, a.codes,
+        quant_group_kernel<T, 32><<<blocks, kThreads, 0, stream>>>(x, a.m, a.k, a.ld_x, vec, groups, real_groups, a.codes,
                                                                    a.codes_as_float, a.ld_codes, a.scale);
       } else {
-        quant_group_kernel<T, 128><<<blocks, kThreads, 0, stream>>>(x, a.m, a.k, a.ld_x, groups, real_groups, a.codes,
+        quant_group_kernel<T, 128><<<blocks, kThreads, 0, stream>>>(x, a.m, a.k, a.ld_x, vec, groups, real_groups, a.codes,
                                                                     a.codes_as_float, a.ld_codes, a.scale);
       }
       QL_CUDA_CHECK_LAUNCH("quant_group_kernel");

@@ -14,7 +14,7 @@ namespace qlinear::cuda {
 
 const CudaLinearKernel kSm90Fp8ScaledMM(
     Family::kFp8ScaledMM, "sm90_fp8_scaled_mm",
-    "sm_90a FP8 W8A8: weight-streaming CUDA-core GEMV for M <= 4, cuBLASLt FP8 (SCALAR / OUTER_VEC) above",
+    "sm_90a FP8 W8A8: weight-streaming CUDA-core GEMV at M = 1, cuBLASLt FP8 (SCALAR / OUTER_VEC) above",
     Route::kAuto);
 const CudaLinearKernel kCublasLtFp8ScaledMM(
     Family::kFp8ScaledMM, "cublaslt_fp8_scaled_mm",
@@ -22,7 +22,7 @@ const CudaLinearKernel kCublasLtFp8ScaledMM(
     Route::kCublasLt);
 const CudaLinearKernel kSm90Fp8BlockScaled(
     Family::kFp8BlockScaled, "sm90_fp8_block_scaled",
-    "sm_90a FP8 1x128 x 128x128 blocks: weight-streaming GEMV for M <= 4 (M = 1 too), cuBLASLt block mode above",
+    "sm_90a FP8 1x128 x 128x128 blocks: weight-streaming GEMV at M = 1, cuBLASLt block mode (M padded to 16) above",
     Route::kAuto);
 const CudaLinearKernel kCublasLtFp8BlockScaled(
     Family::kFp8BlockScaled, "cublaslt_fp8_block_scaled",

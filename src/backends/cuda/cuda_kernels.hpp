@@ -7,7 +7,8 @@
 //   route       what runs
 //   kCublasLt   activation quantization kernel + cuBLASLt FP8 GEMM, scales and bias in its epilogue
 //   kStream     the CUDA-core weight-streaming kernel for every M (FP32 accumulation, one FMA per product)
-//   kAuto       kStream while M <= stream_max_m (memory-bound decode), kCublasLt above (FP8 families)
+//   kAuto       kStream while M <= stream_max_m (1: measured on the H200, cuBLASLt wins from M = 2), kCublasLt
+//               above (FP8 W8A8 families; N % 16 != 0 takes kStream for every M)
 //
 // Numerics: weights and activation codes are decoded exactly; activation codes are bit-identical to the
 // reference quantizers (act_quant.hpp); products are exact in FP32 and summed in FP32 (cuBLASLt: tensor-core
@@ -22,7 +23,7 @@ enum class Route : uint8_t { kAuto, kCublasLt, kStream };
 class CudaLinearKernel final : public LinearKernel {
  public:
   constexpr CudaLinearKernel(Family family, std::string_view name, std::string_view summary, Route route,
-                             int64_t stream_max_m = 4)
+                             int64_t stream_max_m = 1)
       : family_(family), name_(name), summary_(summary), route_(route), stream_max_m_(stream_max_m) {}
 
   std::string_view name() const override { return name_; }

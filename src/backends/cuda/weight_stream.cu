@@ -4,10 +4,10 @@
 namespace qlinear::cuda {
 
 namespace stream_detail {
-extern template Status launch_format<WeightFormat::kE4M3>(const WeightStreamArgs&, int, dim3, int64_t, float*, Stream);
-extern template Status launch_format<WeightFormat::kE2M3>(const WeightStreamArgs&, int, dim3, int64_t, float*, Stream);
-extern template Status launch_format<WeightFormat::kE3M2>(const WeightStreamArgs&, int, dim3, int64_t, float*, Stream);
-extern template Status launch_format<WeightFormat::kE2M1>(const WeightStreamArgs&, int, dim3, int64_t, float*, Stream);
+extern template Status launch_format<WeightFormat::kE4M3>(const WeightStreamArgs&, int, int64_t, int64_t, int64_t, Stream);
+extern template Status launch_format<WeightFormat::kE2M3>(const WeightStreamArgs&, int, int64_t, int64_t, int64_t, Stream);
+extern template Status launch_format<WeightFormat::kE3M2>(const WeightStreamArgs&, int, int64_t, int64_t, int64_t, Stream);
+extern template Status launch_format<WeightFormat::kE2M1>(const WeightStreamArgs&, int, int64_t, int64_t, int64_t, Stream);
 
 namespace {
 __global__ void finalize_kernel(const float* ws, const void* bias, DType bias_dtype, void* out, DType out_dtype,
@@ -39,29 +39,21 @@ Status launch_weight_stream(const WeightStreamArgs& a, Stream stream) {
   }
   const int64_t bx = (a.n + rows - 1) / rows, by = (a.m + mt - 1) / mt;
   const int64_t steps = a.ld_x / kStreamStepElems;
-  // Split K (atomics into a workspace, one more kernel) only when the row blocks leave SMs idle.
-  const int64_t target = 2LL * a.sm_count;
-  int64_t split = bx * by >= a.sm_count ? 1 : std::min<int64_t>(steps, (target + bx * by - 1) / (bx * by));
-  const int64_t per_split = (steps + split - 1) / split;
-  split = (steps + per_split - 1) / per_split;
   if (bx > 0x7FFFFFFF || by > 65535) return Status::error("weight_stream: grid too large");
-  const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(by), static_cast<unsigned>(split));
-
-  Scratch ws;
-  if (split > 1) {
-    QL_ASSIGN_OR_RETURN(ws, Scratch::make(sizeof(float) * a.m * a.n, stream));
-    QL_CUDA_CHECK(cudaMemsetAsync(ws.get(), 0, sizeof(float) * a.m * a.n, stream));
-  }
-  float* workspace = split > 1 ? ws.as<float>() : nullptr;
   switch (a.format) {
-    case WeightFormat::kE4M3: QL_RETURN_IF_ERROR(launch_format<WeightFormat::kE4M3>(a, mt, grid, per_split, workspace, stream)); break;
-    case WeightFormat::kE2M3: QL_RETURN_IF_ERROR(launch_format<WeightFormat::kE2M3>(a, mt, grid, per_split, workspace, stream)); break;
-    case WeightFormat::kE3M2: QL_RETURN_IF_ERROR(launch_format<WeightFormat::kE3M2>(a, mt, grid, per_split, workspace, stream)); break;
-    case WeightFormat::kE2M1: QL_RETURN_IF_ERROR(launch_format<WeightFormat::kE2M1>(a, mt, grid, per_split, workspace, stream)); break;
+    case WeightFormat::kE4M3: return launch_format<WeightFormat::kE4M3>(a, mt, bx, by, steps, stream);
+    case WeightFormat::kE2M3: return launch_format<WeightFormat::kE2M3>(a, mt, bx, by, steps, stream);
+    case WeightFormat::kE3M2: return launch_format<WeightFormat::kE3M2>(a, mt, bx, by, steps, stream);
+    case WeightFormat::kE2M1: return launch_format<WeightFormat::kE2M1>(a, mt, bx, by, steps, stream);
   }
-  if (split > 1) QL_RETURN_IF_ERROR(launch_bias_epilogue(workspace, a.bias, a.bias_dtype, a.out, a.out_dtype, a.m, a.n, stream));
-  return Status::ok();
+  return Status::error("weight_stream: unknown weight format");
 }
+
+namespace stream_detail {
+Status finish_split(const WeightStreamArgs& a, const float* workspace, Stream stream) {
+  return launch_bias_epilogue(workspace, a.bias, a.bias_dtype, a.out, a.out_dtype, a.m, a.n, stream);
+}
+}  // namespace stream_detail
 
 Status launch_bias_epilogue(const float* acc, const void* bias, DType bias_dtype, void* out, DType out_dtype,
                             int64_t m, int64_t n, Stream stream) {

@@ -20,6 +20,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cmath>
+
 #include "backends/cuda/fp_codec.cuh"
 #include "backends/cuda/weight_stream.hpp"
 
@@ -323,27 +325,55 @@ __global__ void __launch_bounds__(kThreads, MT <= 2 ? 3 : 1) weight_stream_kerne
 
 constexpr int smem_bytes(int mt) { return 2 * mt * kStepFloat4 * 16; }
 
+Status finish_split(const WeightStreamArgs& a, const float* workspace, Stream stream);
+
+// Launch with a split of K chosen against the GPU's block slots: the row blocks alone can leave a partial
+// last wave (70B down_proj at M = 1: 512 blocks on 396 slots runs as two waves); splitting K into s parts
+// (partial sums by atomicAdd into an f32 workspace, then finalize_kernel) is taken when it fills the waves
+// clearly better, with at least 2 steps per part.
 template <WeightFormat F, WeightScale S, int MT>
-Status launch_tile(const WeightStreamArgs& a, dim3 grid, int64_t steps_per_split, float* workspace, Stream stream) {
+Status launch_tile(const WeightStreamArgs& a, int64_t bx, int64_t by, int64_t steps, Stream stream) {
   auto kernel = weight_stream_kernel<F, S, MT>;
   static const cudaError_t attr =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(MT));
   QL_RETURN_IF_ERROR(check(attr, "cudaFuncSetAttribute(weight_stream_kernel, MaxDynamicSharedMemorySize)"));
-  kernel<<<grid, kThreads, smem_bytes(MT), stream>>>(a, steps_per_split, workspace);
+  static int per_sm = 0;
+  if (per_sm == 0) {
+    QL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_bytes(MT)));
+    if (per_sm < 1) per_sm = 1;
+  }
+  const double slots = static_cast<double>(per_sm) * a.sm_count;
+  auto efficiency = [&](int64_t s) {
+    const double waves = static_cast<double>(bx * by * s) / slots;
+    return waves / std::ceil(waves);
+  };
+  int64_t split = 1;
+  for (int64_t s = 2; s <= 8 && steps / s >= 2; ++s) {
+    if (efficiency(s) > efficiency(split) + 0.15) split = s;
+  }
+  const int64_t per_split = (steps + split - 1) / split;
+  split = (steps + per_split - 1) / per_split;
+  const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(by), static_cast<unsigned>(split));
+  Scratch ws;
+  if (split > 1) {
+    QL_ASSIGN_OR_RETURN(ws, Scratch::make(sizeof(float) * a.m * a.n, stream));
+    QL_CUDA_CHECK(cudaMemsetAsync(ws.get(), 0, sizeof(float) * a.m * a.n, stream));
+  }
+  kernel<<<grid, kThreads, smem_bytes(MT), stream>>>(a, per_split, split > 1 ? ws.as<float>() : nullptr);
   QL_CUDA_CHECK_LAUNCH("weight_stream_kernel");
+  if (split > 1) return finish_split(a, ws.as<float>(), stream);
   return Status::ok();
 }
 
 // The instantiations of one weight format (one .cu file per format keeps each compile short).
 template <WeightFormat F>
-Status launch_format(const WeightStreamArgs& a, int mt, dim3 grid, int64_t steps_per_split, float* workspace,
-                     Stream stream) {
-#define QL_STREAM_CASE(S_)                                                                   \
-  switch (mt) {                                                                              \
-    case 1: return launch_tile<F, S_, 1>(a, grid, steps_per_split, workspace, stream);       \
-    case 2: return launch_tile<F, S_, 2>(a, grid, steps_per_split, workspace, stream);       \
-    case 4: return launch_tile<F, S_, 4>(a, grid, steps_per_split, workspace, stream);       \
-    default: return launch_tile<F, S_, 8>(a, grid, steps_per_split, workspace, stream);      \
+Status launch_format(const WeightStreamArgs& a, int mt, int64_t bx, int64_t by, int64_t steps, Stream stream) {
+#define QL_STREAM_CASE(S_)                                                   \
+  switch (mt) {                                                              \
+    case 1: return launch_tile<F, S_, 1>(a, bx, by, steps, stream);          \
+    case 2: return launch_tile<F, S_, 2>(a, bx, by, steps, stream);          \
+    case 4: return launch_tile<F, S_, 4>(a, bx, by, steps, stream);          \
+    default: return launch_tile<F, S_, 8>(a, bx, by, steps, stream);         \
   }
   if constexpr (F == WeightFormat::kE4M3) {
     if (a.scale_kind == WeightScale::kRow) QL_STREAM_CASE(WeightScale::kRow)

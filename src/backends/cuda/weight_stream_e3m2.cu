@@ -2,5 +2,5 @@
 #include "backends/cuda/weight_stream.cuh"
 
 namespace qlinear::cuda::stream_detail {
-template Status launch_format<WeightFormat::kE3M2>(const WeightStreamArgs&, int, dim3, int64_t, float*, Stream);
+template Status launch_format<WeightFormat::kE3M2>(const WeightStreamArgs&, int, int64_t, int64_t, int64_t, Stream);
 }  // namespace qlinear::cuda::stream_detail
