@@ -7,8 +7,8 @@
 //   route       what runs
 //   kCublasLt   activation quantization kernel + cuBLASLt FP8 GEMM, scales and bias in its epilogue
 //   kStream     the CUDA-core weight-streaming kernel for every M (FP32 accumulation, one FMA per product)
-//   kAuto       kStream while M <= stream_max_m (1: measured on the H200, cuBLASLt wins from M = 2), kCublasLt
-//               above (FP8 W8A8 families; N % 16 != 0 takes kStream for every M)
+//   kAuto       kStream while M <= stream_max_m (per kernel, from H200 measurements), kCublasLt above (FP8
+//               W8A8 families; N % 16 != 0 takes kStream for every M)
 //
 // Numerics: weights and activation codes are decoded exactly; activation codes are bit-identical to the
 // reference quantizers (act_quant.hpp); products are exact in FP32 and summed in FP32 (cuBLASLt: tensor-core
@@ -48,9 +48,9 @@ class CudaLinearKernel final : public LinearKernel {
 };
 
 // In priority order within each family (src/select/priority_cuda.cpp lists them).
-extern const CudaLinearKernel kSm90Fp8ScaledMM;      // "sm90_fp8_scaled_mm"       stream at small M, cuBLASLt above
+extern const CudaLinearKernel kSm90Fp8ScaledMM;      // "sm90_fp8_scaled_mm"       cuBLASLt; stream for odd N
 extern const CudaLinearKernel kCublasLtFp8ScaledMM;  // "cublaslt_fp8_scaled_mm"   cuBLASLt only
-extern const CudaLinearKernel kSm90Fp8BlockScaled;   // "sm90_fp8_block_scaled"    stream at small M (M = 1 too)
+extern const CudaLinearKernel kSm90Fp8BlockScaled;   // "sm90_fp8_block_scaled"    stream at M = 1, cuBLASLt above
 extern const CudaLinearKernel kCublasLtFp8BlockScaled;  // "cublaslt_fp8_block_scaled"
 extern const CudaLinearKernel kSm90Fp8WeightOnlyStream;  // "sm90_fp8_weight_only_stream"
 extern const CudaLinearKernel kSm90Mxfp8Stream;      // "sm90_mxfp8_stream"
