@@ -1,6 +1,7 @@
 #pragma once
 // What this machine can run: x86 ISA features from CPUID and, when qlinear is built with CUDA, the device
 // and its compute capability. Kernels answer is_supported(Platform) from it; tests build synthetic ones.
+#include <cstdint>
 #include <optional>
 #include <string>
 

@@ -19,6 +19,7 @@ constexpr Command kCommands[] = {
     {"inspect", qlinear::cli::cmd_inspect, "show a checkpoint's layers: schemes, shapes, shards, kernels and why"},
     {"run", qlinear::cli::cmd_run, "load a checkpoint, run each layer with its kernel, check it, time it"},
     {"bench", qlinear::cli::cmd_bench, "time a scheme's kernel with cold weights against an anchor and the roofline"},
+    {"quantize", qlinear::cli::cmd_quantize, "quantize a BF16/FP16/FP32 safetensors model into a scheme"},
     {"kernels", qlinear::cli::cmd_kernels, "list kernels and schemes; explain which kernel a layer gets and why"},
 };
 

@@ -75,6 +75,11 @@ Status LinearKernel::apply(const LinearLayer& layer, const Activation& x, const 
 }
 
 Result<Tensor> LinearKernel::apply(const LinearLayer& layer, const Activation& x, const Tensor* bias) const {
+  const Tensor& data = x.is_quantized() ? x.quantized_tensor().data : x.dense_tensor();
+  if (data.defined() && data.device().kind != DeviceKind::kCpu) {
+    return Status::error("apply " + std::string(name()) + ": the activation is on " + data.device().to_string() +
+                         "; allocate the output there and call apply(layer, x, bias, out)");
+  }
   const int64_t m = std::max<int64_t>(x.rows(), 0);
   Tensor out = Tensor::empty(layer.config.out_dtype, {m, layer.config.n});
   QL_RETURN_IF_ERROR(apply(layer, x, bias, out));

@@ -1,0 +1,123 @@
+// The qlinear command end to end: every subcommand's help, the quantize -> inspect -> run pipeline on a
+// small model, JSON output that parses, and the demo.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "qlinear/random.hpp"
+#include "qlinear/safetensors.hpp"
+
+namespace qlinear {
+namespace {
+
+struct CliRun {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CliRun run(const std::string& args) {
+  CliRun r;
+  const std::string cmd = std::string(QLINEAR_CLI_PATH) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+// JSON from a command's output (stderr is merged; the JSON document is the part from the first '[' or '{').
+nlohmann::json json_of(const std::string& out) {
+  const size_t at = out.find_first_of("[{");
+  return nlohmann::json::parse(out.substr(at == std::string::npos ? 0 : at));
+}
+
+TEST(Cli, EverySubcommandHasHelp) {
+  CliRun top = run("--help");
+  EXPECT_EQ(top.code, 0);
+  for (const char* cmd : {"demo", "inspect", "run", "bench", "quantize", "kernels"}) {
+    EXPECT_NE(top.out.find(cmd), std::string::npos) << cmd;
+    CliRun r = run(std::string(cmd) + " --help");
+    EXPECT_EQ(r.code, 0) << cmd << ": " << r.out;
+    EXPECT_NE(r.out.find("Usage: qlinear " + std::string(cmd)), std::string::npos) << r.out;
+  }
+}
+
+TEST(Cli, KernelsListsAndExplainsAsJson) {
+  CliRun list = run("kernels --json");
+  ASSERT_EQ(list.code, 0) << list.out;
+  auto j = json_of(list.out);
+  EXPECT_GE(j["kernels"].size(), 8u);
+  CliRun schemes = run("kernels --list-schemes --json");
+  ASSERT_EQ(schemes.code, 0);
+  EXPECT_EQ(json_of(schemes.out).size(), 13u);
+  CliRun explain = run("kernels --explain --scheme w8a8-mxfp8 --n 64 --k 100 --json");
+  EXPECT_EQ(explain.code, 1);  // nothing fits: K is not a multiple of 32
+  auto e = json_of(explain.out);
+  EXPECT_TRUE(e["selected"].is_null());
+  EXPECT_NE(e["candidates"].back()["reason"].get<std::string>().find("K=100 is not a multiple of 32"),
+            std::string::npos);
+  CliRun sm90 = run("kernels --explain --scheme w8a8-fp8-channel --platform sm90");
+  EXPECT_EQ(sm90.code, 0) << sm90.out;
+}
+
+TEST(Cli, QuantizeInspectRunPipeline) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("qlinear-cli-" + std::to_string(::getpid()));
+  fs::create_directories(dir / "dense");
+  // A tiny dense "model": two projections, a norm and an embedding.
+  ASSERT_TRUE(write_safetensors((dir / "dense/model.safetensors").string(),
+                                {{"model.layers.0.mlp.up_proj.weight", random_normal(DType::kBF16, {96, 64}, 1, 0.1)},
+                                 {"model.layers.0.mlp.down_proj.weight", random_normal(DType::kBF16, {64, 96}, 2, 0.1)},
+                                 {"model.norm.weight", random_normal(DType::kBF16, {64}, 3)},
+                                 {"model.embed_tokens.weight", random_normal(DType::kBF16, {10, 64}, 4)}}));
+  std::ofstream(dir / "dense/config.json") << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64})";
+  for (const char* scheme : {"w8a8-int8-dynamic", "w6a16-mxfp6-e3m2", "w8a8-fp8-tensor"}) {
+    SCOPED_TRACE(scheme);
+    const std::string out = (dir / scheme).string();
+    const std::string extra = std::string(scheme) == "w8a8-fp8-tensor" ? " --input-range -4,4" : "";
+    CliRun q = run("quantize " + (dir / "dense").string() + " " + out + " --scheme " + scheme + extra);
+    ASSERT_EQ(q.code, 0) << q.out;
+    EXPECT_NE(q.out.find("2 linear layers"), std::string::npos) << q.out;
+    CliRun i = run("inspect " + out + " --json");
+    ASSERT_EQ(i.code, 0) << i.out;
+    auto ij = json_of(i.out);
+    ASSERT_EQ(ij["layers"].size(), 2u);
+    EXPECT_EQ(ij["layers"][0]["scheme"], scheme);
+    CliRun r = run("run " + out + " --m 1,3 --reps 2 --json");
+    ASSERT_EQ(r.code, 0) << r.out;
+    auto rj = json_of(r.out);
+    ASSERT_EQ(rj.size(), 4u);
+    for (const auto& rec : rj) {
+      EXPECT_TRUE(rec["ok"].get<bool>()) << rec.dump();
+      EXPECT_LT(rec["rel_err_reference"].get<double>(), 1e-2);
+    }
+  }
+  // A static scheme without the activation range is refused with the remedy.
+  CliRun missing = run("quantize " + (dir / "dense").string() + " " + (dir / "x").string() + " --scheme w8a8-int8-static");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.out.find("--input-range MIN,MAX"), std::string::npos) << missing.out;
+  fs::remove_all(dir);
+}
+
+TEST(Cli, DemoRunsEverySchemeAndAgreesWithTheReference) {
+  CliRun d = run("demo --m 3 --n 64 --k 128 --json");
+  ASSERT_EQ(d.code, 0) << d.out;
+  auto j = json_of(d.out);
+  ASSERT_EQ(j.size(), 13u);
+  for (const auto& row : j) {
+    EXPECT_EQ(row["error"], "") << row.dump();
+    EXPECT_LT(row["rel_err_reference"].get<double>(), 1e-2) << row.dump();
+    EXPECT_LT(row["rel_err_fp64"].get<double>(), 0.2) << row.dump();  // 4-bit formats lose the most
+  }
+}
+
+}  // namespace
+}  // namespace qlinear
