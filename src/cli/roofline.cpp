@@ -74,8 +74,12 @@ __attribute__((target("avx512f,avx512vnni"))) double int8_chain_vnni() {
   for (long i = 0; i < kIters; ++i) {
     for (auto& a : acc) a = _mm512_dpbusd_epi32(a, u, s);
   }
+  alignas(64) int lanes[16];
   int sink = 0;
-  for (auto& a : acc) sink += _mm512_reduce_add_epi32(a);
+  for (auto& a : acc) {
+    _mm512_store_si512(lanes, a);
+    sink += lanes[0];
+  }
   return sink;
 }
 
@@ -86,8 +90,12 @@ __attribute__((target("avx512f,avx512bf16"))) double bf16_chain() {
   for (long i = 0; i < kIters; ++i) {
     for (auto& a : acc) a = _mm512_dpbf16_ps(a, x, y);
   }
+  alignas(64) float lanes[16];
   float sink = 0;
-  for (auto& a : acc) sink += _mm512_reduce_add_ps(a);
+  for (auto& a : acc) {
+    _mm512_store_ps(lanes, a);
+    sink += lanes[0];
+  }
   return sink;
 }
 
