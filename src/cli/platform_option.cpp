@@ -16,14 +16,19 @@ Result<Platform> parse_platform(const std::string& text) {
     return Platform::synthetic_cuda(std::stoi(text.substr(2)));
   }
   CpuFeatures f = detect_cpu_features();
-  if (text == "avx512") return Platform::synthetic_cpu(f, Platform::host_cpu().num_threads);
+  if (text == "avx512") {
+    // A Zen 4 / Sapphire Rapids class CPU, whatever this machine has: for exploring the selection.
+    f.avx2 = f.fma = f.f16c = true;
+    f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512vnni = f.avx512bf16 = true;
+    return Platform::synthetic_cpu(f, Platform::host_cpu().num_threads);
+  }
   if (text == "avx2" || text == "scalar") {
     f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512vnni = f.avx512bf16 = f.avx512fp16 = false;
     f.amx_tile = f.amx_int8 = f.amx_bf16 = false;
     if (text == "scalar") f.avx2 = f.fma = f.f16c = f.avx_vnni = false;
     return Platform::synthetic_cpu(f, Platform::host_cpu().num_threads);
   }
-  return Status::error("--platform " + text + ": expected cpu, cuda, cuda:N, smNN (e.g. sm90), avx512, avx2 or scalar");
+  return Status::error("--platform " + text + ": expected cpu, cuda, cuda:N, smNN (e.g. sm90), avx512 (synthetic), avx2 or scalar");
 }
 
 }  // namespace qlinear::cli

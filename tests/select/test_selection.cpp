@@ -209,3 +209,51 @@ TEST(Selection, KernelNamesAreUniqueAndEveryKernelIsListed) {
 
 }  // namespace
 }  // namespace qlinear
+
+namespace qlinear {
+namespace {
+
+// Golden selections with the real priority lists on synthetic platforms: what a layer gets where.
+TEST(GoldenSelection, RealKernelsOnSyntheticPlatforms) {
+  CpuFeatures zen4;
+  zen4.avx2 = zen4.fma = zen4.f16c = true;
+  zen4.avx512f = zen4.avx512bw = zen4.avx512vl = zen4.avx512dq = zen4.avx512vnni = zen4.avx512bf16 = true;
+  CpuFeatures avx2;
+  avx2.avx2 = avx2.fma = avx2.f16c = true;
+  struct Case {
+    Platform platform;
+    const char* scheme;
+    const char* kernel;
+  };
+  const Case cases[] = {
+      {Platform::synthetic_cpu(zen4), "w8a8-int8-dynamic", "x86_avx512vnni_int8"},
+      {Platform::synthetic_cpu(zen4), "w8a8-int8-static-asym", "x86_avx512vnni_int8"},
+      {Platform::synthetic_cpu(zen4), "w8a16-fp8", "x86_avx512bf16_fp8_w8a16"},
+      {Platform::synthetic_cpu(zen4), "w8a16-mxfp8", "x86_avx512bf16_mxfp8_w8a16"},
+      {Platform::synthetic_cpu(zen4), "w4a16-mxfp4", "x86_avx512bf16_mxfp4_w4a16"},
+      {Platform::synthetic_cpu(zen4), "w8a8-mxfp8", "reference_mxfp8"},
+      {Platform::synthetic_cpu(avx2), "w8a8-int8-dynamic", "x86_avx2_int8"},
+      {Platform::synthetic_cpu(avx2), "w8a16-fp8", "reference_fp8_weight_only"},
+      {Platform::synthetic_cpu(CpuFeatures{}), "w8a8-int8-dynamic", "reference_int8_scaled_mm"},
+      {Platform::synthetic_cuda(90), "w8a8-fp8-tensor", "sm90_fp8_scaled_mm"},
+      {Platform::synthetic_cuda(90), "w8a8-fp8-block", "sm90_fp8_block_scaled"},
+      {Platform::synthetic_cuda(90), "w8a16-mxfp8", "sm90_mxfp8_stream"},
+      {Platform::synthetic_cuda(90), "w6a16-mxfp6-e3m2", "sm90_mxfp6_stream"},
+      {Platform::synthetic_cuda(80), "w8a8-fp8-tensor", "reference_fp8_scaled_mm"},
+      {Platform::synthetic_cuda(80), "w8a16-mxfp8", "reference_mxfp8"},
+  };
+  SelectOptions o;
+  o.read_environment = false;
+  for (const Case& c : cases) {
+    if (std::string(c.kernel).rfind("sm90", 0) == 0 && !built_with_cuda()) continue;  // not registered
+    auto r = select_kernel(make_config(*find_scheme(c.scheme), 4096, 4096), c.platform, o);
+    ASSERT_TRUE(r) << c.scheme << " on " << c.platform.describe() << ": " << r.message();
+    EXPECT_EQ(r.value()->name(), c.kernel) << c.scheme << " on " << c.platform.describe() << "\n"
+                                           << explain_selection(make_config(*find_scheme(c.scheme), 4096, 4096),
+                                                                c.platform, o)
+                                                  .explain();
+  }
+}
+
+}  // namespace
+}  // namespace qlinear
