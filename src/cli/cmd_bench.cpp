@@ -75,8 +75,6 @@ void write_svg(const std::string& path, const Roofline& r, bool int8_family, con
   out << "<polyline fill='none' stroke='steelblue' stroke-width='2' points='" << px(0.1) << "," << py(r.dram_gbps * 0.1)
       << " " << px(ridge) << "," << py(peak) << " " << px(1000) << "," << py(peak) << "'/>\n";
   for (const Record& rec : records) {
-    const double g = 2.0 * rec.ours.m * 1e-9 / (rec.ours.median_ms * 1e-3);  // filled below per record
-    (void)g;
     const double gops = rec.ours.tflops * 1e3;
     out << "<circle cx='" << px(rec.ops_per_byte) << "' cy='" << py(gops) << "' r='4' fill='crimson'/>"
         << "<text x='" << px(rec.ops_per_byte) + 6 << "' y='" << py(gops) - 4 << "'>" << rec.shape << " M=" << rec.ours.m
@@ -194,8 +192,10 @@ int cmd_bench(int argc, char** argv) {
     std::unique_ptr<LayerRunner> anchor_runner;
     if (compare == "reference" || compare == "cublaslt") {
       SelectOptions anchor_select;
-      anchor_select.force = compare == "reference" ? "reference_" + std::string(family_name(scheme->family))
-                                                   : "cublaslt_fp8_scaled_mm";
+      // cuBLASLt is the vendor anchor of the FP8 families (its MX scale modes are Blackwell-only).
+      anchor_select.force = compare == "reference"                        ? "reference_" + std::string(family_name(scheme->family))
+                            : scheme->family == Family::kFp8BlockScaled ? "cublaslt_fp8_block_scaled"
+                                                                         : "cublaslt_fp8_scaled_mm";
       auto ar = LayerRunner::create(*layer, Tensor(), *platform, anchor_select, compare == "reference" ? 1 : cold_copies_for(bytes));
       if (!ar) {
         std::fprintf(stderr, "qlinear bench: --compare %s: %s\n", compare.c_str(), ar.message().c_str());
