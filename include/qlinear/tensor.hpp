@@ -79,4 +79,9 @@ class Tensor {
 // Reads element i of a 1-D-flattened contiguous float/integer tensor as double (tests, reference code).
 double element_as_double(const Tensor& t, int64_t flat_index);
 
+// Stacks host tensors of one dtype along dim 0 (fused shards: weights, per-row and block scales).
+Tensor concat_rows(const std::vector<Tensor>& parts);
+// An f32 [values.size()] tensor (per-shard scalar scales).
+Tensor f32_vector(const std::vector<float>& values);
+
 }  // namespace qlinear

@@ -260,27 +260,11 @@ Status LayerLoader::slice_cols(Shard& s, const std::string& module, int64_t k) {
   return Status::ok();
 }
 
-Tensor concat_rows(const std::vector<Tensor>& parts) {
-  if (parts.size() == 1) return parts[0].contiguous();
-  int64_t rows = 0;
-  for (const Tensor& p : parts) rows += p.size(0);
-  Shape shape = parts[0].shape();
-  shape[0] = rows;
-  Tensor out = Tensor::empty(parts[0].dtype(), shape);
-  char* dst = static_cast<char*>(out.raw());
-  for (const Tensor& p : parts) {
-    const Tensor c = p.contiguous();
-    std::memcpy(dst, c.raw(), static_cast<size_t>(c.nbytes()));
-    dst += c.nbytes();
-  }
-  return out;
-}
-
 // Per-tensor values of fused shards: one per shard ([num_shards]), or [1] for an unfused layer.
 Tensor stack_scalars(const std::vector<Tensor>& parts) {
-  Tensor out = Tensor::empty(DType::kF32, {static_cast<int64_t>(parts.size())});
-  for (size_t i = 0; i < parts.size(); ++i) out.data<float>()[i] = parts[i].data<float>()[0];
-  return out;
+  std::vector<float> values;
+  for (const Tensor& p : parts) values.push_back(p.data<float>()[0]);
+  return f32_vector(values);
 }
 
 Result<LoadedLayer> LayerLoader::load(const std::string& name, const std::vector<std::string>& modules) {

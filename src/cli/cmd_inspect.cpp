@@ -5,22 +5,21 @@
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
-#include "cli/platform_option.hpp"
-#include "qlinear/loader.hpp"
+#include "cli/checkpoint_args.hpp"
 #include "qlinear/registry.hpp"
 
 namespace qlinear::cli {
 
 namespace {
-const std::vector<OptionSpec> kSpecs = {
-    {"--layers", "REGEX", "only layers whose name matches"},
-    {"--tp-rank", "R", "tensor-parallel rank to load (default 0)"},
-    {"--tp-size", "W", "tensor-parallel size (default 1)"},
-    {"--platform", "P", "cpu (default), cuda, cuda:N, sm80, sm90, avx2, ..."},
-    {"--explain", "", "list every candidate kernel with its verdict"},
-    {"--json", "", "machine-readable output"},
-    {"--help", "", "this help"},
-};
+const std::vector<OptionSpec> kSpecs = [] {
+  std::vector<OptionSpec> specs = {
+      {"--explain", "", "list every candidate kernel with its verdict"},
+      {"--json", "", "machine-readable output"},
+      {"--help", "", "this help"},
+  };
+  for (OptionSpec& s : checkpoint_option_specs()) specs.push_back(s);
+  return specs;
+}();
 }  // namespace
 
 int cmd_inspect(int argc, char** argv) {
@@ -34,31 +33,11 @@ int cmd_inspect(int argc, char** argv) {
                 options_help(kSpecs).c_str());
     return 0;
   }
-  if (args->positional().empty()) {
-    std::fprintf(stderr, "qlinear inspect: missing CKPT (a checkpoint directory or .safetensors file)\n");
-    return 2;
-  }
-  auto rank = args->get_int("--tp-rank", 0, 0);
-  auto size = args->get_int("--tp-size", 1, 1);
-  if (!rank || !size || *rank >= *size) {
-    std::fprintf(stderr, "qlinear inspect: %s\n",
-                 !rank ? rank.message().c_str() : !size ? size.message().c_str() : "--tp-rank must be below --tp-size");
-    return 2;
-  }
-  auto platform = parse_platform(args->get_or("--platform", "cpu"));
-  if (!platform) {
-    std::fprintf(stderr, "qlinear inspect: %s\n", platform.message().c_str());
-    return 2;
-  }
-  LoadOptions lo;
-  lo.tp_rank = static_cast<int>(*rank);
-  lo.tp_size = static_cast<int>(*size);
-  lo.layer_regex = args->get_or("--layers", "");
-  auto model = load_checkpoint(args->positional()[0], lo);
-  if (!model) {
-    std::fprintf(stderr, "qlinear inspect: %s\n", model.message().c_str());
-    return 1;
-  }
+  CheckpointInput input;
+  if (int code = load_checkpoint_input(*args, "inspect", input); code != 0) return code;
+  const LoadOptions& lo = input.options;
+  const Platform* platform = &input.platform;
+  const LoadedModel* model = &input.model;
   const bool json = args->flag("--json"), explain = args->flag("--explain");
   nlohmann::json layers = nlohmann::json::array();
   if (!json) {

@@ -6,23 +6,22 @@
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/layer_runner.hpp"
-#include "cli/platform_option.hpp"
-#include "qlinear/loader.hpp"
+#include "cli/checkpoint_args.hpp"
 
 namespace qlinear::cli {
 
 namespace {
-const std::vector<OptionSpec> kSpecs = {
-    {"--m", "LIST", "token counts, comma-separated (default 1,16,256)"},
-    {"--layers", "REGEX", "only layers whose name matches"},
-    {"--tp-rank", "R", "tensor-parallel rank to load (default 0)"},
-    {"--tp-size", "W", "tensor-parallel size (default 1)"},
-    {"--platform", "P", "cpu (default), cuda, cuda:N"},
-    {"--reps", "N", "timed repetitions per measurement (default 10)"},
-    {"--no-check", "", "skip the comparison with the reference kernel"},
-    {"--json", "", "machine-readable output (one record per layer and M)"},
-    {"--help", "", "this help"},
-};
+const std::vector<OptionSpec> kSpecs = [] {
+  std::vector<OptionSpec> specs = {
+      {"--m", "LIST", "token counts, comma-separated (default 1,16,256)"},
+      {"--reps", "N", "timed repetitions per measurement (default 10)"},
+      {"--no-check", "", "skip the comparison with the reference kernel"},
+      {"--json", "", "machine-readable output (one record per layer and M)"},
+      {"--help", "", "this help"},
+  };
+  for (OptionSpec& s : checkpoint_option_specs()) specs.push_back(s);
+  return specs;
+}();
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
@@ -36,39 +35,19 @@ int cmd_run(int argc, char** argv) {
                 options_help(kSpecs).c_str());
     return 0;
   }
-  if (args->positional().empty()) {
-    std::fprintf(stderr, "qlinear run: missing CKPT (a checkpoint directory or .safetensors file)\n");
-    return 2;
-  }
   auto ms = args->get_int_list("--m", {1, 16, 256}, 1);
-  auto rank = args->get_int("--tp-rank", 0, 0);
-  auto size = args->get_int("--tp-size", 1, 1);
   auto reps = args->get_int("--reps", 10, 1);
-  for (const Status& s : {ms.status(), rank.status(), size.status(), reps.status()}) {
+  for (const Status& s : {ms.status(), reps.status()}) {
     if (!s) {
       std::fprintf(stderr, "qlinear run: %s\n", s.message().c_str());
       return 2;
     }
   }
-  if (*rank >= *size) {
-    std::fprintf(stderr, "qlinear run: --tp-rank %lld must be below --tp-size %lld\n", static_cast<long long>(*rank),
-                 static_cast<long long>(*size));
-    return 2;
-  }
-  auto platform = parse_platform(args->get_or("--platform", "cpu"));
-  if (!platform) {
-    std::fprintf(stderr, "qlinear run: %s\n", platform.message().c_str());
-    return 2;
-  }
-  LoadOptions lo;
-  lo.tp_rank = static_cast<int>(*rank);
-  lo.tp_size = static_cast<int>(*size);
-  lo.layer_regex = args->get_or("--layers", "");
-  auto model = load_checkpoint(args->positional()[0], lo);
-  if (!model) {
-    std::fprintf(stderr, "qlinear run: %s\n", model.message().c_str());
-    return 1;
-  }
+  CheckpointInput input;
+  if (int code = load_checkpoint_input(*args, "run", input); code != 0) return code;
+  const LoadOptions& lo = input.options;
+  const Platform* platform = &input.platform;
+  const LoadedModel* model = &input.model;
   const bool json = args->flag("--json"), check = !args->flag("--no-check");
   nlohmann::json records = nlohmann::json::array();
   if (!json) {

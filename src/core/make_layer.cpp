@@ -10,12 +10,6 @@ namespace qlinear {
 
 namespace {
 
-Tensor f32_vector(const std::vector<float>& values) {
-  Tensor t = Tensor::empty(DType::kF32, {static_cast<int64_t>(values.size())});
-  std::memcpy(t.data<float>(), values.data(), sizeof(float) * values.size());
-  return t;
-}
-
 // Quantizes each fused shard separately when the weight key has one scale per tensor: that is how a
 // checkpoint of unfused q/k/v projections looks once fused (one scalar per shard).
 Result<std::vector<QuantizedTensor>> quantize_shards(const Tensor& weight, const QuantKey& key,
@@ -37,21 +31,6 @@ Result<std::vector<QuantizedTensor>> quantize_shards(const Tensor& weight, const
     row += w;
   }
   return parts;
-}
-
-// Concatenates the shards' codes (and per-row scales) back into one [N, ...] tensor.
-Tensor concat_rows(const std::vector<Tensor>& parts) {
-  int64_t rows = 0;
-  for (const Tensor& p : parts) rows += p.size(0);
-  Shape shape = parts[0].shape();
-  shape[0] = rows;
-  Tensor out = Tensor::empty(parts[0].dtype(), shape);
-  char* dst = static_cast<char*>(out.raw());
-  for (const Tensor& p : parts) {
-    std::memcpy(dst, p.raw(), static_cast<size_t>(p.nbytes()));
-    dst += p.nbytes();
-  }
-  return out;
 }
 
 }  // namespace

@@ -169,4 +169,26 @@ double element_as_double(const Tensor& t, int64_t i) {
   }
 }
 
+Tensor concat_rows(const std::vector<Tensor>& parts) {
+  if (parts.size() == 1) return parts[0].contiguous();
+  int64_t rows = 0;
+  for (const Tensor& p : parts) rows += p.size(0);
+  Shape shape = parts[0].shape();
+  shape[0] = rows;
+  Tensor out = Tensor::empty(parts[0].dtype(), shape);
+  char* dst = static_cast<char*>(out.raw());
+  for (const Tensor& p : parts) {
+    const Tensor c = p.contiguous();
+    std::memcpy(dst, c.raw(), static_cast<size_t>(c.nbytes()));
+    dst += c.nbytes();
+  }
+  return out;
+}
+
+Tensor f32_vector(const std::vector<float>& values) {
+  Tensor t = Tensor::empty(DType::kF32, {static_cast<int64_t>(values.size())});
+  std::memcpy(t.data<float>(), values.data(), sizeof(float) * values.size());
+  return t;
+}
+
 }  // namespace qlinear
