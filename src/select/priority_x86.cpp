@@ -19,6 +19,14 @@ const LinearKernel* const kX86CpuPriority[] = {
     &x86::kAvx512Bf16Mxfp8W8A16,
     // MXFP4 weight-only (W4A16)
     &x86::kAvx512Bf16Mxfp4W4A16,
+    // AVX2 + FMA: every FP8 / MX / NVFP4 family (weight-only paths first, then W8A8, then NVFP4)
+    &x86::kAvx2Mxfp8,
+    &x86::kAvx2Fp8WeightOnly,
+    &x86::kAvx2Mxfp4,
+    &x86::kAvx2Mxfp6,
+    &x86::kAvx2Fp8ScaledMM,
+    &x86::kAvx2Fp8BlockScaled,
+    &x86::kAvx2Nvfp4,
 #endif
     // Reference: runs anywhere, last for every family.
     &reference::kFp8ScaledMM,

@@ -9,6 +9,13 @@
 //   x86_avx512bf16_fp8_w8a16      fp8_weight_only   AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
 //   x86_avx512bf16_mxfp8_w8a16    mxfp8 (A16)       AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
 //   x86_avx512bf16_mxfp4_w4a16    mxfp4 (A16)       AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
+//   x86_avx2_fp8_scaled_mm        fp8_scaled_mm     AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
+//   x86_avx2_fp8_block_scaled     fp8_block_scaled  AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
+//   x86_avx2_fp8_weight_only      fp8_weight_only   AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
+//   x86_avx2_mxfp8                mxfp8 (A16, A8)   AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
+//   x86_avx2_mxfp6                mxfp6 (A16, A*)   AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
+//   x86_avx2_mxfp4                mxfp4 (A16, A*)   AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
+//   x86_avx2_nvfp4                nvfp4 (A16, A4)   AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
 //
 // Per-layer state lives in layer.kernel_state (the kernels are stateless and shared); process replaces
 // the checkpoint's "weight" tensor by the packed copy (no second full copy stays), and row_major_weight
@@ -75,6 +82,39 @@ class W8A16Kernel final : public LinearKernel {
 extern const W8A16Kernel kAvx512Bf16Fp8W8A16;    // "x86_avx512bf16_fp8_w8a16"
 extern const W8A16Kernel kAvx512Bf16Mxfp8W8A16;  // "x86_avx512bf16_mxfp8_w8a16"
 extern const W8A16Kernel kAvx512Bf16Mxfp4W4A16;  // "x86_avx512bf16_mxfp4_w4a16"
+
+// Every FP8 / MX / NVFP4 family on AVX2 + FMA (fp_isa.hpp): weight codes decoded to f32 in registers
+// (group scales folded where exact), f32 activations (dense input converted exactly, or quantized inside
+// apply bit-identically to the reference quantizer and decoded), FMA with f32 accumulation. Per-tensor /
+// per-channel scales in the epilogue, 128x128 blocks on each K block's partial sum. Layers whose folded
+// MX scales would leave f32's exact range (or activations whose would) run the reference instead.
+class FpAvx2Kernel final : public LinearKernel {
+ public:
+  constexpr FpAvx2Kernel(std::string_view name, Family family) : name_(name), family_(family) {}
+  std::string_view name() const override { return name_; }
+  Family family() const override { return family_; }
+  std::string_view summary() const override;
+  Verdict is_supported(const Platform& platform) const override { return isa_supported(platform, Isa::kAvx2); }
+  Verdict can_implement(const LinearConfig& config) const override;
+  Result<Tensor> row_major_weight(const LinearLayer& layer) const override;
+
+ protected:
+  Status process_impl(LinearLayer& layer) const override;
+  Status apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const override;
+
+ private:
+  Status reference_apply(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const;
+  std::string_view name_;
+  Family family_;
+};
+
+extern const FpAvx2Kernel kAvx2Fp8ScaledMM;    // "x86_avx2_fp8_scaled_mm"
+extern const FpAvx2Kernel kAvx2Fp8BlockScaled; // "x86_avx2_fp8_block_scaled"
+extern const FpAvx2Kernel kAvx2Fp8WeightOnly;  // "x86_avx2_fp8_weight_only"
+extern const FpAvx2Kernel kAvx2Mxfp8;          // "x86_avx2_mxfp8"
+extern const FpAvx2Kernel kAvx2Mxfp6;          // "x86_avx2_mxfp6"
+extern const FpAvx2Kernel kAvx2Mxfp4;          // "x86_avx2_mxfp4"
+extern const FpAvx2Kernel kAvx2Nvfp4;          // "x86_avx2_nvfp4"
 
 // Shared helpers (kernels.cpp).
 // A dense f32/bf16/f16 [n] tensor as f32 (bias), or empty when t is null.

@@ -1,0 +1,228 @@
+// Activations of the AVX2 FP engine: dense rows to f32, or quantized bit-identically to the reference
+// quantizers (src/quant/fp8_quant.cpp, mx_quant.cpp, nvfp4_quant.cpp) and handed on as the exact f32
+// values of their codes.
+//
+// The reference computes every scale in double from the exact inputs, rounds f32-stored scales once, and
+// encodes encode(elem, x / s) (FP8), encode(elem, x * 2^-e) (MX), encode(E2M1, x * g / sf) (NVFP4) with the
+// quotient in double and round-to-nearest-even with saturation. This file does the same operations in the
+// same order in double (IEEE division and multiplication are correctly rounded, so the results are the
+// same bits), and rounds to the element grid with nearbyint on the exact power-of-two-scaled value: the
+// grid of a format with mbits mantissa bits and minimum normal exponent emin, at |t| in [2^e, 2^(e+1)), is
+// 2^(max(e, emin) - mbits); ties go to the even multiple, which is the even code. No a*b+c appears, so FMA
+// contraction cannot change a rounding.
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "backends/x86/fp_isa.hpp"
+
+namespace qlinear::x86 {
+
+namespace {
+
+struct Grid {
+  int emin, mbits;
+  double max;
+};
+
+Grid grid_of(FpElem e) {
+  switch (e) {
+    case FpElem::kE4M3: return {-6, 3, 448.0};
+    case FpElem::kE3M2: return {-2, 2, 28.0};
+    case FpElem::kE2M3: return {0, 3, 7.5};
+    case FpElem::kE2M1: return {0, 1, 6.0};
+  }
+  return {-6, 3, 448.0};
+}
+
+double pow2d(int e) {  // 2^e, e in [-1022, 1023]
+  const uint64_t b = static_cast<uint64_t>(e + 1023) << 52;
+  double d;
+  std::memcpy(&d, &b, 8);
+  return d;
+}
+
+// The value encode(elem, t, kSaturate) decodes to, for finite t.
+double grid_round(double t, const Grid& g) {
+  const double a = std::fabs(t);
+  if (a == 0) return t;
+  if (a >= g.max) return std::copysign(g.max, t);
+  uint64_t bits;
+  std::memcpy(&bits, &a, 8);
+  int e = static_cast<int>((bits >> 52) & 0x7FF) - 1023;
+  if (e < g.emin) e = g.emin;
+  double r = std::nearbyint(a * pow2d(g.mbits - e)) * pow2d(e - g.mbits);
+  if (r > g.max) r = g.max;
+  return std::copysign(r, t);
+}
+
+float bf16_bits_to_f32(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+float load1(const void* x, FloatKind kind, int64_t i) {
+  switch (kind) {
+    case FloatKind::kF32: return static_cast<const float*>(x)[i];
+    case FloatKind::kBF16: return bf16_bits_to_f32(static_cast<const uint16_t*>(x)[i]);
+    case FloatKind::kF16: return _cvtsh_ss(static_cast<const uint16_t*>(x)[i]);
+  }
+  return 0.0f;
+}
+
+__m256 load8(const void* x, FloatKind kind, int64_t i) {
+  switch (kind) {
+    case FloatKind::kF32: return _mm256_loadu_ps(static_cast<const float*>(x) + i);
+    case FloatKind::kBF16: {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(x) + i));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    case FloatKind::kF16:
+      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(x) + i)));
+  }
+  return _mm256_setzero_ps();
+}
+
+double to_f32(double v) { return static_cast<double>(static_cast<float>(v)); }
+
+const void* row_ptr(const FpActQuant& q, int64_t r) {
+  const size_t esize = q.x_kind == FloatKind::kF32 ? 4 : 2;
+  return static_cast<const char*>(q.x) + static_cast<size_t>(r * q.ldx) * esize;
+}
+
+// max |x| over [b, e) of a row; sets *finite to false on Inf/NaN.
+double amax_of(const void* row, FloatKind kind, int64_t b, int64_t e, bool* finite) {
+  double m = 0;
+  for (int64_t i = b; i < e; ++i) {
+    const double v = std::fabs(static_cast<double>(load1(row, kind, i)));
+    if (!(v <= HUGE_VAL) || v == HUGE_VAL) *finite = false;
+    m = v > m ? v : m;
+  }
+  return m;
+}
+
+// ceil(log2(a / m)) exactly (mx_quant.cpp).
+int ceil_log2_ratio(double a, double m) {
+  int ka = 0, km = 0;
+  const double fa = std::frexp(a, &ka);
+  const double fm = std::frexp(m, &km);
+  return ka - km + (fa > fm ? 1 : 0);
+}
+
+// The reference's FP8 per-token / per-tensor rule (fp8_quant.cpp), amax given.
+constexpr double kMinScale = static_cast<double>(1.0f / (448.0f * 512.0f));
+constexpr double kGroupAmaxFloor = static_cast<double>(1e-10f);
+
+void prepare_row(const FpActQuant& q, int64_t r, double tensor_scale) {
+  const void* row = row_ptr(q, r);
+  float* out = q.act + r * q.k_pad;
+  bool finite = true, exact = true;
+  const Grid e4m3 = grid_of(FpElem::kE4M3);
+  switch (q.mode) {
+    case FpActMode::kDense: {
+      int64_t i = 0;
+      for (; i + 8 <= q.k; i += 8) _mm256_storeu_ps(out + i, load8(row, q.x_kind, i));
+      for (; i < q.k; ++i) out[i] = load1(row, q.x_kind, i);
+      q.row_scale[r] = 1.0f;
+      break;
+    }
+    case FpActMode::kFp8Static:
+    case FpActMode::kFp8DynTensor:
+    case FpActMode::kFp8DynToken: {
+      double s = tensor_scale;
+      if (q.mode == FpActMode::kFp8DynToken) {
+        const double amax = amax_of(row, q.x_kind, 0, q.k, &finite);
+        s = to_f32(amax / 448.0);
+        s = s > kMinScale ? s : kMinScale;
+      }
+      for (int64_t i = 0; i < q.k; ++i) {
+        const double v = load1(row, q.x_kind, i);
+        finite = finite && std::isfinite(v);
+        out[i] = static_cast<float>(grid_round(v / s, e4m3));
+      }
+      q.row_scale[r] = static_cast<float>(s);
+      break;
+    }
+    case FpActMode::kFp8Dyn1x128: {
+      const int64_t blocks = (q.k + 127) / 128;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t e = b * 128 + 128 < q.k ? b * 128 + 128 : q.k;
+        const double amax = amax_of(row, q.x_kind, b * 128, e, &finite);
+        const double s = to_f32((amax > kGroupAmaxFloor ? amax : kGroupAmaxFloor) / 448.0);
+        for (int64_t i = b * 128; i < e; ++i) out[i] = static_cast<float>(grid_round(load1(row, q.x_kind, i) / s, e4m3));
+        q.block_scale[r * blocks + b] = static_cast<float>(s);
+      }
+      q.row_scale[r] = 1.0f;
+      break;
+    }
+    case FpActMode::kMxDyn: {
+      const Grid g = grid_of(q.elem);
+      for (int64_t b = 0; b < q.k; b += 32) {
+        const double amax = amax_of(row, q.x_kind, b, b + 32, &finite);
+        int e = amax == 0 ? -127 : ceil_log2_ratio(amax, g.max);
+        e = e < -127 ? -127 : (e > 127 ? 127 : e);
+        for (int64_t i = b; i < b + 32; ++i) {
+          const double v = std::ldexp(grid_round(std::ldexp(static_cast<double>(load1(row, q.x_kind, i)), -e), g), e);
+          out[i] = static_cast<float>(v);
+          exact = exact && static_cast<double>(out[i]) == v;
+        }
+      }
+      q.row_scale[r] = 1.0f;
+      break;
+    }
+    case FpActMode::kNvfp4Dyn: {
+      const double gs = q.global_scale;
+      const Grid e2m1 = grid_of(FpElem::kE2M1);
+      for (int64_t b = 0; b < q.k; b += 16) {
+        const double amax = amax_of(row, q.x_kind, b, b + 16, &finite);
+        const double sf = grid_round(amax / 6.0 * gs, e4m3);
+        for (int64_t i = b; i < b + 16; ++i) {
+          const double x = load1(row, q.x_kind, i);
+          const double v = sf == 0 ? 0.0 : grid_round(x * gs / sf, e2m1) * sf;
+          out[i] = static_cast<float>(v);
+          exact = exact && static_cast<double>(out[i]) == v;
+        }
+      }
+      q.row_scale[r] = static_cast<float>(1.0 / gs);
+      break;
+    }
+  }
+  for (int64_t i = q.k; i < q.k_pad; ++i) out[i] = 0.0f;
+  if (!finite) q.bad_input[0] = 1;
+  if (!exact) q.inexact[0] = 1;
+}
+
+}  // namespace
+
+void fp_prepare_activations_avx2(const FpActQuant& q) {
+  double tensor_scale = static_cast<double>(q.static_scale);
+  if (q.mode == FpActMode::kFp8DynTensor) {
+    bool finite = true;
+    double amax = 0;
+    for (int64_t r = 0; r < q.m; ++r) {
+      const double a = amax_of(row_ptr(q, r), q.x_kind, 0, q.k, &finite);
+      amax = a > amax ? a : amax;
+    }
+    if (!finite) q.bad_input[0] = 1;
+    const double s = to_f32(amax / 448.0);
+    tensor_scale = s > 0 ? s : kMinScale;
+  }
+  uint8_t bad = 0, inexact = 0;
+  FpActQuant local = q;
+#pragma omp parallel for schedule(static) if (q.m > 1) firstprivate(local) reduction(| : bad, inexact)
+  for (int64_t r = 0; r < q.m; ++r) {
+    uint8_t b = 0, x = 0;
+    local.bad_input = &b;
+    local.inexact = &x;
+    prepare_row(local, r, tensor_scale);
+    bad |= b;
+    inexact |= x;
+  }
+  if (bad) q.bad_input[0] = 1;
+  if (inexact) q.inexact[0] = 1;
+}
+
+}  // namespace qlinear::x86

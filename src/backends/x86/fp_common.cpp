@@ -1,0 +1,364 @@
+// x86_avx2_{fp8_scaled_mm, fp8_block_scaled, fp8_weight_only, mxfp8, mxfp6, mxfp4, nvfp4}: checks, weight
+// prepacking into code panels, scale preparation and the apply driver, baseline flags. Layout and
+// numerics: fp_isa.hpp.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "backends/reference/reference_kernels.hpp"
+#include "backends/x86/fp_isa.hpp"
+#include "backends/x86/x86_kernels.hpp"
+
+namespace qlinear::x86 {
+
+namespace {
+
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+using AlignedBytes = std::unique_ptr<uint8_t, AlignedFree>;
+
+AlignedBytes aligned_bytes(int64_t bytes) {
+  const size_t size = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
+  return AlignedBytes(static_cast<uint8_t*>(std::aligned_alloc(64, size)));
+}
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+FpElem elem_of(DType d) {
+  switch (d) {
+    case DType::kF6E3M2: return FpElem::kE3M2;
+    case DType::kF6E2M3: return FpElem::kE2M3;
+    case DType::kF4E2M1: return FpElem::kE2M1;
+    default: return FpElem::kE4M3;
+  }
+}
+
+int record_bytes(FpElem e) { return e == FpElem::kE4M3 ? 16 : (e == FpElem::kE2M1 ? 8 : 12); }
+
+struct FpState {
+  int64_t n = 0, k = 0, n_pad = 0, k_pad = 0;
+  DType wdtype = DType::kF8E4M3;
+  FpElem elem = FpElem::kE4M3;
+  AlignedBytes packed;               // code panels [n_pad/16][k_pad][record]
+  FpGroupScale group_scale = FpGroupScale::kNone;
+  int64_t group = 32;
+  std::vector<uint8_t> grp;          // [n_pad/16][k_pad/group][16]
+  std::vector<float> block_scale;    // 128x128: [ceil(n/128)][ceil(k/128)]
+  int64_t block_cols = 0;
+  std::vector<float> col_scale;      // [n_pad], empty = 1
+  std::vector<float> col_nan;        // [n_pad], empty = no NaN weight code
+  float in_scale = 1.0f;             // fp8 static activations (max over shards, as vLLM)
+  float in_global = 1.0f;            // nvfp4 activations' g (max over shards)
+  bool use_reference = false;        // folded scales would not be exact: the reference runs the layer
+};
+
+const FpState* state_of(const LinearLayer& layer) { return static_cast<const FpState*>(layer.kernel_state.get()); }
+
+uint8_t* record(FpState& st, int64_t n, int64_t k) {
+  const int rb = record_bytes(st.elem);
+  return st.packed.get() + (n / 16) * st.k_pad * rb + k * rb;
+}
+
+const uint8_t* record(const FpState& st, int64_t n, int64_t k) {
+  const int rb = record_bytes(st.elem);
+  return st.packed.get() + (n / 16) * st.k_pad * rb + k * rb;
+}
+
+// Code panels (fp_isa.hpp): column j = n % 16 of record k.
+void set_code(FpState& st, int64_t n, int64_t k, uint32_t code) {
+  uint8_t* r = record(st, n, k);
+  const int j = static_cast<int>(n % 16);
+  if (st.elem == FpElem::kE4M3) {
+    r[j] = static_cast<uint8_t>(code);
+    return;
+  }
+  uint8_t& nib = r[j / 2];
+  nib = (j % 2) ? static_cast<uint8_t>((nib & 0x0F) | ((code & 0x0F) << 4)) : static_cast<uint8_t>((nib & 0xF0) | (code & 0x0F));
+  if (st.elem == FpElem::kE2M1) return;
+  uint8_t& top = r[8 + j % 4];
+  const int sh = 2 * (j / 4);
+  top = static_cast<uint8_t>((top & ~(3 << sh)) | (((code >> 4) & 3) << sh));
+}
+
+uint32_t get_code(const FpState& st, int64_t n, int64_t k) {
+  const uint8_t* r = record(st, n, k);
+  const int j = static_cast<int>(n % 16);
+  if (st.elem == FpElem::kE4M3) return r[j];
+  uint32_t c = (j % 2) ? (r[j / 2] >> 4) : (r[j / 2] & 0x0F);
+  if (st.elem != FpElem::kE2M1) c |= ((r[8 + j % 4] >> (2 * (j / 4))) & 3u) << 4;
+  return c;
+}
+
+// Per-column values of a per-tensor (per-shard) scalar tensor, or of a per-channel one.
+std::vector<float> per_column(const LinearConfig& c, const Tensor& t, int64_t n_pad, bool per_channel) {
+  const Tensor ct = t.contiguous();
+  std::vector<float> v(static_cast<size_t>(n_pad), 0.0f);
+  if (per_channel) {
+    std::copy(ct.data<float>(), ct.data<float>() + c.n, v.begin());
+    return v;
+  }
+  int64_t row = 0;
+  for (int64_t s = 0; s < c.num_shards(); ++s) {
+    const int64_t width = c.logical_widths.empty() ? c.n : c.logical_widths[s];
+    std::fill(v.begin() + row, v.begin() + row + width, ct.data<float>()[ct.numel() == 1 ? 0 : s]);
+    row += width;
+  }
+  return v;
+}
+
+float max_of(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  return *std::max_element(c.data<float>(), c.data<float>() + c.numel());
+}
+
+// Smallest and largest nonzero magnitude of an element format.
+double min_nonzero(DType d) { return traits(d).min_subnormal; }
+
+}  // namespace
+
+const FpAvx2Kernel kAvx2Fp8ScaledMM("x86_avx2_fp8_scaled_mm", Family::kFp8ScaledMM);
+const FpAvx2Kernel kAvx2Fp8BlockScaled("x86_avx2_fp8_block_scaled", Family::kFp8BlockScaled);
+const FpAvx2Kernel kAvx2Fp8WeightOnly("x86_avx2_fp8_weight_only", Family::kFp8WeightOnly);
+const FpAvx2Kernel kAvx2Mxfp8("x86_avx2_mxfp8", Family::kMxfp8);
+const FpAvx2Kernel kAvx2Mxfp6("x86_avx2_mxfp6", Family::kMxfp6);
+const FpAvx2Kernel kAvx2Mxfp4("x86_avx2_mxfp4", Family::kMxfp4);
+const FpAvx2Kernel kAvx2Nvfp4("x86_avx2_nvfp4", Family::kNvfp4);
+
+std::string_view FpAvx2Kernel::summary() const {
+  switch (family_) {
+    case Family::kFp8ScaledMM:
+      return "FP8 W8A8 (per-tensor/channel weights, static or dynamic activations quantized as the reference), "
+             "E4M3 decoded to f32, AVX2 FMA, f32 accumulation";
+    case Family::kFp8BlockScaled:
+      return "FP8 128x128 weights x dynamic 1x128 FP8 activations, E4M3 decoded to f32, AVX2 FMA, block scales on "
+             "each 128-wide partial sum";
+    case Family::kFp8WeightOnly:
+      return "FP8 E4M3 weights (per-tensor/channel/128x128) x f32/bf16/f16 activations, AVX2 FMA, f32 accumulation";
+    case Family::kMxfp8: return "MXFP8 weights (E8M0 folded) x f32/bf16/f16 or MXFP8 activations, AVX2 FMA, f32 sums";
+    case Family::kMxfp6:
+      return "MXFP6 E2M3/E3M2 weights (E8M0 folded) x f32/bf16/f16 or MX activations, AVX2 FMA, f32 sums";
+    case Family::kMxfp4: return "MXFP4 weights (vpshufb, E8M0 folded) x f32/bf16/f16 or MX activations, AVX2 FMA";
+    default: return "NVFP4 weights (E4M3 block scales folded, global in the epilogue) x dense or NVFP4 activations, AVX2 FMA";
+  }
+}
+
+Verdict FpAvx2Kernel::can_implement(const LinearConfig& c) const {
+  if (c.family != family_) return Verdict::no("layer family is " + std::string(family_name(c.family)));
+  // Every key of the family's contract: check_config already holds them to it. Any N and K (padded).
+  return Verdict::yes();
+}
+
+Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
+  const LinearConfig& c = layer.config;
+  auto st = std::make_shared<FpState>();
+  st->n = c.n;
+  st->k = c.k;
+  st->n_pad = round_up(c.n, 16);
+  st->k_pad = round_up(c.k, 32);
+  st->wdtype = c.weight_key.dtype;
+  st->elem = elem_of(st->wdtype);
+  const bool packed_fmt = is_packed(st->wdtype);
+  const Tensor w = layer.params.at("weight").contiguous();
+  const uint8_t* wp = w.data<uint8_t>();
+  const int64_t row_bytes = packed_fmt ? storage_bytes(st->wdtype, c.k) : c.k;
+  auto code = [&](int64_t n, int64_t k) -> uint32_t {
+    return packed_fmt ? unpack_code(st->wdtype, wp + n * row_bytes, k) : wp[n * c.k + k];
+  };
+  const int64_t bytes = st->n_pad * st->k_pad * record_bytes(st->elem);
+  st->packed = aligned_bytes(bytes);
+  std::memset(st->packed.get(), 0, static_cast<size_t>(bytes));
+  const bool e4m3 = st->elem == FpElem::kE4M3;
+  std::vector<uint8_t> nan_col(static_cast<size_t>(c.n), 0);
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < st->n_pad / 16; ++p) {  // one thread per panel: its records share bytes
+    for (int64_t n = p * 16; n < std::min(c.n, p * 16 + 16); ++n) {
+      for (int64_t k = 0; k < c.k; ++k) {
+        const uint32_t v = code(n, k);
+        if (e4m3 && (v & 0x7F) == 0x7F) nan_col[n] = 1;
+        set_code(*st, n, k, v);
+      }
+    }
+  }
+  if (std::find(nan_col.begin(), nan_col.end(), 1) != nan_col.end()) {
+    st->col_nan.assign(static_cast<size_t>(st->n_pad), 0.0f);
+    for (int64_t n = 0; n < c.n; ++n) {
+      if (nan_col[n]) st->col_nan[n] = std::numeric_limits<float>::quiet_NaN();
+    }
+  }
+
+  const Tensor ws = layer.params.at("weight_scale").contiguous();
+  const GroupShape g = c.weight_key.scale.group;
+  const DType sd = c.weight_key.scale.dtype;
+  if (sd == DType::kE8M0 || sd == DType::kF8E4M3) {
+    const bool mx = sd == DType::kE8M0;
+    st->group_scale = mx ? FpGroupScale::kE8M0 : FpGroupScale::kE4M3;
+    st->group = mx ? 32 : 16;
+    const int64_t kb = c.k / st->group, kb_pad = st->k_pad / st->group;
+    const uint8_t* e = static_cast<const uint8_t*>(ws.raw());
+    st->grp.assign(static_cast<size_t>(st->n_pad / 16 * kb_pad * 16), mx ? 127 : 0x38);  // 1.0: padding
+    // Folded weights value * s must be exact f32: for MX, the multiplier 2^(127 - bias + e) (E4M3, E3M2) or
+    // 2^(e - p) (E2M3, E2M1 tables) must be a normal f32 and the block's values normal after scaling.
+    const bool lut = st->elem == FpElem::kE2M1 || st->elem == FpElem::kE2M3;
+    const int bias = traits(st->wdtype).exponent_bias;
+    const int off = lut ? (st->elem == FpElem::kE2M1 ? -1 : -3) : 127 - bias;
+    const double vmin = min_nonzero(st->wdtype), vmax = traits(st->wdtype).max_finite;
+    for (int64_t n = 0; n < c.n; ++n) {
+      for (int64_t b = 0; b < kb; ++b) {
+        const uint8_t sc = e[n * kb + b];
+        bool any = false;
+        for (int64_t k = b * st->group; k < (b + 1) * st->group; ++k) {
+          const uint32_t v = code(n, k);
+          any = any || (v & ((1u << (traits(st->wdtype).bits - 1)) - 1)) != 0;
+        }
+        uint8_t stored = sc;
+        if (mx) {
+          const int ex = static_cast<int>(sc) - 127, field = static_cast<int>(sc) + off;
+          const bool ok = sc != 0xFF && field >= 1 && field <= 254 && std::ldexp(vmin, ex) >= 0x1p-126 &&
+                          std::ldexp(vmax, ex) < 0x1p127;
+          if (!ok && any) st->use_reference = true;
+          if (!ok) stored = 127;
+        } else if ((sc & 0x7F) == 0x7F) {  // an E4M3 NaN block scale: the reference's NaN
+          if (any) st->use_reference = true;
+          stored = 0x38;
+        }
+        st->grp[((n / 16) * kb_pad + b) * 16 + n % 16] = stored;
+      }
+    }
+    if (!mx) {
+      const Tensor gs = layer.params.at("weight_global_scale");
+      std::vector<float> gcol = per_column(c, gs, st->n_pad, false);
+      st->col_scale.assign(static_cast<size_t>(st->n_pad), 0.0f);
+      for (int64_t n = 0; n < c.n; ++n) st->col_scale[n] = static_cast<float>(1.0 / gcol[n]);
+    }
+  } else if (g == kBlock128x128) {
+    st->block_cols = (c.k + 127) / 128;
+    st->block_scale.assign(ws.data<float>(), ws.data<float>() + ws.numel());
+  } else {
+    st->col_scale = per_column(c, ws, st->n_pad, g.is_per_channel());
+  }
+  if (c.activation_key && c.activation_key->scale.is_static) st->in_scale = max_of(layer.params.at("input_scale"));
+  if (c.activation_key && c.activation_key->scale2) st->in_global = max_of(layer.params.at("input_global_scale"));
+  layer.kernel_state = st;
+  layer.params.erase("weight");  // the panels replace it; row_major_weight rebuilds it
+  return Status::ok();
+}
+
+Result<Tensor> FpAvx2Kernel::row_major_weight(const LinearLayer& layer) const {
+  const FpState* st = state_of(layer);
+  if (st == nullptr) return layer.get("weight");
+  if (!is_packed(st->wdtype)) {
+    Tensor w = Tensor::empty(st->wdtype, {st->n, st->k});
+    for (int64_t n = 0; n < st->n; ++n) {
+      for (int64_t k = 0; k < st->k; ++k) w.data<uint8_t>()[n * st->k + k] = static_cast<uint8_t>(get_code(*st, n, k));
+    }
+    return w;
+  }
+  const int64_t row_bytes = storage_bytes(st->wdtype, st->k);
+  Tensor w = Tensor::zeros(DType::kU8, {st->n, row_bytes});
+  for (int64_t n = 0; n < st->n; ++n) {
+    for (int64_t k = 0; k < st->k; ++k) pack_code(st->wdtype, w.data<uint8_t>() + n * row_bytes, k, get_code(*st, n, k));
+  }
+  return w;
+}
+
+Status FpAvx2Kernel::reference_apply(const LinearLayer& layer, const Activation& x, const Tensor* bias,
+                                     Tensor& out) const {
+  const LinearKernel* ref = nullptr;
+  switch (family_) {
+    case Family::kFp8ScaledMM: ref = &reference::kFp8ScaledMM; break;
+    case Family::kFp8BlockScaled: ref = &reference::kFp8BlockScaled; break;
+    case Family::kFp8WeightOnly: ref = &reference::kFp8WeightOnly; break;
+    case Family::kMxfp8: ref = &reference::kMxfp8; break;
+    case Family::kMxfp6: ref = &reference::kMxfp6; break;
+    case Family::kMxfp4: ref = &reference::kMxfp4; break;
+    default: ref = &reference::kNvfp4; break;
+  }
+  LinearLayer copy;
+  copy.name = layer.name;
+  copy.config = layer.config;
+  copy.params = layer.params;
+  QL_ASSIGN_OR_RETURN(copy.params["weight"], row_major_weight(layer));
+  QL_RETURN_IF_ERROR(ref->process_weights_after_loading(copy));
+  return ref->apply(copy, x, bias, out);
+}
+
+Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const {
+  const FpState& st = *state_of(layer);
+  const LinearConfig& c = layer.config;
+  if (st.use_reference) return reference_apply(layer, x, bias, out);
+  const Tensor& xd = x.dense_tensor();
+  const int64_t m = xd.size(0);
+  const int64_t block_cols = (c.k + 127) / 128;
+
+  FpActQuant q;
+  q.x = xd.raw();
+  q.x_kind = static_cast<FloatKind>(float_kind_of(xd.dtype()));
+  q.m = m;
+  q.k = c.k;
+  q.ldx = xd.strides()[0];
+  if (c.activation_key) {
+    const QuantKey& ak = *c.activation_key;
+    if (c.family == Family::kFp8ScaledMM) {
+      q.mode = ak.scale.is_static ? FpActMode::kFp8Static
+               : ak.scale.group.is_per_token() ? FpActMode::kFp8DynToken
+                                               : FpActMode::kFp8DynTensor;
+      q.static_scale = st.in_scale;
+    } else if (c.family == Family::kFp8BlockScaled) {
+      q.mode = FpActMode::kFp8Dyn1x128;
+    } else if (c.family == Family::kNvfp4) {
+      q.mode = FpActMode::kNvfp4Dyn;
+      q.global_scale = st.in_global;
+    } else {
+      q.mode = FpActMode::kMxDyn;
+      q.elem = elem_of(ak.dtype);
+    }
+  }
+  AlignedBytes act = aligned_bytes(m * st.k_pad * 4);
+  std::vector<float> row_scale(static_cast<size_t>(m), 1.0f);
+  std::vector<float> act_block(q.mode == FpActMode::kFp8Dyn1x128 ? static_cast<size_t>(m * block_cols) : 0);
+  uint8_t bad = 0, inexact = 0;
+  q.act = reinterpret_cast<float*>(act.get());
+  q.k_pad = st.k_pad;
+  q.row_scale = row_scale.data();
+  q.block_scale = act_block.data();
+  q.bad_input = &bad;
+  q.inexact = &inexact;
+  fp_prepare_activations_avx2(q);
+  if (bad) return Status::error(std::string(name()) + ": the activation holds Inf or NaN (it cannot be quantized)");
+  if (inexact) return reference_apply(layer, x, bias, out);  // MX / NVFP4 activation scales beyond f32's range
+
+  const std::vector<float> b = bias_as_f32(bias, c.n);
+  FpGemm g;
+  g.packed = st.packed.get();
+  g.elem = st.elem;
+  g.n = st.n;
+  g.n_pad = st.n_pad;
+  g.k_pad = st.k_pad;
+  g.group_scale = st.group_scale;
+  g.grp = st.grp.data();
+  g.group = st.group;
+  g.block_scale = st.block_scale.empty() ? nullptr : st.block_scale.data();
+  g.block_cols = st.block_cols;
+  g.act_block_scale = act_block.empty() ? nullptr : act_block.data();
+  const bool any_row_scale = q.mode != FpActMode::kDense && q.mode != FpActMode::kFp8Dyn1x128 && q.mode != FpActMode::kMxDyn;
+  g.row_scale = any_row_scale ? row_scale.data() : nullptr;
+  g.col_scale = st.col_scale.empty() ? nullptr : st.col_scale.data();
+  g.bias = b.empty() ? nullptr : b.data();
+  g.col_nan = st.col_nan.empty() ? nullptr : st.col_nan.data();
+  g.act = q.act;
+  g.lda = st.k_pad;
+  g.m = m;
+  g.out = out.raw();
+  g.out_kind = static_cast<FloatKind>(float_kind_of(out.dtype()));
+  g.threads = omp_get_max_threads();
+  fp_gemm_avx2(g);
+  return Status::ok();
+}
+
+}  // namespace qlinear::x86

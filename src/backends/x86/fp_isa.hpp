@@ -1,0 +1,104 @@
+#pragma once
+// FP8 / MXFP8 / MXFP6 / MXFP4 / NVFP4 on AVX2 + FMA (x86_avx2_{fp8_scaled_mm, fp8_block_scaled,
+// fp8_weight_only, mxfp8, mxfp6, mxfp4, nvfp4}): the plain-C interface between the kernel classes
+// (fp_common.cpp, baseline flags) and the AVX2 code (fp_gemm_avx2.cpp, fp_act_avx2.cpp). No inline
+// functions or templates here (see int8_isa.hpp for why).
+//
+// One engine for every family: weight codes are decoded to f32 in registers, multiplied with f32
+// activations by FMA, summed in f32.
+//
+// Weight layout ("code panels"), made once by process_weights_after_loading:
+//   N padded to 16, K padded to 32, padding codes 0. Panel p holds output columns 16p..16p+15; along K,
+//   one record of the 16 columns' codes per k:
+//     E4M3:             16 bytes, byte j = code of column j
+//     FP6 (E2M3, E3M2): 12 bytes: 8 bytes of low nibbles (byte i: column 2i low, 2i+1 high nibble), then
+//                       4 bytes of the top two bits (byte b, bits 2q..2q+1 = column 4q + b)
+//     FP4 (E2M1):       8 bytes of nibbles (byte i: column 2i low, 2i+1 high nibble)
+//   panel p at byte p * k_pad * record_bytes, record k at k * record_bytes within it.
+//
+// Decoding, exact (every code value is an f32):
+//   E4M3, E3M2: the magnitude bits shifted under an f32 exponent (as_float(mag << (23 - mbits)), an f32
+//       whose value is the code's times 2^(bias - 127)), sign or'ed in, times a multiplier 2^(127 - bias) * s.
+//   E2M1, E2M3: a vpshufb table of the code's value times 2^p (integers: E2M1 x2, E2M3 x8), to f32, times
+//       2^-p * s.
+// s is the weight's per-group scale where it is folded (MX E8M0 per 1x32, NVFP4 E4M3 per 1x16): each
+// decoded weight is then exactly value * s, which process checks (the layer otherwise takes the
+// reference). Per-tensor / per-channel f32 scales are applied once in the epilogue, 128x128 f32 block
+// scales (and 1x128 activation scales) on each 128-wide K block's f32 partial sum.
+#include <cstdint>
+
+#include "backends/x86/int8_isa.hpp"  // FloatKind
+
+namespace qlinear::x86 {
+
+enum class FpElem : uint8_t { kE4M3, kE3M2, kE2M3, kE2M1 };
+
+// How the per-group multiplier of a panel is made from its scale bytes grp[p][group][16].
+enum class FpGroupScale : uint8_t {
+  kNone,   // one multiplier for every weight (scales in the epilogue or per block)
+  kE8M0,   // MX: 2^(code - 127) per 1x32
+  kE4M3,   // NVFP4: decode(code) per 1x16
+};
+
+struct FpGemm {
+  const uint8_t* packed = nullptr;  // code panels (above)
+  FpElem elem = FpElem::kE4M3;
+  int64_t n = 0, n_pad = 0, k_pad = 0;
+  FpGroupScale group_scale = FpGroupScale::kNone;
+  const uint8_t* grp = nullptr;     // [n_pad/16][k_pad/group][16] scale codes
+  int64_t group = 32;               // 32 (MX) or 16 (NVFP4)
+  // 128x128 weight blocks: partial sums over each 128-wide K block times block_scale[n/128][k/128]
+  // (times act_block_scale[m][k/128] when set).
+  const float* block_scale = nullptr;
+  int64_t block_cols = 0;           // ceil(k / 128)
+  const float* act_block_scale = nullptr;  // [m][block_cols] (fp8_block_scaled's 1x128 activation scales)
+  // Epilogue: y = acc * (row_scale[m] * col_scale[n]) + bias[n] + col_nan[n]
+  const float* row_scale = nullptr;  // [m] or null (1)
+  const float* col_scale = nullptr;  // [n_pad] or null (1)
+  const float* bias = nullptr;       // [n] or null
+  const float* col_nan = nullptr;    // [n_pad] 0 or NaN (columns holding a NaN weight code), or null
+  const float* act = nullptr;        // f32 [m, lda], columns k..k_pad-1 zero
+  int64_t lda = 0;
+  int64_t m = 0;
+  void* out = nullptr;               // [m, n]
+  FloatKind out_kind = FloatKind::kBF16;
+  int threads = 1;
+};
+
+void fp_gemm_avx2(const FpGemm& g);
+
+// Activation preparation: dense rows to f32, or quantized bit-identically to the reference quantizer
+// (src/quant) and handed on as the exact f32 values of the codes (times the group scale where that is
+// exact: MX and NVFP4 groups), with the remaining scale per row or per 1x128 block.
+enum class FpActMode : uint8_t {
+  kDense,           // f32 = x
+  kFp8Static,       // E4M3, s = static_scale                       (row_scale = s)
+  kFp8DynTensor,    // E4M3, s = amax(all) / 448 (f32), or 1/(448*512) for zeros (row_scale = s)
+  kFp8DynToken,     // E4M3, s = max(amax(row) / 448 (f32), 1/(448*512))        (row_scale = s)
+  kFp8Dyn1x128,     // E4M3, s = max(amax(group), 1e-10f) / 448 (f32)            (block_scale = s)
+  kMxDyn,           // MX element `elem`, e = ceil(log2(amax / max)) per 1x32, value * 2^e folded
+  kNvfp4Dyn,        // E2M1, sf = E4M3(amax / 6 * g) per 1x16, q = E2M1(x * g / sf), value * sf folded
+};
+
+struct FpActQuant {
+  const void* x = nullptr;  // [m, k] rows, row stride ldx elements
+  FloatKind x_kind = FloatKind::kF32;
+  int64_t m = 0, k = 0, ldx = 0;
+  FpActMode mode = FpActMode::kDense;
+  FpElem elem = FpElem::kE4M3;  // kMxDyn
+  float static_scale = 1.0f;    // kFp8Static
+  float global_scale = 1.0f;    // kNvfp4Dyn: g
+  // Outputs.
+  float* act = nullptr;          // [m, k_pad], columns k.. zero
+  int64_t k_pad = 0;
+  float* row_scale = nullptr;    // [m]
+  float* block_scale = nullptr;  // [m][ceil(k/128)] (kFp8Dyn1x128)
+  // Set to 1 when the input holds Inf/NaN (quantizing modes; the reference refuses it) or when a folded
+  // value would not be exact in f32 (the layer then takes the reference for this call).
+  uint8_t* bad_input = nullptr;
+  uint8_t* inexact = nullptr;
+};
+
+void fp_prepare_activations_avx2(const FpActQuant& q);
+
+}  // namespace qlinear::x86

@@ -1,0 +1,293 @@
+// x86 AVX2 FP8 / MX / NVFP4 kernels (x86_avx2_*: f32 decode, FMA, f32 accumulation) against the reference
+// on the same quantized layers; their activation quantizer against the reference quantizer (bit for bit);
+// threads, round trips, the exact-range fallback and rejections.
+#include <cmath>
+#include <cstring>
+
+#include "backends/x86/fp_isa.hpp"
+#include "backends/x86/x86_kernels.hpp"
+#include "x86_test_util.hpp"
+
+namespace qlinear {
+namespace {
+
+using x86_test::Case;
+
+// f32 accumulation of K exact products, the per-chunk / per-block partial sums and the epilogue's
+// scale and bias: (K + 16) roundings of 2^-24 at most.
+double f32_sum_rel(int64_t k) { return static_cast<double>(k + 16) * 0x1p-24; }
+
+// K at and off multiples of 32 / 128 where the family allows it (block formats: multiples only; FP8
+// blocks: more than one block, since the reference cannot dequantize a single-block [1, 1] scale).
+enum class KRule { kAny, kBlock128, kMx };
+
+std::vector<Case> sweep(KRule rule) {
+  std::vector<Case> cases;
+  const int64_t ms[] = {1, 2, 3, 7, 16, 17, 64, 257};
+  const DType outs[] = {DType::kBF16, DType::kF16, DType::kF32};
+  const DType ins[] = {DType::kBF16, DType::kF32, DType::kF16};
+  int i = 0;
+  for (int64_t m : ms) {
+    const int64_t n = (i % 2) ? 67 : 96;
+    int64_t k = 0;
+    switch (rule) {
+      case KRule::kAny: k = (i % 3 == 0) ? 256 : (i % 3 == 1) ? 300 : 61; break;
+      case KRule::kBlock128: k = (i % 3 == 0) ? 256 : (i % 3 == 1) ? 300 : 161; break;
+      case KRule::kMx: k = (i % 3 == 0) ? 256 : (i % 3 == 1) ? 96 : 544; break;
+    }
+    cases.push_back({m, n, k, ins[i % 3], outs[i % 3], i % 2 == 0});
+    ++i;
+  }
+  cases.push_back({5, 300, 128 + 160, DType::kBF16, DType::kF32, true});  // several panels and a tail
+  return cases;
+}
+
+const Scheme kFp8WoTensor{"fp8-w8a16-tensor", Family::kFp8WeightOnly, kFp8StaticTensorSym, std::nullopt, ""};
+const Scheme kFp8WoBlock{"fp8-w8a16-block", Family::kFp8WeightOnly, kFp8Static128BlockSym, std::nullopt, ""};
+const Scheme kFp8DynTensor{"fp8-dyn-tensor", Family::kFp8ScaledMM, kFp8StaticChannelSym, kFp8DynamicTensorSym, ""};
+const Scheme kFp8TensorTensor{"fp8-tensor-dyn-token", Family::kFp8ScaledMM, kFp8StaticTensorSym,
+                              kFp8DynamicTokenSym, ""};
+const Scheme kMxfp6A6{"mxfp6-a6", Family::kMxfp6, kMxfp6E2M3Static, kMxfp6E2M3Dynamic, ""};
+const Scheme kMxfp6A8{"mxfp6-e3m2-a8", Family::kMxfp6, kMxfp6E3M2Static, kMxfp8Dynamic, ""};
+const Scheme kMxfp6A6E3M2{"mxfp6-e3m2-a6", Family::kMxfp6, kMxfp6E3M2Static, kMxfp6E3M2Dynamic, ""};
+const Scheme kMxfp4A4{"mxfp4-a4", Family::kMxfp4, kMxfp4Static, kMxfp4Dynamic, ""};
+const Scheme kMxfp4A8{"mxfp4-a8", Family::kMxfp4, kMxfp4Static, kMxfp8Dynamic, ""};
+const Scheme kNvfp4A16{"nvfp4-a16", Family::kNvfp4, kNvfp4Static, std::nullopt, ""};
+
+struct FamilyCase {
+  const LinearKernel* kernel;
+  std::vector<const Scheme*> schemes;
+  KRule rule;
+};
+
+std::vector<FamilyCase> families() {
+  return {
+      {&x86::kAvx2Mxfp8, {find_scheme("w8a16-mxfp8"), find_scheme("w8a8-mxfp8")}, KRule::kMx},
+      {&x86::kAvx2Fp8WeightOnly, {find_scheme("w8a16-fp8"), &kFp8WoTensor, &kFp8WoBlock}, KRule::kBlock128},
+      {&x86::kAvx2Mxfp4, {find_scheme("w4a16-mxfp4"), &kMxfp4A4, &kMxfp4A8}, KRule::kMx},
+      {&x86::kAvx2Mxfp6,
+       {find_scheme("w6a16-mxfp6-e2m3"), find_scheme("w6a16-mxfp6-e3m2"), &kMxfp6A6, &kMxfp6A8, &kMxfp6A6E3M2},
+       KRule::kMx},
+      {&x86::kAvx2Fp8ScaledMM,
+       {find_scheme("w8a8-fp8-tensor"), find_scheme("w8a8-fp8-channel"), &kFp8DynTensor, &kFp8TensorTensor},
+       KRule::kAny},
+      {&x86::kAvx2Fp8BlockScaled, {find_scheme("w8a8-fp8-block")}, KRule::kBlock128},
+      {&x86::kAvx2Nvfp4, {find_scheme("w4a4-nvfp4"), &kNvfp4A16}, KRule::kMx},
+  };
+}
+
+class Avx2Fp : public ::testing::TestWithParam<int> {};
+
+TEST_P(Avx2Fp, MatchesReferenceAcrossSchemesAndShapes) {
+  const FamilyCase fc = families()[GetParam()];
+  QL_SKIP_UNLESS_SUPPORTED(*fc.kernel);
+  uint64_t seed = 7000 + 100 * GetParam();
+  for (const Scheme* s : fc.schemes) {
+    ASSERT_NE(s, nullptr);
+    for (const Case& c : sweep(fc.rule)) {
+      x86_test::expect_matches_reference(*fc.kernel, *s, c, seed += 7, f32_sum_rel(c.k));
+    }
+  }
+}
+
+TEST_P(Avx2Fp, ManyThreadsGiveBitIdenticalResults) {
+  const FamilyCase fc = families()[GetParam()];
+  QL_SKIP_UNLESS_SUPPORTED(*fc.kernel);
+  for (const Scheme* s : fc.schemes) x86_test::expect_thread_safe(*fc.kernel, *s, {33, 200, 384}, 11);
+}
+
+TEST_P(Avx2Fp, RowMajorWeightRoundTrips) {  // prepacking is baseline code: runs on any CPU
+  const FamilyCase fc = families()[GetParam()];
+  for (const Scheme* s : fc.schemes) {
+    x86_test::expect_round_trip(*fc.kernel, *s, {1, 35, 160}, 13);
+    x86_test::expect_round_trip(*fc.kernel, *s, {1, 300, 288}, 14);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, Avx2Fp, ::testing::Range(0, 7), [](const auto& info) {
+  return std::string(family_name(families()[info.param].kernel->family()));
+});
+
+// Fused layers: per-shard weight scales (FP8 per-tensor), per-shard static input scales, per-shard NVFP4
+// global scales.
+TEST(X86Avx2Fp, FusedShardsWithPerShardScales) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAvx2Fp8ScaledMM);
+  const std::vector<int64_t> shards = {16, 24, 27};
+  const Case c{7, 67, 96, DType::kBF16, DType::kBF16, true, shards};
+  x86_test::expect_matches_reference(x86::kAvx2Fp8ScaledMM, *find_scheme("w8a8-fp8-tensor"), c, 31, f32_sum_rel(96));
+  x86_test::expect_matches_reference(x86::kAvx2Fp8ScaledMM, kFp8TensorTensor, c, 32, f32_sum_rel(96));
+  x86_test::expect_matches_reference(x86::kAvx2Fp8WeightOnly, kFp8WoTensor, c, 33, f32_sum_rel(96));
+  x86_test::expect_matches_reference(x86::kAvx2Nvfp4, *find_scheme("w4a4-nvfp4"), c, 34, f32_sum_rel(96));
+  x86_test::expect_matches_reference(x86::kAvx2Nvfp4, kNvfp4A16, {17, 67, 160, DType::kF32, DType::kF16, false, shards},
+                                     35, f32_sum_rel(160));
+}
+
+// The activation quantizer gives the reference quantizer's codes and scales, bit for bit, on inputs full of
+// exact ties (multiples of 2^-7 land on element midpoints after power-of-two MX scaling).
+TEST(X86Avx2Fp, ActivationQuantizerIsBitIdenticalToTheReference) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAvx2Mxfp8);
+  const int64_t m = 9, k = 384;
+  struct Mode {
+    x86::FpActMode mode;
+    QuantKey key;
+  };
+  const Mode modes[] = {
+      {x86::FpActMode::kFp8DynToken, kFp8DynamicTokenSym}, {x86::FpActMode::kFp8DynTensor, kFp8DynamicTensorSym},
+      {x86::FpActMode::kFp8Static, kFp8StaticTensorSym},   {x86::FpActMode::kFp8Dyn1x128, kFp8Dynamic128Sym},
+      {x86::FpActMode::kMxDyn, kMxfp8Dynamic},             {x86::FpActMode::kMxDyn, kMxfp6E2M3Dynamic},
+      {x86::FpActMode::kMxDyn, kMxfp6E3M2Dynamic},         {x86::FpActMode::kMxDyn, kMxfp4Dynamic},
+      {x86::FpActMode::kNvfp4Dyn, kNvfp4Dynamic},
+  };
+  for (DType in : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int variant = 0; variant < 2; ++variant) {
+      Tensor x = random_normal(in, {m, k}, 40 + variant, 2.0);
+      if (variant == 1) {  // round to multiples of 2^-7: exact ties everywhere
+        for (int64_t i = 0; i < m * k; ++i) {
+          const double v = std::nearbyint(element_as_double(x, i) * 128.0) / 128.0;
+          if (in == DType::kF32) x.data<float>()[i] = static_cast<float>(v);
+          else x.data<uint16_t>()[i] = static_cast<uint16_t>(encode(in, v));
+        }
+      }
+      for (const Mode& md : modes) {
+        SCOPED_TRACE(key_name(md.key) + " in=" + std::string(name(in)) + " variant " + std::to_string(variant));
+        QuantizeOptions qo;
+        x86::FpActQuant q;
+        if (md.mode == x86::FpActMode::kFp8Static) {
+          q.static_scale = 0.0173f;
+          qo.static_scale = Tensor::scalar_f32(q.static_scale).reshape({1}).value();
+        }
+        if (md.mode == x86::FpActMode::kNvfp4Dyn) {
+          q.global_scale = 311.5f;
+          qo.nvfp4_global_scale = q.global_scale;
+        }
+        auto ref = quantize(x, md.key, qo);
+        ASSERT_TRUE(ref) << ref.message();
+        const int64_t kp = 416;
+        std::vector<float> act(m * kp, -1.0f), rs(m), bs(m * 3);
+        uint8_t bad = 0, inexact = 0;
+        q.x = x.raw();
+        q.x_kind = static_cast<x86::FloatKind>(x86::float_kind_of(in));
+        q.m = m;
+        q.k = k;
+        q.ldx = k;
+        q.mode = md.mode;
+        q.elem = md.key.dtype == DType::kF6E2M3   ? x86::FpElem::kE2M3
+                 : md.key.dtype == DType::kF6E3M2 ? x86::FpElem::kE3M2
+                 : md.key.dtype == DType::kF4E2M1 ? x86::FpElem::kE2M1
+                                                  : x86::FpElem::kE4M3;
+        q.act = act.data();
+        q.k_pad = kp;
+        q.row_scale = rs.data();
+        q.block_scale = bs.data();
+        q.bad_input = &bad;
+        q.inexact = &inexact;
+        x86::fp_prepare_activations_avx2(q);
+        ASSERT_EQ(bad, 0);
+        ASSERT_EQ(inexact, 0);
+        const Tensor data = ref->data, scale = ref->scale;
+        int mismatches = 0;
+        for (int64_t r = 0; r < m; ++r) {
+          for (int64_t c = 0; c < kp; ++c) {
+            double want = 0;
+            if (c < k) {
+              if (is_packed(md.key.dtype)) {
+                const int64_t rb = storage_bytes(md.key.dtype, k);
+                want = decode(md.key.dtype, unpack_code(md.key.dtype, data.data<uint8_t>() + r * rb, c));
+              } else {
+                want = decode(DType::kF8E4M3, data.data<uint8_t>()[r * k + c]);
+              }
+              if (md.mode == x86::FpActMode::kMxDyn) {
+                want = std::ldexp(want, static_cast<int>(scale.data<uint8_t>()[r * (k / 32) + c / 32]) - 127);
+              }
+              if (md.mode == x86::FpActMode::kNvfp4Dyn) {
+                want *= decode(DType::kF8E4M3, static_cast<const uint8_t*>(scale.raw())[r * (k / 16) + c / 16]);
+              }
+            }
+            if (static_cast<double>(act[r * kp + c]) != want && mismatches++ < 5) {
+              ADD_FAILURE() << "row " << r << " col " << c << ": " << act[r * kp + c] << " vs " << want;
+            }
+          }
+          switch (md.mode) {
+            case x86::FpActMode::kFp8DynToken:
+              EXPECT_EQ(rs[r], scale.data<float>()[r]);
+              break;
+            case x86::FpActMode::kFp8DynTensor:
+            case x86::FpActMode::kFp8Static:
+              EXPECT_EQ(rs[r], scale.data<float>()[0]);
+              break;
+            case x86::FpActMode::kFp8Dyn1x128:
+              for (int b = 0; b < 3; ++b) EXPECT_EQ(bs[r * 3 + b], scale.data<float>()[r * 3 + b]);
+              break;
+            default: break;
+          }
+        }
+        EXPECT_EQ(mismatches, 0);
+      }
+    }
+  }
+}
+
+// MX scales whose folded weights would leave f32's exact range: the layer runs the reference (FP64 sums).
+TEST(X86Avx2Fp, MxScalesOutOfFoldRangeTakeTheReference) {
+  const LinearKernel& k = x86::kAvx2Mxfp4;
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  const Case c{5, 40, 96, DType::kBF16, DType::kF32, true};
+  LinearLayer layer = x86_test::make_layer(*find_scheme("w4a16-mxfp4"), c, 9);
+  uint8_t* e = static_cast<uint8_t*>(layer.params.at("weight_scale").raw());
+  e[0] = 1;    // 2^-126: 0.5 * 2^-126 is an f32 subnormal
+  e[5] = 140;  // 2^13: the E2M1 table's multiplier is still normal, the values too
+  LinearLayer ref_layer = layer;
+  ASSERT_TRUE(k.process_weights_after_loading(layer));
+  ASSERT_TRUE(x86_test::reference_for(Family::kMxfp4).process_weights_after_loading(ref_layer));
+  const Tensor x = random_normal(DType::kBF16, {c.m, c.k}, 10);
+  auto got = k.apply(layer, Activation::dense(x));
+  auto want = x86_test::reference_for(Family::kMxfp4).apply(ref_layer, Activation::dense(x));
+  ASSERT_TRUE(got && want);
+  EXPECT_EQ(std::memcmp(got->raw(), want->raw(), static_cast<size_t>(got->nbytes())), 0);
+}
+
+TEST(X86Avx2Fp, NanWeightCodeGivesNanColumn) {
+  const LinearKernel& k = x86::kAvx2Fp8WeightOnly;
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  LinearLayer layer = x86_test::make_layer(*find_scheme("w8a16-fp8"), {3, 20, 64}, 21);
+  layer.params.at("weight").data<uint8_t>()[5 * 64 + 7] = 0xFF;
+  ASSERT_TRUE(k.process_weights_after_loading(layer));
+  auto y = k.apply(layer, Activation::dense(random_normal(DType::kBF16, {3, 64}, 22)));
+  ASSERT_TRUE(y);
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int64_t j = 0; j < 20; ++j) EXPECT_EQ(std::isnan(element_as_double(*y, i * 20 + j)), j == 5) << i << "," << j;
+  }
+}
+
+TEST(X86Avx2Fp, InfiniteActivationIsAnErrorWhenQuantized) {
+  const LinearKernel& k = x86::kAvx2Fp8ScaledMM;
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  LinearLayer layer = x86_test::make_layer(*find_scheme("w8a8-fp8-channel"), {2, 16, 32}, 23);
+  ASSERT_TRUE(k.process_weights_after_loading(layer));
+  Tensor x = random_normal(DType::kF32, {2, 32}, 24);
+  x.data<float>()[33] = INFINITY;
+  auto y = k.apply(layer, Activation::dense(x));
+  ASSERT_FALSE(y);
+  EXPECT_NE(y.message().find("Inf or NaN"), std::string::npos) << y.message();
+}
+
+TEST(X86Avx2Fp, RejectsWhatItCannotDo) {
+  Verdict v = x86::kAvx2Mxfp8.can_implement(make_config(*find_scheme("w4a16-mxfp4"), 64, 64));
+  EXPECT_FALSE(v);
+  EXPECT_NE(v.reason.find("family is mxfp4"), std::string::npos) << v.reason;
+  CpuFeatures f;
+  f.avx2 = true;
+  f.fma = true;
+  v = x86::kAvx2Mxfp8.is_supported(Platform::synthetic_cpu(f));
+  EXPECT_FALSE(v);
+  EXPECT_NE(v.reason.find("F16C"), std::string::npos) << v.reason;
+  f.fma = false;
+  v = x86::kAvx2Nvfp4.is_supported(Platform::synthetic_cpu(f));
+  EXPECT_NE(v.reason.find("FMA"), std::string::npos) << v.reason;
+  f.avx2 = false;
+  v = x86::kAvx2Fp8ScaledMM.is_supported(Platform::synthetic_cpu(f));
+  EXPECT_NE(v.reason.find("AVX2"), std::string::npos) << v.reason;
+}
+
+}  // namespace
+}  // namespace qlinear
