@@ -221,6 +221,7 @@ int cmd_bench(int argc, char** argv) {
         auto a = time_onednn_matmul(int8_family, m, sh.n, sh.k, static_cast<int>(*reps));
         rec.compare_name = int8_family ? "onednn_s8s8" : "onednn_bf16";
         if (a) {
+          rec.compare_name = a->name;
           rec.compare_ms = a->median_ms;
           rec.compare_impl = a->impl;
         } else {

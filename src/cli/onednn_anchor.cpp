@@ -19,14 +19,28 @@ Result<AnchorTiming> time_onednn_matmul(bool, int64_t, int64_t, int64_t, int) {
 #else
 bool onednn_available() { return true; }
 
+namespace {
+Result<AnchorTiming> time_matmul(dnnl::memory::data_type type, int64_t m, int64_t n, int64_t k, int reps);
+}  // namespace
+
 Result<AnchorTiming> time_onednn_matmul(bool int8, int64_t m, int64_t n, int64_t k, int reps) {
+  using dt = dnnl::memory::data_type;
+  if (int8) return time_matmul(dt::s8, m, n, k, reps);
+  // bf16 matmul needs AVX-512 (avx512_core) in oneDNN 2.6; on AVX2 machines f32 is what a user gets.
+  auto bf16 = time_matmul(dt::bf16, m, n, k, reps);
+  return bf16 ? bf16 : time_matmul(dt::f32, m, n, k, reps);
+}
+
+namespace {
+Result<AnchorTiming> time_matmul(dnnl::memory::data_type type, int64_t m, int64_t n, int64_t k, int reps) {
   using namespace dnnl;
+  const bool int8 = type == memory::data_type::s8;
   using dt = memory::data_type;
   using tag = memory::format_tag;
   try {
     engine eng(engine::kind::cpu, 0);
     stream strm(eng);
-    const dt src_dt = int8 ? dt::s8 : dt::bf16, wei_dt = int8 ? dt::s8 : dt::bf16;
+    const dt src_dt = type, wei_dt = type;
     memory::desc src_md({m, k}, src_dt, tag::ab);
     memory::desc wei_plain_md({k, n}, wei_dt, tag::ba);  // the checkpoint's [N, K] row-major
     memory::desc wei_any_md({k, n}, wei_dt, tag::any);
@@ -60,11 +74,13 @@ Result<AnchorTiming> time_onednn_matmul(bool int8, int64_t m, int64_t n, int64_t
       t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(t.begin(), t.end());
-    return AnchorTiming{int8 ? "onednn_s8s8" : "onednn_bf16", pd.impl_info_str(), t[t.size() / 2], wbytes};
+    const char* name = int8 ? "onednn_s8s8" : type == dt::bf16 ? "onednn_bf16" : "onednn_f32";
+    return AnchorTiming{name, pd.impl_info_str(), t[t.size() / 2], wbytes};
   } catch (const dnnl::error& e) {
     return Status::error(std::string("oneDNN matmul failed: ") + e.what());
   }
 }
+}  // namespace
 #endif
 
 }  // namespace qlinear::cli

@@ -3,7 +3,8 @@
 // weights reordered once into the layout oneDNN picks, rotated copies > 256 MiB so they come from DRAM.
 //   int8: s8 x s8 -> f32 with constant per-channel output scales (the brgemm VNNI path); no activation
 //         quantization is timed, which favours oneDNN.
-//   bf16: bf16 x bf16 -> f32 (the W8A16 anchor: what running unquantized BF16 weights costs).
+//   bf16: bf16 x bf16 -> f32 (the W8A16 anchor: what running unquantized BF16 weights costs); where
+//         oneDNN has no bf16 matmul (AVX2 machines) f32 x f32 -> f32, what such a user would run.
 #include <string>
 
 #include "qlinear/status.hpp"

@@ -162,7 +162,12 @@ TEST(Selection, InvalidConfigIsRefusedBeforeAnyKernel) {
 
 TEST(Selection, EnvironmentOverrides) {
   const LinearConfig c = make_config(*find_scheme("w8a8-mxfp8"), 256, 256);
-  ::setenv("QLINEAR_DISABLED_KERNELS", "reference_mxfp8", 1);
+  // Every kernel of the family disabled: nothing is left, and the error says why for each.
+  std::string all;
+  for (const LinearKernel* k : priority_list(Platform::host_cpu())) {
+    if (k->family() == Family::kMxfp8) all += (all.empty() ? "" : ",") + std::string(k->name());
+  }
+  ::setenv("QLINEAR_DISABLED_KERNELS", all.c_str(), 1);
   auto r = select_kernel(c, Platform::host_cpu());
   ::unsetenv("QLINEAR_DISABLED_KERNELS");
   ASSERT_FALSE(r);
@@ -231,9 +236,11 @@ TEST(GoldenSelection, RealKernelsOnSyntheticPlatforms) {
       {Platform::synthetic_cpu(zen4), "w8a16-fp8", "x86_avx512bf16_fp8_w8a16"},
       {Platform::synthetic_cpu(zen4), "w8a16-mxfp8", "x86_avx512bf16_mxfp8_w8a16"},
       {Platform::synthetic_cpu(zen4), "w4a16-mxfp4", "x86_avx512bf16_mxfp4_w4a16"},
-      {Platform::synthetic_cpu(zen4), "w8a8-mxfp8", "reference_mxfp8"},
+      {Platform::synthetic_cpu(zen4), "w8a8-mxfp8", "x86_avx2_mxfp8"},
       {Platform::synthetic_cpu(avx2), "w8a8-int8-dynamic", "x86_avx2_int8"},
-      {Platform::synthetic_cpu(avx2), "w8a16-fp8", "reference_fp8_weight_only"},
+      {Platform::synthetic_cpu(avx2), "w8a16-fp8", "x86_avx2_fp8_weight_only"},
+      {Platform::synthetic_cpu(avx2), "w6a16-mxfp6-e2m3", "x86_avx2_mxfp6"},
+      {Platform::synthetic_cpu(CpuFeatures{}), "w6a16-mxfp6-e2m3", "reference_mxfp6"},
       {Platform::synthetic_cpu(CpuFeatures{}), "w8a8-int8-dynamic", "reference_int8_scaled_mm"},
       {Platform::synthetic_cuda(90), "w8a8-fp8-tensor", "sm90_fp8_scaled_mm"},
       {Platform::synthetic_cuda(90), "w8a8-fp8-block", "sm90_fp8_block_scaled"},
