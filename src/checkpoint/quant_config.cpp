@@ -581,7 +581,7 @@ Result<QuantConfig> parse_quant_config(const std::string& config_json_text, cons
   Json doc;
   try {
     doc = Json::parse(config_json_text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for numbers beyond double (1e400)
     return Status::error(source_name + ": not valid JSON (" + e.what() + ")");
   }
   if (!doc.is_object()) return Status::error(source_name + ": expected a JSON object (config.json), got " + describe(doc));

@@ -37,6 +37,7 @@ int cmd_run(int argc, char** argv) {
   }
   auto ms = args->get_int_list("--m", {1, 16, 256}, 1);
   auto reps = args->get_int("--reps", 10, 1);
+  if (reps && *reps > 100000) reps = Status::error("option --reps: " + std::to_string(*reps) + " is above the maximum 100000");
   for (const Status& s : {ms.status(), reps.status()}) {
     if (!s) {
       std::fprintf(stderr, "qlinear run: %s\n", s.message().c_str());

@@ -1,5 +1,7 @@
 #include "cli/platform_option.hpp"
 
+#include <charconv>
+
 namespace qlinear::cli {
 
 Result<Platform> parse_platform(const std::string& text) {
@@ -10,10 +12,21 @@ Result<Platform> parse_platform(const std::string& text) {
     if (idx.empty() || idx.find_first_not_of("0123456789") != std::string::npos) {
       return Status::error("--platform " + text + ": expected cuda:N with N a device index");
     }
-    return Platform::cuda_device(std::stoi(idx));
+    int index = 0;
+    auto [ptr, ec] = std::from_chars(idx.data(), idx.data() + idx.size(), index);
+    if (ec != std::errc() || ptr != idx.data() + idx.size()) {
+      return Status::error("--platform " + text + ": device index out of range");
+    }
+    return Platform::cuda_device(index);
   }
   if (text.rfind("sm", 0) == 0 && text.size() >= 4 && text.find_first_not_of("0123456789", 2) == std::string::npos) {
-    return Platform::synthetic_cuda(std::stoi(text.substr(2)));
+    int cc = 0;
+    const std::string digits = text.substr(2);
+    auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), cc);
+    if (ec != std::errc() || ptr != digits.data() + digits.size() || cc > 1000) {
+      return Status::error("--platform " + text + ": expected smNN with a compute capability like 80 or 90");
+    }
+    return Platform::synthetic_cuda(cc);
   }
   CpuFeatures f = detect_cpu_features();
   if (text == "avx512") {
