@@ -3,7 +3,7 @@ BUILD ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup configure build test demo test-sanitize clean
+.PHONY: all setup configure build test demo test-sanitize test-asan test-tsan fuzz-smoke fuzz clean
 
 all: build
 
@@ -22,11 +22,31 @@ test: build
 demo: build
 	@$(BUILD)/qlinear demo
 
-test-sanitize:
+# Sanitizers (docs/RELIABILITY.md): the whole suite under ASan+UBSan, then the concurrency tests under TSan.
+test-sanitize: test-asan test-tsan
+
+test-asan:
 	@$(MAKE) test BUILD=build-sanitize CMAKE_FLAGS="-DQLINEAR_SANITIZE=ON -DQLINEAR_CUDA=OFF"
 
+# OMP_NUM_THREADS=1: the races TSan reports are then between the tests' threads, not inside the
+# uninstrumented OpenMP runtime (whose barriers it cannot see).
+test-tsan: setup
+	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQLINEAR_TSAN=ON -DQLINEAR_CUDA=OFF >/dev/null
+	@cmake --build build-tsan --target test_reliability -j $(JOBS)
+	@OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	  build-tsan/tests/test_reliability --gtest_filter='Concurrency.*'
+
+# libFuzzer targets (fuzz/): a bounded run of each, and the long campaign (FUZZ_SECONDS per target).
+FUZZ_SMOKE_SECONDS ?= 20
+FUZZ_SECONDS ?= 600
+fuzz-smoke: setup
+	@FUZZ_JOBS=$(JOBS) fuzz/run.sh smoke $(FUZZ_SMOKE_SECONDS)
+
+fuzz: setup
+	@FUZZ_JOBS=$(JOBS) FUZZ_NICE=10 fuzz/run.sh campaign $(FUZZ_SECONDS)
+
 clean:
-	rm -rf build build-sanitize
+	rm -rf build build-sanitize build-tsan build-fuzz
 
 # On a machine with an sm_90 GPU: the CUDA tests, then the GPU benchmark (tests/cuda/; they skip without one).
 .PHONY: test-gpu

@@ -5,7 +5,7 @@
 # generated from (tools/gen_*.py), so `make test` can re-derive the committed tables.
 set -euo pipefail
 
-debs=(cmake g++ make ninja-build libgtest-dev nlohmann-json3-dev ccache libomp-dev python3)
+debs=(cmake g++ make ninja-build libgtest-dev nlohmann-json3-dev ccache libomp-dev python3 clang libclang-rt-14-dev)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
