@@ -16,10 +16,15 @@
 #include <cstring>
 
 #include "backends/x86/fp_isa.hpp"
+#include "backends/x86/act_load_avx2.hpp"
 
 namespace qlinear::x86 {
 
 namespace {
+
+using avx2::bf16_bits_to_f32;
+using avx2::load1;
+using avx2::load8;
 
 struct Grid {
   int emin, mbits;
@@ -55,35 +60,6 @@ double grid_round(double t, const Grid& g) {
   double r = std::nearbyint(a * pow2d(g.mbits - e)) * pow2d(e - g.mbits);
   if (r > g.max) r = g.max;
   return std::copysign(r, t);
-}
-
-float bf16_bits_to_f32(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-float load1(const void* x, FloatKind kind, int64_t i) {
-  switch (kind) {
-    case FloatKind::kF32: return static_cast<const float*>(x)[i];
-    case FloatKind::kBF16: return bf16_bits_to_f32(static_cast<const uint16_t*>(x)[i]);
-    case FloatKind::kF16: return _cvtsh_ss(static_cast<const uint16_t*>(x)[i]);
-  }
-  return 0.0f;
-}
-
-__m256 load8(const void* x, FloatKind kind, int64_t i) {
-  switch (kind) {
-    case FloatKind::kF32: return _mm256_loadu_ps(static_cast<const float*>(x) + i);
-    case FloatKind::kBF16: {
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(x) + i));
-      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
-    case FloatKind::kF16:
-      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(x) + i)));
-  }
-  return _mm256_setzero_ps();
 }
 
 double to_f32(double v) { return static_cast<double>(static_cast<float>(v)); }
