@@ -7,6 +7,7 @@
 #include "cli/commands.hpp"
 #include "cli/layer_runner.hpp"
 #include "cli/checkpoint_args.hpp"
+#include "cli/tp_check.hpp"
 
 namespace qlinear::cli {
 
@@ -16,6 +17,7 @@ const std::vector<OptionSpec> kSpecs = [] {
       {"--m", "LIST", "token counts, comma-separated (default 1,16,256)"},
       {"--reps", "N", "timed repetitions per measurement (default 10)"},
       {"--no-check", "", "skip the comparison with the reference kernel"},
+      {"--tp", "N", "split every layer across GPUs 0..N-1 (NCCL) and check it against one GPU"},
       {"--json", "", "machine-readable output (one record per layer and M)"},
       {"--help", "", "this help"},
   };
@@ -31,7 +33,7 @@ int cmd_run(int argc, char** argv) {
     return 2;
   }
   if (args->flag("--help")) {
-    std::printf("Usage: qlinear run CKPT [--m 1,16,256] [--layers REGEX] [--tp-rank R --tp-size W] [--json]\n\n%s",
+    std::printf("Usage: qlinear run CKPT [--m 1,16,256] [--layers REGEX] [--tp-rank R --tp-size W | --tp N] [--json]\n\n%s",
                 options_help(kSpecs).c_str());
     return 0;
   }
@@ -44,8 +46,22 @@ int cmd_run(int argc, char** argv) {
       return 2;
     }
   }
+  auto tp = args->get_int("--tp", 1, 1);
+  if (tp && *tp > 64) tp = Status::error("option --tp: " + std::to_string(*tp) + " is above the maximum 64");
+  if (!tp) {
+    std::fprintf(stderr, "qlinear run: %s\n", tp.message().c_str());
+    return 2;
+  }
   CheckpointInput input;
   if (int code = load_checkpoint_input(*args, "run", input); code != 0) return code;
+  if (args->flag("--tp")) {
+    if (input.options.tp_size != 1) {
+      std::fprintf(stderr, "qlinear run: --tp runs every rank itself; it does not combine with --tp-rank/--tp-size\n");
+      return 2;
+    }
+    return run_tensor_parallel({static_cast<int>(*tp), std::move(input.model), input.options, *ms,
+                                args->flag("--json")});
+  }
   const LoadOptions& lo = input.options;
   const Platform* platform = &input.platform;
   const LoadedModel* model = &input.model;

@@ -16,6 +16,7 @@ const LinearKernel* const kCudaPriority[] = {
     &cuda::kCublasLtFp8ScaledMM,
     &cuda::kSm90Fp8BlockScaled,
     &cuda::kCublasLtFp8BlockScaled,
+    &cuda::kSm90Int8ScaledMM,
     &cuda::kSm90Fp8WeightOnlyStream,
     &cuda::kSm90Mxfp8Stream,
     &cuda::kSm90Mxfp6Stream,

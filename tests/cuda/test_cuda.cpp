@@ -56,7 +56,7 @@ constexpr double kTensorCoreFp8Bound = 1.0 / 4096;
 // Does this kernel take the cuBLASLt route for (family, M, N)?
 bool takes_cublaslt(const LinearKernel* k, const LinearConfig& c, int64_t m) {
   const auto* ck = dynamic_cast<const cuda::CudaLinearKernel*>(k);
-  if (ck == nullptr) return false;
+  if (ck == nullptr || c.family == Family::kInt8ScaledMM) return false;  // INT8 accumulates exactly
   const bool w8a8 = c.family == Family::kFp8ScaledMM || c.family == Family::kFp8BlockScaled;
   return ck->route() == cuda::Route::kCublasLt ||
          (ck->route() == cuda::Route::kAuto && w8a8 && c.n % 16 == 0 && m > ck->stream_max_m());
@@ -352,6 +352,108 @@ TEST(CudaKernels, Fp8BlockScaledMatchesTheReference) {
     }
   }
   check_kernel({&cuda::kSm90Fp8BlockScaled, block, 4096, 256, 1024});
+}
+
+// INT8: exact INT32 accumulation, so the only difference from the reference is the output rounding
+// (the bound is the default accumulation factor, far above what exact sums need).
+TEST(CudaKernels, Int8ScaledMMMatchesTheReference) {
+  QL_REQUIRE_SM90();
+  const Scheme dynamic = *find_scheme("w8a8-int8-dynamic");
+  const Scheme stat = *find_scheme("w8a8-int8-static");
+  const Scheme asym = *find_scheme("w8a8-int8-static-asym");
+  const Scheme dyn_asym = custom(Family::kInt8ScaledMM, kInt8StaticChannelSym, kInt8DynamicTokenAsym);
+  const Scheme tensor_w = custom(Family::kInt8ScaledMM, kInt8StaticTensorSym, kInt8DynamicTokenSym);
+  const LinearKernel* kern = &cuda::kSm90Int8ScaledMM;
+  for (int64_t m : kMs) {
+    check_kernel({kern, dynamic, m, 256, 1024});
+    check_kernel({kern, stat, m, 192, 4096, DType::kBF16, DType::kBF16, DType::kBF16});
+    check_kernel({kern, asym, m, 128, 1000, DType::kF16, DType::kF16, DType::kF32});
+    check_kernel({kern, dyn_asym, m, 96, 520, DType::kF32, DType::kF32, DType::kBF16});
+    check_kernel({kern, tensor_w, m, 96, 320, DType::kBF16, DType::kBF16, std::nullopt, {32, 64}});
+    check_kernel({kern, asym, m, 76, 999});  // K off every multiple
+  }
+  check_kernel({kern, dynamic, 4096, 256, 1024});
+  // N % 4 != 0 is declined with its reason (the reference takes those layers).
+  LinearConfig odd;
+  odd.family = Family::kInt8ScaledMM;
+  odd.weight_key = kInt8StaticChannelSym;
+  odd.activation_key = kInt8DynamicTokenSym;
+  odd.n = 75;
+  odd.k = 64;
+  const Verdict v = kern->can_implement(odd);
+  EXPECT_FALSE(v.ok);
+  EXPECT_NE(v.reason.find("multiple of 4"), std::string::npos) << v.reason;
+}
+
+// Pre-quantized activations (input_quant_key): quantized on the host by the reference quantizer, uploaded,
+// applied; the output equals the dense path's bit for bit (the GPU quantizer is bit-identical to it).
+TEST(CudaKernels, PreQuantizedActivationsGiveTheDensePathsOutput) {
+  QL_REQUIRE_SM90();
+  struct Case {
+    const LinearKernel* kernel;
+    Scheme scheme;
+    int64_t n, k;
+  };
+  const std::vector<Case> cases = {
+      {&cuda::kSm90Fp8ScaledMM, *find_scheme("w8a8-fp8-channel"), 256, 1000},
+      {&cuda::kSm90Fp8ScaledMM, *find_scheme("w8a8-fp8-tensor"), 128, 512},
+      {&cuda::kCublasLtFp8ScaledMM, custom(Family::kFp8ScaledMM, kFp8StaticTensorSym, kFp8DynamicTokenSym), 96, 320},
+      {&cuda::kSm90Int8ScaledMM, *find_scheme("w8a8-int8-dynamic"), 256, 1000},
+      {&cuda::kSm90Int8ScaledMM, *find_scheme("w8a8-int8-static-asym"), 128, 512},
+      {&cuda::kSm90Int8ScaledMM, custom(Family::kInt8ScaledMM, kInt8StaticChannelSym, kInt8DynamicTokenAsym), 64, 96},
+  };
+  for (const Case& c : cases) {
+    for (int64_t m : {1, 7, 64}) {
+      const uint64_t seed = fresh_seed();
+      SCOPED_TRACE(std::string(c.kernel->name()) + " " + c.scheme.weight_key.to_string() + " a=" +
+                   key_name(*c.scheme.activation_key) + " M=" + std::to_string(m) + " seed=" + std::to_string(seed));
+      MakeLayerOptions opt;
+      opt.input_min = -3.0f;
+      opt.input_max = 3.0f;
+      auto layer = quantize_layer("prequant", c.scheme, random_normal(DType::kF32, {c.n, c.k}, seed, 0.05), opt);
+      ASSERT_TRUE(layer) << layer.message();
+      ASSERT_TRUE(c.kernel->process_weights_after_loading(*layer).is_ok());
+      const std::optional<QuantKey> key = c.kernel->input_quant_key(layer->config);
+      ASSERT_TRUE(key.has_value());
+      EXPECT_TRUE(*key == *c.scheme.activation_key);
+
+      const Tensor x = to_dtype(random_normal(DType::kF32, {m, c.k}, seed + 1, 1.0), DType::kBF16);
+      QuantizeOptions qo;
+      if (key->scale.is_static) {
+        qo.static_scale = Tensor::scalar_f32(*std::max_element(layer->params.at("input_scale").data<float>(),
+                                                               layer->params.at("input_scale").data<float>() +
+                                                                   layer->params.at("input_scale").numel()))
+                              .reshape({1})
+                              .value();
+        if (!key->symmetric) qo.static_zero_point = layer->params.at("input_zero_point");
+      }
+      auto q = quantize(x, *key, qo);
+      ASSERT_TRUE(q) << q.message();
+      QuantizedTensor qd = *q;
+      qd.data = cuda::to_device(q->data).value();
+      qd.scale = cuda::to_device(q->scale).value();
+      if (q->zero_point.defined()) qd.zero_point = cuda::to_device(q->zero_point).value();
+
+      auto xd = cuda::to_device(x).value();
+      auto dense = cuda::empty(DType::kBF16, {m, c.n}).value();
+      auto pre = cuda::empty(DType::kBF16, {m, c.n}).value();
+      ASSERT_TRUE(cuda::fill_bytes(dense, 0xFF).is_ok());
+      ASSERT_TRUE(cuda::fill_bytes(pre, 0xFF).is_ok());
+      const Status s1 = c.kernel->apply(*layer, Activation::dense(xd), nullptr, dense);
+      const Status s2 = c.kernel->apply(*layer, Activation::quantized(qd, DType::kBF16), nullptr, pre);
+      ASSERT_TRUE(s1.is_ok()) << s1.message();
+      ASSERT_TRUE(s2.is_ok()) << s2.message();
+      const Tensor a = cuda::to_host(dense).value(), b = cuda::to_host(pre).value();
+      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), static_cast<size_t>(a.nbytes())), 0);
+
+      // A mismatching key is refused with both keys named.
+      QuantizedTensor wrong = qd;
+      wrong.key = key->dtype == DType::kI8 ? kFp8DynamicTokenSym : kInt8DynamicTokenSym;
+      const Status s3 = c.kernel->apply(*layer, Activation::quantized(wrong, DType::kBF16), nullptr, pre);
+      EXPECT_FALSE(s3.is_ok());
+      EXPECT_NE(s3.message().find("input_quant_key"), std::string::npos) << s3.message();
+    }
+  }
 }
 
 TEST(CudaKernels, WeightOnlyAndMxStreamKernelsMatchTheReference) {

@@ -115,13 +115,18 @@ __global__ void amax_kernel(const T* x, int64_t m, int64_t k, int64_t ld, uint32
 template <class T>
 __global__ void quant_row_kernel(const T* __restrict__ x, int64_t k, int64_t ld_x, bool vec, ActQuantMode mode,
                                  float static_scale, float scale_ub, const uint32_t* amax_tensor,
-                                 void* __restrict__ codes, bool as_float, int64_t ld_codes, ScaleOut so) {
+                                 void* __restrict__ codes, bool as_float, int64_t ld_codes, ScaleOut so,
+                                 const float* __restrict__ row_amax) {
   const int64_t m = blockIdx.x;
   const T* row = x + m * ld_x;
   double s = static_scale;
   if (mode == ActQuantMode::kDynamicTensor) {
     s = static_cast<double>(static_cast<float>(static_cast<double>(__uint_as_float(*amax_tensor)) / kFp8Max));
     if (!(s > 0)) s = kMinScale;
+  } else if (mode == ActQuantMode::kDynamicToken && row_amax != nullptr) {
+    double amax = row_amax[m];
+    if (scale_ub > 0) amax = fmin(amax, static_cast<double>(scale_ub));
+    s = fmax(static_cast<double>(static_cast<float>(amax / kFp8Max)), kMinScale);
   } else if (mode == ActQuantMode::kDynamicToken) {
     float a = 0.0f;
 #pragma unroll 4
@@ -204,6 +209,26 @@ __global__ void quant_group_kernel(const T* __restrict__ x, int64_t m, int64_t k
 }
 
 template <class T>
+__global__ void row_amax_kernel(const T* __restrict__ x, int64_t k, int64_t ld_x, bool vec, float* __restrict__ out) {
+  const T* row = x + blockIdx.x * ld_x;
+  float a = 0.0f;
+  for (int64_t col = threadIdx.x * int64_t{kVec}; col < k; col += int64_t{kRowThreads} * kVec) {
+    float v[kVec];
+    load8(row, col, k, vec, v);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) a = fmaxf(a, fabsf(v[i]));
+  }
+  a = block_max(a);
+  if (threadIdx.x == 0) out[blockIdx.x] = a;
+}
+
+__global__ void broadcast_kernel(const float* src, float* dst, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < count; i += int64_t{gridDim.x} * kThreads) {
+    dst[i] = *src;
+  }
+}
+
+template <class T>
 __global__ void widen_kernel(const T* x, int64_t m, int64_t k, int64_t ld_x, float* out, int64_t ld_out) {
   const int64_t total = m * ld_out;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kThreads) {
@@ -234,7 +259,7 @@ Status launch_typed(const ActQuantArgs& a, Stream stream) {
       }
       quant_row_kernel<T><<<static_cast<unsigned>(a.m), kRowThreads, 0, stream>>>(
           x, a.k, a.ld_x, vec, a.mode, a.static_scale, a.scale_ub, a.amax_scratch, a.codes, a.codes_as_float,
-          a.ld_codes, a.scale);
+          a.ld_codes, a.scale, a.row_amax);
       QL_CUDA_CHECK_LAUNCH("quant_row_kernel");
       return Status::ok();
     }
@@ -271,6 +296,31 @@ Status launch_act_quant(const ActQuantArgs& a, Stream stream) {
     case DType::kF16: return launch_typed<__half>(a, stream);
     default: return Status::error("act_quant: activations must be f32, bf16 or f16, got " + std::string(name(a.x_dtype)));
   }
+}
+
+Status launch_row_amax(const void* x, DType x_dtype, int64_t m, int64_t k, int64_t ld_x, float* out, Stream stream) {
+  if (m == 0) return Status::ok();
+  const auto launch = [&](auto* typed) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(typed)>>;
+    const bool vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && (ld_x * sizeof(T)) % 16 == 0;
+    row_amax_kernel<T><<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(static_cast<const T*>(x), k, ld_x, vec,
+                                                                            out);
+  };
+  switch (x_dtype) {
+    case DType::kF32: launch(static_cast<const float*>(nullptr)); break;
+    case DType::kBF16: launch(static_cast<const __nv_bfloat16*>(nullptr)); break;
+    case DType::kF16: launch(static_cast<const __half*>(nullptr)); break;
+    default: return Status::error("row_amax: activations must be f32, bf16 or f16");
+  }
+  QL_CUDA_CHECK_LAUNCH("row_amax_kernel");
+  return Status::ok();
+}
+
+Status launch_broadcast_f32(const float* src, float* dst, int64_t count, Stream stream) {
+  if (count == 0) return Status::ok();
+  broadcast_kernel<<<grid_for(count), kThreads, 0, stream>>>(src, dst, count);
+  QL_CUDA_CHECK_LAUNCH("broadcast_kernel");
+  return Status::ok();
 }
 
 Status launch_widen_to_f32(const void* x, DType x_dtype, int64_t m, int64_t k, int64_t ld_x, float* out,

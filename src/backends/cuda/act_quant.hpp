@@ -37,6 +37,8 @@ struct ActQuantArgs {
   ActQuantMode mode = ActQuantMode::kDynamicToken;
   float static_scale = 1.0f;  // kStaticTensor
   float scale_ub = 0.0f;      // kDynamicToken upper bound on amax; <= 0: none
+  const float* row_amax = nullptr;  // kDynamicToken: the rows' |x| max given (tensor-parallel slices of a row
+                                    // use the full row's, all-reduced), instead of reducing this slice
   // Codes: E4M3 bytes, or their exact float values (codes_as_float) for the CUDA-core kernels.
   void* codes = nullptr;
   bool codes_as_float = false;
@@ -47,6 +49,12 @@ struct ActQuantArgs {
 };
 
 Status launch_act_quant(const ActQuantArgs& args, Stream stream);
+
+// out[m] = max |x[m, :k]| (f32): a slice's per-token amax, all-reduced across tensor-parallel ranks.
+Status launch_row_amax(const void* x, DType x_dtype, int64_t m, int64_t k, int64_t ld_x, float* out, Stream stream);
+
+// dst[0..count) = src[0] (device to device): a scalar scale spread over rows.
+Status launch_broadcast_f32(const float* src, float* dst, int64_t count, Stream stream);
 
 // Dense activations widened to f32 (exact), rows padded with zeros to ld_out: the A16 input of the
 // CUDA-core kernels.

@@ -25,6 +25,8 @@ cudaDataType_t cuda_type(DType d) {
     case DType::kF8E4M3: return CUDA_R_8F_E4M3;
     case DType::kBF16: return CUDA_R_16BF;
     case DType::kF16: return CUDA_R_16F;
+    case DType::kI8: return CUDA_R_8I;
+    case DType::kI32: return CUDA_R_32I;
     default: return CUDA_R_32F;
   }
 }
@@ -76,9 +78,14 @@ Status lt_gemm(const LtGemm& g, Stream stream) {
   QL_ASSIGN_OR_RETURN(cublasLtHandle_t handle, handle_for(device));
 
   const bool fp8 = g.ab_dtype == DType::kF8E4M3;
-  const cublasComputeType_t compute = g.ab_dtype == DType::kF32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F;
+  // INT8 runs exactly (IMMA, INT32 accumulation and output, integer alpha/beta); the others in FP32.
+  const bool int8 = g.ab_dtype == DType::kI8;
+  if (int8 && (g.out_dtype != DType::kI32 || g.scale_mode != LtScaleMode::kNone || g.bias != nullptr)) {
+    return Status::error("lt_gemm: INT8 GEMMs write INT32 without scales or bias (the epilogue applies them)");
+  }
+  const cublasComputeType_t compute = int8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F;
   Descs d;
-  QL_LT_CHECK(cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F));
+  QL_LT_CHECK(cublasLtMatmulDescCreate(&d.op, compute, int8 ? CUDA_R_32I : CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   QL_RETURN_IF_ERROR(set_attr(d.op, CUBLASLT_MATMUL_DESC_TRANSA, ta, "set TRANSA"));
   QL_RETURN_IF_ERROR(set_attr(d.op, CUBLASLT_MATMUL_DESC_TRANSB, tb, "set TRANSB"));
@@ -146,7 +153,9 @@ Status lt_gemm(const LtGemm& g, Stream stream) {
   }
   QL_ASSIGN_OR_RETURN(Scratch workspace, Scratch::make(kWorkspaceBytes, stream));
   const float alpha = 1.0f, beta = 0.0f;
-  QL_LT_CHECK(cublasLtMatmul(handle, d.op, &alpha, g.w, d.a, g.x, d.b, &beta, g.out, d.d, g.out, d.d, &algo,
+  const int32_t alpha_i = 1, beta_i = 0;
+  QL_LT_CHECK(cublasLtMatmul(handle, d.op, int8 ? static_cast<const void*>(&alpha_i) : &alpha, g.w, d.a, g.x, d.b,
+                             int8 ? static_cast<const void*>(&beta_i) : &beta, g.out, d.d, g.out, d.d, &algo,
                              workspace.get(), kWorkspaceBytes, stream));
   return Status::ok();
 }

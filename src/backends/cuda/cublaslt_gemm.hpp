@@ -9,6 +9,7 @@
 //   kBlock      BLK128x128_32F (A) and VEC128_32F (B):
 //               w_scale f32 [ceil(N/128), ceil(K/128)] row-major (the checkpoint's layout),
 //               x_scale f32 at [kb * M + m] (M fastest; torch._scaled_mm's stride (1, M))
+// INT8: exact INT32 output [M, N] without scales or bias (K and the leading dimensions multiples of 4).
 // Output BF16/F16/F32; bias in the epilogue (dtype: see bias_dtype_for), added before the one rounding.
 #include <cstdint>
 
@@ -20,7 +21,7 @@ namespace qlinear::cuda {
 enum class LtScaleMode : uint8_t { kNone, kScalar, kOuterVec, kBlock };
 
 struct LtGemm {
-  DType ab_dtype = DType::kF8E4M3;  // F8E4M3, BF16, F16 or F32 (both operands)
+  DType ab_dtype = DType::kF8E4M3;  // F8E4M3, I8 (out I32, no scales/bias), BF16, F16 or F32 (both operands)
   const void* w = nullptr;
   int64_t ld_w = 0;  // elements between weight rows
   const void* x = nullptr;

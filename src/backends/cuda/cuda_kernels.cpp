@@ -8,6 +8,7 @@
 
 #include "backends/cuda/act_quant.hpp"
 #include "backends/cuda/cublaslt_gemm.hpp"
+#include "backends/cuda/int8_scaled_mm.hpp"
 #include "backends/cuda/weight_stream.hpp"
 
 namespace qlinear::cuda {
@@ -48,6 +49,12 @@ const CudaLinearKernel kSm90Mxfp4Stream(
     Family::kMxfp4, "sm90_mxfp4_stream",
     "sm_90a MXFP4 W4A16 / W4A8: weight-streaming CUDA-core GEMM (any M; built for decode)", Route::kStream);
 
+const CudaLinearKernel kSm90Int8ScaledMM(
+    Family::kInt8ScaledMM, "sm90_int8_scaled_mm",
+    "sm_90a INT8 W8A8: GPU activation quantization (static/dynamic, sym/asym) + cuBLASLt INT8 GEMM (exact INT32) "
+    "+ FP64 epilogue (zero points, scales, bias)",
+    Route::kCublasLt);
+
 namespace {
 
 // What process_weights_after_loading leaves in layer.kernel_state.
@@ -64,6 +71,8 @@ struct LayerState {
   bool scalar_weight_scale = false;  // one scale for the whole weight: cuBLASLt SCALAR_32F
   Tensor w_scale_scalar;             // f32 [1]
   float static_input_scale = 1.0f;   // static per-tensor activations: the max over shards (as vLLM)
+  int32_t static_zero_point = 0;     // INT8 static asymmetric activations
+  Tensor w_colsum;                   // INT8 with asymmetric activations: i64 [N], sum over K of the codes
 };
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -122,10 +131,21 @@ Verdict CudaLinearKernel::can_implement(const LinearConfig& c) const {
     return Verdict::no("MX activations quantized to " + std::string(qlinear::name(c.activation_key->dtype)) +
                        " are not implemented on the GPU (MXFP8 or unquantized activations are)");
   }
+  if (family_ == Family::kInt8ScaledMM) {
+    if (c.n % 4 != 0) return Verdict::no("N=" + std::to_string(c.n) + " is not a multiple of 4 (cuBLASLt INT8 output)");
+    return Verdict::yes();
+  }
   if (route_ == Route::kCublasLt && c.n % 16 != 0) {
     return Verdict::no("N=" + std::to_string(c.n) + " is not a multiple of 16 (cuBLASLt FP8 output alignment)");
   }
   return Verdict::yes();
+}
+
+std::optional<QuantKey> CudaLinearKernel::input_quant_key(const LinearConfig& c) const {
+  if (!c.activation_key) return std::nullopt;
+  if (family_ == Family::kInt8ScaledMM) return c.activation_key;
+  if (family_ == Family::kFp8ScaledMM && route_ != Route::kStream && c.n % 16 == 0) return c.activation_key;
+  return std::nullopt;
 }
 
 Status CudaLinearKernel::process_impl(LinearLayer& layer) const {
@@ -140,9 +160,9 @@ Status CudaLinearKernel::process_impl(LinearLayer& layer) const {
 
   const QuantKey& wk = c.weight_key;
   const Tensor wc = weight.contiguous();
-  if (wk.dtype == DType::kF8E4M3) {
+  if (wk.dtype == DType::kF8E4M3 || wk.dtype == DType::kI8) {
     // Rows padded with zero codes to a multiple of 32: 16-byte loads, and a K cuBLASLt accepts.
-    st->format = WeightFormat::kE4M3;
+    st->format = WeightFormat::kE4M3;  // (the streaming kernels' format; INT8 only takes the cuBLASLt route)
     st->k_valid = round_up(c.k, 32);
     st->row_bytes = st->k_valid;
     std::vector<uint8_t> padded(static_cast<size_t>(c.n * st->row_bytes), 0);
@@ -151,6 +171,16 @@ Status CudaLinearKernel::process_impl(LinearLayer& layer) const {
                   static_cast<size_t>(c.k));
     }
     QL_ASSIGN_OR_RETURN(st->w, upload(padded.data(), padded.size(), DType::kU8, {c.n, st->row_bytes}, st->device));
+    if (wk.dtype == DType::kI8 && c.activation_key && !c.activation_key->symmetric) {
+      // Asymmetric activations x = s (q - z): the epilogue subtracts z * sum_k w[n, k].
+      std::vector<int64_t> colsum(static_cast<size_t>(c.n), 0);
+      for (int64_t r = 0; r < c.n; ++r) {
+        const int8_t* row = static_cast<const int8_t*>(wc.raw()) + r * c.k;
+        for (int64_t i = 0; i < c.k; ++i) colsum[r] += row[i];
+      }
+      QL_ASSIGN_OR_RETURN(st->w_colsum, upload(colsum.data(), colsum.size() * sizeof(int64_t), DType::kI64, {c.n},
+                                               st->device));
+    }
   } else {
     st->format = wk.dtype == DType::kF6E2M3   ? WeightFormat::kE2M3
                  : wk.dtype == DType::kF6E3M2 ? WeightFormat::kE3M2
@@ -184,6 +214,11 @@ Status CudaLinearKernel::process_impl(LinearLayer& layer) const {
     QL_RETURN_IF_ERROR(expect_host(in_scale, "input_scale"));
     const Tensor s = in_scale.contiguous();
     st->static_input_scale = *std::max_element(s.data<float>(), s.data<float>() + s.numel());
+    if (!c.activation_key->symmetric) {
+      QL_ASSIGN_OR_RETURN(Tensor zp, layer.get("input_zero_point"));
+      QL_RETURN_IF_ERROR(expect_host(zp, "input_zero_point"));
+      st->static_zero_point = zp.contiguous().data<int32_t>()[0];
+    }
   }
   // Finish the uploads before the host staging buffers go away and before apply can run on another stream.
   QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
@@ -201,6 +236,7 @@ struct ApplyCtx {
   Tensor& out;
   int64_t m;
   Stream stream;
+  const QuantizedTensor* pre = nullptr;  // a pre-quantized activation (input_quant_key), or null
 };
 
 ActQuantArgs quant_args(const ApplyCtx& a, const QuantKey& key) {
@@ -213,6 +249,37 @@ ActQuantArgs quant_args(const ApplyCtx& a, const QuantKey& key) {
   q.mode = act_mode(key);
   q.static_scale = a.st.static_input_scale;
   return q;
+}
+
+// A pre-quantized activation's codes with rows k_valid long (zero padding), as the GEMMs read them: the
+// tensor itself when it already is, else a padded copy in `pad`.
+Result<const void*> padded_codes(const QuantizedTensor& q, int64_t k_valid, Scratch& pad, Stream stream) {
+  const Tensor& d = q.data;
+  const int64_t ld = d.strides()[0];
+  if (ld == k_valid && d.strides()[1] == 1) return static_cast<const void*>(d.raw());
+  if (d.strides()[1] != 1) return Status::error("pre-quantized activation codes must have contiguous rows");
+  QL_ASSIGN_OR_RETURN(pad, Scratch::make(static_cast<size_t>(q.rows * k_valid), stream));
+  QL_CUDA_CHECK(cudaMemsetAsync(pad.get(), 0, static_cast<size_t>(q.rows * k_valid), stream));
+  QL_CUDA_CHECK(cudaMemcpy2DAsync(pad.get(), static_cast<size_t>(k_valid), d.raw(), static_cast<size_t>(ld),
+                                  static_cast<size_t>(q.cols), static_cast<size_t>(q.rows), cudaMemcpyDeviceToDevice,
+                                  stream));
+  return static_cast<const void*>(pad.get());
+}
+
+Status expect_quantized_on(const QuantizedTensor& q, int device) {
+  QL_RETURN_IF_ERROR(expect_on_device(q.data, device, "pre-quantized activation codes"));
+  QL_RETURN_IF_ERROR(expect_on_device(q.scale, device, "pre-quantized activation scales"));
+  if (q.scale.dtype() != DType::kF32 || (q.scale.numel() != 1 && q.scale.numel() != q.rows)) {
+    return Status::error("pre-quantized activation scales must be f32 [1] or [M, 1], got " + q.scale.describe());
+  }
+  if (!q.key.symmetric) {
+    QL_RETURN_IF_ERROR(expect_on_device(q.zero_point, device, "pre-quantized activation zero points"));
+    if (q.zero_point.dtype() != DType::kI32 || (q.zero_point.numel() != 1 && q.zero_point.numel() != q.rows)) {
+      return Status::error("pre-quantized activation zero points must be i32 [1] or [M, 1], got " +
+                           q.zero_point.describe());
+    }
+  }
+  return Status::ok();
 }
 
 Status apply_stream(const ApplyCtx& a) {
@@ -278,6 +345,68 @@ Status apply_stream(const ApplyCtx& a) {
   return launch_weight_stream(s, a.stream);
 }
 
+// Runs g (operands and scales set) into a.out: bias in cuBLASLt's epilogue when it takes the bias dtype,
+// else an F32 result plus our epilogue; rows beyond a.m (padded runs) are dropped.
+Status run_lt_into_out(const ApplyCtx& a, LtGemm& g) {
+  const LinearConfig& c = a.c;
+  const bool lt_bias = a.bias == nullptr || a.bias->dtype() == bias_dtype_for(g.ab_dtype, a.out.dtype());
+  g.bias = lt_bias && a.bias ? a.bias->raw() : nullptr;
+  g.out_dtype = lt_bias ? a.out.dtype() : DType::kF32;
+  if (lt_bias && g.m == a.m) {
+    g.out = a.out.raw();
+    return lt_gemm(g, a.stream);
+  }
+  Scratch result;
+  if (!lt_bias && g.m == a.m && a.out.dtype() == DType::kF32) {
+    g.out = a.out.raw();  // an F32 output is its own accumulator
+  } else {
+    QL_ASSIGN_OR_RETURN(result, Scratch::make(static_cast<size_t>(g.m * c.n * element_size(g.out_dtype)), a.stream));
+    g.out = result.get();
+  }
+  QL_RETURN_IF_ERROR(lt_gemm(g, a.stream));
+  if (lt_bias) {
+    QL_CUDA_CHECK(cudaMemcpyAsync(a.out.raw(), g.out, static_cast<size_t>(a.m * c.n * element_size(g.out_dtype)),
+                                  cudaMemcpyDeviceToDevice, a.stream));
+    return Status::ok();
+  }
+  return launch_bias_epilogue(static_cast<const float*>(g.out), a.bias->raw(), a.bias->dtype(), a.out.raw(),
+                              a.out.dtype(), a.m, c.n, a.stream);
+}
+
+// FP8 per-tensor / per-token activations quantized by the caller (input_quant_key).
+Status apply_cublaslt_prequantized(const ApplyCtx& a) {
+  const QuantizedTensor& q = *a.pre;
+  Scratch pad, expanded;
+  QL_ASSIGN_OR_RETURN(const void* codes, padded_codes(q, a.st.k_valid, pad, a.stream));
+  LtGemm g;
+  g.ab_dtype = DType::kF8E4M3;
+  g.w = a.st.w.raw();
+  g.ld_w = a.st.row_bytes;
+  g.x = codes;
+  g.ld_x = a.st.k_valid;
+  g.m = a.m;
+  g.n = a.c.n;
+  g.k = a.st.k_valid;
+  const bool x_scalar = q.scale.numel() == 1 && a.m != 1;
+  if (a.st.scalar_weight_scale && x_scalar) {
+    g.scale_mode = LtScaleMode::kScalar;
+    g.w_scale = static_cast<const float*>(a.st.w_scale_scalar.raw());
+    g.x_scale = static_cast<const float*>(q.scale.raw());
+  } else {
+    g.scale_mode = LtScaleMode::kOuterVec;
+    g.w_scale = static_cast<const float*>(a.st.w_scale.raw());
+    if (x_scalar) {  // OUTER_VEC wants one activation scale per row
+      QL_ASSIGN_OR_RETURN(expanded, Scratch::make(sizeof(float) * a.m, a.stream));
+      QL_RETURN_IF_ERROR(launch_broadcast_f32(static_cast<const float*>(q.scale.raw()), expanded.as<float>(), a.m,
+                                              a.stream));
+      g.x_scale = expanded.as<float>();
+    } else {
+      g.x_scale = static_cast<const float*>(q.scale.raw());
+    }
+  }
+  return run_lt_into_out(a, g);
+}
+
 Status apply_cublaslt(const ApplyCtx& a) {
   const LinearConfig& c = a.c;
   const QuantKey& key = *c.activation_key;
@@ -286,6 +415,7 @@ Status apply_cublaslt(const ApplyCtx& a) {
   // cuBLASLt's block-scaled mode finds no algorithm unless M is a multiple of 16 (measured on the H200 with
   // CUDA 13.0: M = 2, 7, 9, 17, 257 fail; 16, 64, 4096 run): run it on M rounded up, the extra rows zero.
   const int64_t m_run = block ? round_up(a.m, 16) : a.m;
+  if (a.pre != nullptr) return apply_cublaslt_prequantized(a);
   ActQuantArgs q = quant_args(a, key);
   QL_ASSIGN_OR_RETURN(Scratch codes, Scratch::make(static_cast<size_t>(m_run * kl), a.stream));
   if (m_run > a.m) {
@@ -331,30 +461,80 @@ Status apply_cublaslt(const ApplyCtx& a) {
   }
   QL_RETURN_IF_ERROR(launch_act_quant(q, a.stream));
 
-  // Bias: in cuBLASLt's epilogue when it takes the bias dtype exactly; otherwise an F32 result plus our
-  // epilogue. Padded runs write to scratch and copy the first M rows.
-  const bool lt_bias = a.bias == nullptr || a.bias->dtype() == bias_dtype_for(g.ab_dtype, a.out.dtype());
-  g.bias = lt_bias && a.bias ? a.bias->raw() : nullptr;
-  g.out_dtype = lt_bias ? a.out.dtype() : DType::kF32;
-  if (lt_bias && m_run == a.m) {
-    g.out = a.out.raw();
-    return lt_gemm(g, a.stream);
-  }
-  Scratch result;
-  if (!lt_bias && m_run == a.m && a.out.dtype() == DType::kF32) {
-    g.out = a.out.raw();  // an F32 output is its own accumulator
+  return run_lt_into_out(a, g);
+}
+
+Status apply_int8(const ApplyCtx& a) {
+  const LinearConfig& c = a.c;
+  const QuantKey& key = *c.activation_key;
+  const int64_t kl = a.st.k_valid;
+  Int8QuantArgs q;
+  q.x = a.x.raw();
+  q.x_dtype = a.x.dtype();
+  q.m = a.m;
+  q.k = c.k;
+  q.ld_x = a.x.strides()[0];
+  q.mode = key.scale.is_static ? (key.symmetric ? Int8ActMode::kStaticSym : Int8ActMode::kStaticAsym)
+                               : (key.symmetric ? Int8ActMode::kDynamicTokenSym : Int8ActMode::kDynamicTokenAsym);
+  q.static_scale = a.st.static_input_scale;
+  q.static_zero_point = a.st.static_zero_point;
+  q.ld_codes = kl;
+  Scratch codes, scales, zps;
+  const void* code_ptr = nullptr;
+  const float* scale_ptr = nullptr;
+  const int32_t* zp_ptr = nullptr;
+  bool per_row = !key.scale.is_static;
+  if (a.pre != nullptr) {
+    QL_ASSIGN_OR_RETURN(code_ptr, padded_codes(*a.pre, kl, codes, a.stream));
+    scale_ptr = static_cast<const float*>(a.pre->scale.raw());
+    per_row = a.pre->scale.numel() != 1 || a.m == 1;
+    if (!key.symmetric) zp_ptr = static_cast<const int32_t*>(a.pre->zero_point.raw());
   } else {
-    QL_ASSIGN_OR_RETURN(result, Scratch::make(static_cast<size_t>(m_run * c.n * element_size(g.out_dtype)), a.stream));
-    g.out = result.get();
+    QL_ASSIGN_OR_RETURN(codes, Scratch::make(static_cast<size_t>(a.m * kl), a.stream));
+    QL_ASSIGN_OR_RETURN(scales, Scratch::make(sizeof(float) * a.m, a.stream));
+    QL_ASSIGN_OR_RETURN(zps, Scratch::make(sizeof(int32_t) * a.m, a.stream));
+    q.codes = codes.as<int8_t>();
+    q.scales = scales.as<float>();
+    q.zero_points = zps.as<int32_t>();
+    QL_RETURN_IF_ERROR(launch_int8_act_quant(q, a.stream));
+    code_ptr = codes.get();
+    scale_ptr = per_row ? scales.as<float>() : nullptr;
+    zp_ptr = per_row && !key.symmetric ? zps.as<int32_t>() : nullptr;
   }
+  QL_ASSIGN_OR_RETURN(Scratch acc, Scratch::make(sizeof(int32_t) * a.m * c.n, a.stream));
+
+  LtGemm g;
+  g.ab_dtype = DType::kI8;
+  g.w = a.st.w.raw();
+  g.ld_w = a.st.row_bytes;
+  g.x = code_ptr;
+  g.ld_x = kl;
+  g.m = a.m;
+  g.n = c.n;
+  g.k = kl;
+  g.out = acc.get();
+  g.out_dtype = DType::kI32;
   QL_RETURN_IF_ERROR(lt_gemm(g, a.stream));
-  if (lt_bias) {
-    QL_CUDA_CHECK(cudaMemcpyAsync(a.out.raw(), g.out, static_cast<size_t>(a.m * c.n * element_size(g.out_dtype)),
-                                  cudaMemcpyDeviceToDevice, a.stream));
-    return Status::ok();
-  }
-  return launch_bias_epilogue(static_cast<const float*>(g.out), a.bias->raw(), a.bias->dtype(), a.out.raw(),
-                              a.out.dtype(), a.m, c.n, a.stream);
+
+  Int8EpilogueArgs e;
+  e.acc = acc.as<int32_t>();
+  e.m = a.m;
+  e.n = c.n;
+  // Scales and zero points: per row (dynamic, or pre-quantized [M, 1]), or one value (static: the layer's,
+  // or a pre-quantized activation's [1] on the device).
+  e.x_scale = scale_ptr;
+  e.x_scale_per_row = per_row;
+  e.x_scale_value = a.st.static_input_scale;
+  e.x_zero_point = zp_ptr;
+  e.x_zero_point_per_row = per_row;
+  e.x_zero_point_value = a.st.static_zero_point;
+  e.w_scale = static_cast<const float*>(a.st.w_scale.raw());
+  e.w_colsum = key.symmetric ? nullptr : static_cast<const int64_t*>(a.st.w_colsum.raw());
+  e.bias = a.bias ? a.bias->raw() : nullptr;
+  e.bias_dtype = a.bias ? a.bias->dtype() : DType::kF32;
+  e.out = a.out.raw();
+  e.out_dtype = a.out.dtype();
+  return launch_int8_epilogue(e, a.stream);
 }
 
 }  // namespace
@@ -363,14 +543,18 @@ Status CudaLinearKernel::apply_impl(const LinearLayer& layer, const Activation& 
                                     Tensor& out) const {
   if (!layer.kernel_state) return Status::error("layer " + layer.name + " has no device state");
   const auto& st = *static_cast<const LayerState*>(layer.kernel_state.get());
-  const Tensor& xt = x.dense_tensor();
+  const QuantizedTensor* pre = x.is_quantized() ? &x.quantized_tensor() : nullptr;
+  const Tensor& xt = pre ? pre->data : x.dense_tensor();
+  if (pre) QL_RETURN_IF_ERROR(expect_quantized_on(*pre, st.device));
   QL_RETURN_IF_ERROR(expect_on_device(xt, st.device, "activation"));
   QL_RETURN_IF_ERROR(expect_on_device(out, st.device, "output"));
   if (bias != nullptr) QL_RETURN_IF_ERROR(expect_on_device(*bias, st.device, "bias"));
   if (xt.strides()[0] < layer.config.k) return Status::error("activation rows overlap (row stride < K)");
   DeviceGuard guard;
   QL_RETURN_IF_ERROR(guard.set(st.device));
-  const ApplyCtx ctx{layer.config, st, xt, bias, out, xt.size(0), current_stream()};
+  const ApplyCtx ctx{layer.config, st, xt, bias, out, xt.size(0), current_stream(), pre};
+  if (family_ == Family::kInt8ScaledMM) return apply_int8(ctx);
+  if (pre) return apply_cublaslt(ctx);  // input_quant_key is declared on the cuBLASLt route only
   const bool lt_possible = is_w8a8_fp8(family_) && layer.config.n % 16 == 0;
   bool use_lt = route_ == Route::kCublasLt || (route_ == Route::kAuto && lt_possible && ctx.m > stream_max_m_);
   return use_lt ? apply_cublaslt(ctx) : apply_stream(ctx);

@@ -31,6 +31,11 @@ class CudaLinearKernel final : public LinearKernel {
   std::string_view summary() const override { return summary_; }
   Verdict is_supported(const Platform& platform) const override;
   Verdict can_implement(const LinearConfig& config) const override;
+  // FP8 per-tensor/per-token (cuBLASLt route) and INT8 layers take activations already quantized with the
+  // layer's activation key, on the layer's device: codes [M, K] (E4M3 or I8), scales f32 [1] or [M, 1],
+  // INT8 asymmetric zero points i32 [1] or [M, 1]. Tensor-parallel row layers use it to quantize every
+  // rank's slice with scales of the full row.
+  std::optional<QuantKey> input_quant_key(const LinearConfig& config) const override;
 
   Route route() const { return route_; }
   int64_t stream_max_m() const { return stream_max_m_; }
@@ -52,6 +57,7 @@ extern const CudaLinearKernel kSm90Fp8ScaledMM;      // "sm90_fp8_scaled_mm"    
 extern const CudaLinearKernel kCublasLtFp8ScaledMM;  // "cublaslt_fp8_scaled_mm"   cuBLASLt only
 extern const CudaLinearKernel kSm90Fp8BlockScaled;   // "sm90_fp8_block_scaled"    stream at M = 1, cuBLASLt above
 extern const CudaLinearKernel kCublasLtFp8BlockScaled;  // "cublaslt_fp8_block_scaled"
+extern const CudaLinearKernel kSm90Int8ScaledMM;     // "sm90_int8_scaled_mm"      cuBLASLt INT8 + FP64 epilogue
 extern const CudaLinearKernel kSm90Fp8WeightOnlyStream;  // "sm90_fp8_weight_only_stream"
 extern const CudaLinearKernel kSm90Mxfp8Stream;      // "sm90_mxfp8_stream"
 extern const CudaLinearKernel kSm90Mxfp6Stream;      // "sm90_mxfp6_stream"
