@@ -12,7 +12,8 @@
 //   x [M, K] on every rank                           x_r [M, K/W] on rank r (its input columns)
 //   rank r: y_r = x W_r^T   [M, N/W]                 rank r: p_r = x_r W_r^T [M, N] (f32 partial)
 //   optional all-gather -> y [M, N] (shard order     all-reduce(sum) -> + bias once -> out dtype
-//   of fused q/k/v and gate/up kept)
+//   of fused q/k/v and gate/up kept)                 M >= 512: in row chunks, chunk i's all-reduce (on
+//                                                    the comm stream) overlapping chunk i+1's GEMM
 //
 // Numerics: a column split changes nothing (each output is one rank's dot product). A row split sums W
 // f32 partials instead of one f32 accumulation, so results equal the one-GPU layer up to that reduction
@@ -50,13 +51,16 @@ class Group {
   int size() const;
   int device(int rank) const;
   cuda::Stream stream(int rank) const;
+  // A second stream per rank for collectives that overlap the rank's computation.
+  cuda::Stream comm_stream(int rank) const;
 
   // Runs fn(rank) on one host thread per rank, with the rank's device and stream current, then waits for
   // every rank's stream. The first error (named with its rank) aborts the communicators and is returned.
   Status run(const std::function<Status(int rank)>& fn);
 
-  // Collectives on the rank's stream, called from inside run() by every rank. Tensors live on the rank's
-  // device, contiguous; f32, bf16 or f16.
+  // Collectives on the calling thread's current stream (run() makes it the rank's stream), called from
+  // inside run() by every rank in the same order. Tensors live on the rank's device, contiguous; f32,
+  // bf16 or f16.
   Status all_reduce_sum(int rank, Tensor& t);
   Status all_reduce_max(int rank, Tensor& t);
   // out [W * rows, cols...]: every rank's `in` in rank order.

@@ -65,6 +65,7 @@ struct Group::Impl {
   std::vector<int> devices;
   std::vector<ncclComm_t> comms;
   std::vector<cudaStream_t> streams;
+  std::vector<cudaStream_t> comm_streams;
   std::mutex mutex;
   std::string failure;  // set once the communicators were aborted; the group refuses work after that
 
@@ -98,7 +99,9 @@ Group::~Group() {
   }
   for (size_t r = 0; r < impl_->streams.size(); ++r) {
     cuda::DeviceGuard guard;
-    if (guard.set(impl_->devices[r]).is_ok() && impl_->streams[r] != nullptr) cudaStreamDestroy(impl_->streams[r]);
+    if (!guard.set(impl_->devices[r]).is_ok()) continue;
+    if (impl_->streams[r] != nullptr) cudaStreamDestroy(impl_->streams[r]);
+    if (impl_->comm_streams[r] != nullptr) cudaStreamDestroy(impl_->comm_streams[r]);
   }
 }
 
@@ -120,11 +123,13 @@ Result<std::unique_ptr<Group>> Group::create(const std::vector<int>& devices) {
   impl->devices = devices;
   impl->comms.assign(devices.size(), nullptr);
   impl->streams.assign(devices.size(), nullptr);
+  impl->comm_streams.assign(devices.size(), nullptr);
   auto group = std::unique_ptr<Group>(new Group(std::move(impl)));
   for (size_t r = 0; r < devices.size(); ++r) {
     cuda::DeviceGuard guard;
     QL_RETURN_IF_ERROR(guard.set(devices[r]));
     QL_CUDA_CHECK(cudaStreamCreateWithFlags(&group->impl_->streams[r], cudaStreamNonBlocking));
+    QL_CUDA_CHECK(cudaStreamCreateWithFlags(&group->impl_->comm_streams[r], cudaStreamNonBlocking));
   }
   QL_NCCL_CHECK(ncclCommInitAll(group->impl_->comms.data(), static_cast<int>(devices.size()), devices.data()));
   if (log_enabled("tp")) {
@@ -137,6 +142,7 @@ Result<std::unique_ptr<Group>> Group::create(const std::vector<int>& devices) {
 int Group::size() const { return static_cast<int>(impl_->devices.size()); }
 int Group::device(int rank) const { return impl_->devices.at(static_cast<size_t>(rank)); }
 cuda::Stream Group::stream(int rank) const { return impl_->streams.at(static_cast<size_t>(rank)); }
+cuda::Stream Group::comm_stream(int rank) const { return impl_->comm_streams.at(static_cast<size_t>(rank)); }
 
 Status Group::run(const std::function<Status(int rank)>& fn) {
   {
@@ -158,6 +164,7 @@ Status Group::run(const std::function<Status(int rank)>& fn) {
         cuda::StreamGuard stream_guard(stream(r));
         QL_RETURN_IF_ERROR(fn(r));
         QL_CUDA_CHECK(cudaStreamSynchronize(impl_->streams[static_cast<size_t>(r)]));
+        QL_CUDA_CHECK(cudaStreamSynchronize(impl_->comm_streams[static_cast<size_t>(r)]));
         return Status::ok();
       }();
       if (!s.is_ok()) {
@@ -196,7 +203,7 @@ Status Group::all_reduce_sum(int rank, Tensor& t) {
   QL_RETURN_IF_ERROR(impl_->check_comm(rank));
   QL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(t));
   QL_NCCL_CHECK(ncclAllReduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), type, ncclSum,
-                              impl_->comms[static_cast<size_t>(rank)], impl_->streams[static_cast<size_t>(rank)]));
+                              impl_->comms[static_cast<size_t>(rank)], cuda::current_stream()));
   return Status::ok();
 }
 
@@ -204,7 +211,7 @@ Status Group::all_reduce_max(int rank, Tensor& t) {
   QL_RETURN_IF_ERROR(impl_->check_comm(rank));
   QL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(t));
   QL_NCCL_CHECK(ncclAllReduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), type, ncclMax,
-                              impl_->comms[static_cast<size_t>(rank)], impl_->streams[static_cast<size_t>(rank)]));
+                              impl_->comms[static_cast<size_t>(rank)], cuda::current_stream()));
   return Status::ok();
 }
 
@@ -216,7 +223,7 @@ Status Group::all_gather(int rank, const Tensor& in, Tensor& out) {
                          in.describe());
   }
   QL_NCCL_CHECK(ncclAllGather(in.raw(), out.raw(), static_cast<size_t>(in.numel()), type,
-                              impl_->comms[static_cast<size_t>(rank)], impl_->streams[static_cast<size_t>(rank)]));
+                              impl_->comms[static_cast<size_t>(rank)], cuda::current_stream()));
   return Status::ok();
 }
 

@@ -132,33 +132,57 @@ Status ParallelLinear::forward_column(int rank, const Tensor& x, Tensor& out, co
   return Status::ok();
 }
 
+// An event recorded on `from` that `to` waits for (one per hand-over; destroyed once enqueued, which CUDA
+// allows: the wait keeps its own reference).
+Status hand_over(cuda::Stream from, cuda::Stream to) {
+  cudaEvent_t e = nullptr;
+  QL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  cudaError_t err = cudaEventRecord(e, from);
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(to, e, 0);
+  cudaEventDestroy(e);
+  return cuda::check(err, "cudaEventRecord/cudaStreamWaitEvent (stream hand-over)");
+}
+
+// Row chunks for overlapping the all-reduce with the GEMM: none below M = 512 (the GEMM is short and a
+// chunk's launch overhead would show), else 4.
+int64_t row_chunks(int64_t m) { return m >= 512 ? 4 : 1; }
+
 Status ParallelLinear::forward_row(int rank, const Tensor& x, Tensor& out) const {
   const LinearLayer& layer = layers_[static_cast<size_t>(rank)];
   const LinearKernel& kernel = *kernels_[static_cast<size_t>(rank)];
   const LinearConfig& c = layer.config;
   const int dev = group_->device(rank);
   const cuda::Stream stream = cuda::current_stream();
+  const cuda::Stream comm = group_->comm_stream(rank);
   const int64_t m = x.size(0);
   if (x.rank() != 2 || x.size(1) != c.k) {
     return Status::error("layer " + layer.name + " rank " + std::to_string(rank) + ": input must be this rank's [M, " +
                          std::to_string(c.k) + "] columns, got " + x.describe());
   }
-  if (out.size(0) != m || out.size(1) != full_n_ || out.dtype() != out_dtype_) {
-    return Status::error("layer " + layer.name + ": output must be " + std::string(name(out_dtype_)) + " [" +
-                         std::to_string(m) + ", " + std::to_string(full_n_) + "], got " + out.describe());
+  if (out.size(0) != m || out.size(1) != full_n_ || out.dtype() != out_dtype_ || !out.is_contiguous()) {
+    return Status::error("layer " + layer.name + ": output must be contiguous " + std::string(name(out_dtype_)) +
+                         " [" + std::to_string(m) + ", " + std::to_string(full_n_) + "], got " + out.describe());
   }
   const Tensor* bias = bias_[static_cast<size_t>(rank)].defined() ? &bias_[static_cast<size_t>(rank)] : nullptr;
   if (group_->size() == 1) return kernel.apply(layer, Activation::dense(x), bias, out);
+  if (m == 0) return Status::ok();
   QL_ASSIGN_OR_RETURN(Tensor partial, stream_tensor(DType::kF32, {m, c.n}, dev, stream));
 
   // Dynamic per-token scales of the full row: every rank's |x| max, all-reduced, then each slice quantized
-  // with it and handed to the kernel pre-quantized (its input_quant_key).
+  // with it and handed to the kernel pre-quantized (its input_quant_key). Collectives all run on the comm
+  // stream, in the same order on every rank.
+  std::optional<QuantizedTensor> pre;
   const std::optional<QuantKey> takes = kernel.input_quant_key(c);
-  if (is_dynamic_per_token(c.activation_key) && takes && *takes == *c.activation_key && m > 0) {
+  if (is_dynamic_per_token(c.activation_key) && takes && *takes == *c.activation_key) {
     const QuantKey& key = *c.activation_key;
     QL_ASSIGN_OR_RETURN(Tensor amax, stream_tensor(DType::kF32, {m}, dev, stream));
     QL_RETURN_IF_ERROR(cuda::launch_row_amax(x.raw(), x.dtype(), m, c.k, x.strides()[0], amax.data<float>(), stream));
-    QL_RETURN_IF_ERROR(group_->all_reduce_max(rank, amax));
+    QL_RETURN_IF_ERROR(hand_over(stream, comm));
+    {
+      cuda::StreamGuard on_comm(comm);
+      QL_RETURN_IF_ERROR(group_->all_reduce_max(rank, amax));
+    }
+    QL_RETURN_IF_ERROR(hand_over(comm, stream));
     QuantizedTensor q;
     q.key = key;
     q.rows = m;
@@ -192,13 +216,37 @@ Status ParallelLinear::forward_row(int rank, const Tensor& x, Tensor& out) const
       a.row_amax = amax.data<float>();
       QL_RETURN_IF_ERROR(cuda::launch_act_quant(a, stream));
     }
-    QL_RETURN_IF_ERROR(kernel.apply(layer, Activation::quantized(std::move(q), x.dtype()), nullptr, partial));
-  } else {
-    QL_RETURN_IF_ERROR(kernel.apply(layer, Activation::dense(x), nullptr, partial));
+    pre = std::move(q);
   }
-  QL_RETURN_IF_ERROR(group_->all_reduce_sum(rank, partial));
-  return cuda::launch_bias_epilogue(partial.data<float>(), bias ? bias->raw() : nullptr,
-                                    bias ? bias->dtype() : DType::kF32, out.raw(), out_dtype_, m, full_n_, stream);
+
+  // Chunk i: its GEMM on the rank's stream; its all-reduce and bias/rounding epilogue on the comm stream,
+  // overlapping chunk i+1's GEMM.
+  const int64_t chunks = row_chunks(m);
+  const int64_t rows_per = (m + chunks - 1) / chunks;
+  const size_t out_es = static_cast<size_t>(element_size(out_dtype_));
+  for (int64_t r0 = 0; r0 < m; r0 += rows_per) {
+    const int64_t rows = std::min(rows_per, m - r0);
+    QL_ASSIGN_OR_RETURN(Tensor part, partial.narrow(0, r0, rows));
+    if (pre) {
+      QuantizedTensor q = *pre;
+      q.rows = rows;
+      QL_ASSIGN_OR_RETURN(q.data, pre->data.narrow(0, r0, rows));
+      QL_ASSIGN_OR_RETURN(q.scale, pre->scale.narrow(0, r0, rows));
+      QL_RETURN_IF_ERROR(kernel.apply(layer, Activation::quantized(std::move(q), x.dtype()), nullptr, part));
+    } else {
+      QL_ASSIGN_OR_RETURN(Tensor xs, x.narrow(0, r0, rows));
+      QL_RETURN_IF_ERROR(kernel.apply(layer, Activation::dense(xs), nullptr, part));
+    }
+    QL_RETURN_IF_ERROR(hand_over(stream, comm));
+    cuda::StreamGuard on_comm(comm);
+    QL_RETURN_IF_ERROR(group_->all_reduce_sum(rank, part));
+    QL_RETURN_IF_ERROR(cuda::launch_bias_epilogue(part.data<float>(), bias ? bias->raw() : nullptr,
+                                                  bias ? bias->dtype() : DType::kF32,
+                                                  static_cast<uint8_t*>(out.raw()) + r0 * full_n_ * out_es, out_dtype_,
+                                                  rows, full_n_, comm));
+  }
+  // The rank's stream continues after the last epilogue (and frees the scratch only then).
+  return hand_over(comm, stream);
 }
 
 }  // namespace qlinear::tp

@@ -20,6 +20,7 @@ Result<std::unique_ptr<Group>> Group::create(const std::vector<int>&) { return u
 int Group::size() const { return 0; }
 int Group::device(int) const { return -1; }
 cuda::Stream Group::stream(int) const { return nullptr; }
+cuda::Stream Group::comm_stream(int) const { return nullptr; }
 Status Group::run(const std::function<Status(int)>&) { return unavailable(); }
 Status Group::all_reduce_sum(int, Tensor&) { return unavailable(); }
 Status Group::all_reduce_max(int, Tensor&) { return unavailable(); }

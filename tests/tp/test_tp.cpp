@@ -124,6 +124,12 @@ TEST(TensorParallel, EveryFixtureSchemeEqualsOneGpu) {
     while (size_t got = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), got);
     const int rc = pclose(p);
     SCOPED_TRACE(entry.path().filename().string() + ":\n" + out);
+    if (entry.path().filename() == "w8a8-fp8-block") {
+      // MiniLM's 384 input features make 192 per rank: not a whole 128x128 block, refused with the rule.
+      EXPECT_NE(rc, 0);
+      EXPECT_NE(out.find("not a multiple of the 128x128 scale block"), std::string::npos);
+      continue;
+    }
     EXPECT_EQ(rc, 0);
     const auto json_start = out.find('[');
     ASSERT_NE(json_start, std::string::npos);
@@ -140,7 +146,7 @@ TEST(TensorParallel, EveryFixtureSchemeEqualsOneGpu) {
     }
     EXPECT_TRUE(saw_row && saw_column);
   }
-  EXPECT_GE(checked, 11 * 4 * 4);
+  EXPECT_GE(checked, 10 * 4 * 4);
 }
 
 #endif  // QLINEAR_WITH_CUDA

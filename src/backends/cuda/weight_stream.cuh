@@ -20,6 +20,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <cmath>
 
 #include "backends/cuda/fp_codec.cuh"
@@ -334,9 +335,17 @@ Status finish_split(const WeightStreamArgs& a, const float* workspace, Stream st
 template <WeightFormat F, WeightScale S, int MT>
 Status launch_tile(const WeightStreamArgs& a, int64_t bx, int64_t by, int64_t steps, Stream stream) {
   auto kernel = weight_stream_kernel<F, S, MT>;
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(MT));
-  QL_RETURN_IF_ERROR(check(attr, "cudaFuncSetAttribute(weight_stream_kernel, MaxDynamicSharedMemorySize)"));
+  // The shared-memory limit is a per-device attribute of the kernel: set it once on every device used
+  // (tensor-parallel ranks launch the same kernel on several GPUs).
+  static std::atomic<uint64_t> attr_set{0};
+  int device = 0;
+  QL_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = uint64_t{1} << (device & 63);
+  if ((attr_set.load(std::memory_order_acquire) & bit) == 0) {
+    QL_RETURN_IF_ERROR(check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(MT)),
+                             "cudaFuncSetAttribute(weight_stream_kernel, MaxDynamicSharedMemorySize)"));
+    attr_set.fetch_or(bit, std::memory_order_acq_rel);
+  }
   static int per_sm = 0;
   if (per_sm == 0) {
     QL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_bytes(MT)));

@@ -3,6 +3,12 @@
 #include <algorithm>
 #include <cstring>
 
+#if QLINEAR_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "qlinear/cuda.hpp"
+#endif
+
 namespace qlinear::reference {
 
 const ReferenceLinearKernel kFp8ScaledMM(Family::kFp8ScaledMM, "reference_fp8_scaled_mm");
@@ -99,8 +105,64 @@ Result<Tensor> effective_activation(const LinearLayer& layer, const Activation& 
   return dequantize(q, DType::kF64);
 }
 
+#if QLINEAR_WITH_CUDA
+namespace {
+
+bool on_gpu(const Tensor& t) { return t.defined() && t.device().kind == DeviceKind::kCuda; }
+
+Result<Tensor> host_copy(const Tensor& t) { return on_gpu(t) ? cuda::to_host(t.contiguous()) : Result<Tensor>(t); }
+
+}  // namespace
+#endif
+
 Status ReferenceLinearKernel::apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias,
                                          Tensor& out) const {
+#if QLINEAR_WITH_CUDA
+  // Device operands (a layer on a CUDA platform whose family has no GPU kernel): the same computation on
+  // host copies, the result copied into the device output. Correct and slow, as the definition may be.
+  const bool device_x = x.is_quantized() ? on_gpu(x.quantized_tensor().data) : on_gpu(x.dense_tensor());
+  if (device_x || on_gpu(out) || (bias != nullptr && on_gpu(*bias))) {
+    Activation hx = x;
+    if (x.is_quantized()) {
+      QuantizedTensor q = x.quantized_tensor();
+      QL_ASSIGN_OR_RETURN(q.data, host_copy(q.data));
+      QL_ASSIGN_OR_RETURN(q.scale, host_copy(q.scale));
+      if (q.scale2.defined()) {
+        QL_ASSIGN_OR_RETURN(q.scale2, host_copy(q.scale2));
+      }
+      if (q.zero_point.defined()) {
+        QL_ASSIGN_OR_RETURN(q.zero_point, host_copy(q.zero_point));
+      }
+      hx = Activation::quantized(std::move(q), x.orig_dtype());
+    } else {
+      QL_ASSIGN_OR_RETURN(Tensor d, host_copy(x.dense_tensor()));
+      hx = Activation::dense(std::move(d));
+    }
+    Tensor hb;
+    if (bias != nullptr) {
+      QL_ASSIGN_OR_RETURN(hb, host_copy(*bias));
+    }
+    Tensor hout = Tensor::empty(out.dtype(), out.shape());
+    QL_RETURN_IF_ERROR(apply_impl(layer, hx, bias != nullptr ? &hb : nullptr, hout));
+    if (!on_gpu(out)) {
+      std::memcpy(out.raw(), hout.raw(), static_cast<size_t>(hout.nbytes()));
+      return Status::ok();
+    }
+    if (!out.is_contiguous()) return Status::error("reference on a CUDA device: the output must be contiguous");
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(out.device().index);
+    cudaError_t err = cudaMemcpyAsync(out.raw(), hout.raw(), static_cast<size_t>(hout.nbytes()),
+                                      cudaMemcpyHostToDevice, cuda::current_stream());
+    if (err == cudaSuccess) err = cudaStreamSynchronize(cuda::current_stream());  // hout dies here
+    cudaSetDevice(previous);
+    if (err != cudaSuccess) {
+      return Status::error(std::string("reference on a CUDA device: copying the output back failed: ") +
+                           cudaGetErrorString(err));
+    }
+    return Status::ok();
+  }
+#endif
   QL_ASSIGN_OR_RETURN(Tensor w, dequantized_weight(layer));
   QL_ASSIGN_OR_RETURN(Tensor a, effective_activation(layer, x));
   const int64_t m_rows = a.size(0), n_cols = layer.config.n, k = layer.config.k;
