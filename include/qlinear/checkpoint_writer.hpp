@@ -22,7 +22,11 @@ std::string quantization_config_json(const Scheme& scheme, const std::vector<std
 
 // Writes <dir>/model.safetensors (quantized modules under the scheme's tensor names, plus `dense` tensors
 // as they are) and <dir>/config.json (`base_config_json` with quantization_config set; "{}" for none).
-// Files are written to temporary names and renamed, so a failure leaves no partial checkpoint.
+// Both files are written completely (fsync'ed) under hidden temporary names first; then the old config.json
+// is removed, the weights and then the config are renamed into place. config.json commits the write: a
+// failure (or a kill) before the renames leaves what `dir` held as it was; one during them leaves no
+// config.json, which loaders refuse, never new weights beside an old config. A bad `base_config_json`
+// (not an object, nested deeper than 64 levels) is refused before anything is written.
 Status write_quantized_checkpoint(const std::string& dir, const Scheme& scheme,
                                   const std::vector<CheckpointModule>& modules,
                                   const std::vector<std::pair<std::string, Tensor>>& dense,

@@ -70,8 +70,10 @@ std::optional<DType> dtype_from_name(std::string_view text);
 
 inline bool is_float(DType d) { return traits(d).kind == FormatKind::kFloat; }
 inline bool is_packed(DType d) { return traits(d).codes_per_pack > 1; }
-// Bytes needed to store `count` codes of `d` (packed formats round up to whole packs).
+// Bytes needed to store `count` codes of `d` (packed formats round up to whole packs). A negative count or
+// one whose bytes overflow int64 throws std::length_error; checked_storage_bytes returns nullopt instead.
 int64_t storage_bytes(DType d, int64_t count);
+std::optional<int64_t> checked_storage_bytes(DType d, int64_t count);
 // Bytes of one element slot for byte-or-wider formats; 0 for packed sub-byte formats.
 int element_size(DType d);
 

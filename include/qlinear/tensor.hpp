@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,12 +25,17 @@ struct Device {
 
 using Shape = std::vector<int64_t>;
 std::string shape_to_string(const Shape& shape);  // "[4096, 128]"
+// The product of the dimensions; nullopt when a dimension is negative or the product overflows int64.
+std::optional<int64_t> checked_numel(const Shape& shape);
 
 class Tensor {
  public:
   Tensor() = default;  // an undefined tensor: defined() is false
 
   // Allocates contiguous host memory, 64-byte aligned. Contents are unspecified (empty) or zero.
+  // A shape with a negative dimension, or whose element or byte count does not fit in int64, throws
+  // std::length_error naming the dtype and shape (as from_blob does); memory that cannot be had throws
+  // std::bad_alloc.
   static Tensor empty(DType dtype, Shape shape);
   static Tensor zeros(DType dtype, Shape shape);
   // A contiguous view of memory someone else owns; `owner` keeps it alive (may be null for borrowed data).

@@ -1,10 +1,15 @@
 #include "qlinear/checkpoint_writer.hpp"
 
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/safetensors_internal.hpp"
 #include "qlinear/safetensors.hpp"
 
 namespace qlinear {
@@ -98,23 +103,21 @@ std::string weight_name(const Scheme& s) {
   return (s.family == Family::kMxfp4 || s.family == Family::kNvfp4) ? "weight_packed" : "weight";
 }
 
-Status write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::filesystem::remove(tmp);
-      return Status::error(path + ": cannot write");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    return Status::error(path + ": cannot rename into place: " + ec.message());
-  }
+// Hidden, unique per process and call, never ending in ".safetensors": a loader that lists the directory
+// (every *.safetensors file when there is no index) does not see a staged file.
+std::string staged_name(const std::string& dir, const char* file) {
+  static std::atomic<uint64_t> counter{0};
+  return dir + "/." + file + "." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1)) +
+         ".staged";
+}
+
+Status sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::error(dir + ": cannot open the directory to sync it: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return Status::error(dir + ": fsync of the directory failed: " + std::strerror(err));
   return Status::ok();
 }
 
@@ -128,9 +131,6 @@ Status write_quantized_checkpoint(const std::string& dir, const Scheme& scheme,
                                   const std::vector<CheckpointModule>& modules,
                                   const std::vector<std::pair<std::string, Tensor>>& dense,
                                   const std::string& base_config_json) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::error(dir + ": cannot create directory: " + ec.message());
   std::vector<std::pair<std::string, Tensor>> tensors = dense;
   std::vector<std::string> ignore;
   for (const CheckpointModule& m : modules) {
@@ -147,13 +147,50 @@ Status write_quantized_checkpoint(const std::string& dir, const Scheme& scheme,
       tensors.emplace_back(m.name + "." + (pname == "weight" ? weight_name(scheme) : pname), t);
     }
   }
-  QL_RETURN_IF_ERROR(write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}}));
-  Json config = Json::parse(base_config_json, nullptr, false);
-  if (config.is_discarded() || !config.is_object()) {
-    return Status::error("base config.json is not a JSON object");
+  // Everything that can be refused is refused before anything is written.
+  auto config = detail::parse_json_bounded(base_config_json);
+  if (!config || !config->is_object()) {
+    return Status::error("base config.json is not a JSON object" + (config ? "" : " (" + config.message() + ")"));
   }
-  config["quantization_config"] = config_for(scheme, ignore);
-  return write_text_atomically(dir + "/config.json", config.dump(2) + "\n");
+  (*config)["quantization_config"] = config_for(scheme, ignore);
+  const std::string config_text = config->dump(2) + "\n";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::error(dir + ": cannot create directory: " + ec.message());
+
+  // A loader accepts the directory only with config.json in it, so config.json is what commits the write:
+  //   1. both files are written completely, fsync'ed, under hidden staged names (a failure here leaves a
+  //      checkpoint that was in `dir` as it was);
+  //   2. the old config.json is removed (from here on the directory is refused until step 4);
+  //   3. the weights are renamed into place;
+  //   4. the config is renamed into place, and the directory synced.
+  // A failure or a kill during 2-4 leaves no config.json: never new weights read with an old config.
+  const std::string weights_staged = staged_name(dir, "model.safetensors");
+  const std::string config_staged = staged_name(dir, "config.json");
+  auto cleanup = [&](Status s) {
+    ::unlink(weights_staged.c_str());
+    ::unlink(config_staged.c_str());
+    return s;
+  };
+  if (Status s = write_safetensors(weights_staged, tensors, {{"format", "pt"}}); !s) {
+    return cleanup(Status::error(dir + "/model.safetensors: " + s.message()));
+  }
+  const std::vector<detail::ByteSpan> config_bytes = {{config_text.data(), config_text.size()}};
+  if (Status s = detail::write_file_atomically(config_staged, config_bytes); !s) {
+    return cleanup(Status::error(dir + "/config.json: " + s.message()));
+  }
+  const std::string config_path = dir + "/config.json", weights_path = dir + "/model.safetensors";
+  if (::unlink(config_path.c_str()) != 0 && errno != ENOENT) {
+    return cleanup(Status::error(config_path + ": cannot remove the old config: " + std::strerror(errno)));
+  }
+  if (Status s = sync_directory(dir); !s) return cleanup(s);
+  if (::rename(weights_staged.c_str(), weights_path.c_str()) != 0) {
+    return cleanup(Status::error(weights_path + ": cannot rename the staged file into place: " + std::strerror(errno)));
+  }
+  if (::rename(config_staged.c_str(), config_path.c_str()) != 0) {
+    return cleanup(Status::error(config_path + ": cannot rename the staged file into place: " + std::strerror(errno)));
+  }
+  return sync_directory(dir);
 }
 
 }  // namespace qlinear

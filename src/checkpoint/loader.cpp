@@ -7,6 +7,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+
+#include "qlinear/regex_limits.hpp"
 #include <set>
 #include <sstream>
 
@@ -388,6 +390,7 @@ Result<LoadedModel> load_checkpoint(const std::string& path, const LoadOptions& 
   QL_ASSIGN_OR_RETURN(model.checkpoint, Checkpoint::open(path));
   std::optional<std::regex> filter;
   if (!opt.layer_regex.empty()) {
+    if (Status s = check_regex_limits(opt.layer_regex); !s) return s.with_context("layer regex (--layers)");
     try {
       filter.emplace(opt.layer_regex);
     } catch (const std::regex_error& e) {

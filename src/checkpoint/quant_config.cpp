@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <charconv>
 #include <regex>
 #include <set>
 
 #include "checkpoint/quant_config_internal.hpp"
+#include "checkpoint/strict_json.hpp"
+#include "qlinear/regex_limits.hpp"
 
 namespace qlinear {
 
@@ -110,11 +113,7 @@ const ConfigGroup* QuantConfig::find_group(std::string_view name) const {
 // ---- Shared helpers -------------------------------------------------------------------------------------
 namespace quant_config_detail {
 
-std::string describe(const Json& v) {
-  std::string text = v.dump();
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
-  return text + " (" + v.type_name() + ")";
-}
+std::string describe(const Json& v) { return detail::json_excerpt(v, 60) + " (" + v.type_name() + ")"; }
 
 Status check_keys(const Json& obj, std::initializer_list<std::string_view> allowed, const Where& where) {
   for (const auto& [key, _] : obj.items()) {
@@ -162,10 +161,11 @@ Result<std::vector<std::string>> read_string_list(const Json& obj, const char* k
 
 Status check_name_pattern(const std::string& entry, const Where& where) {
   if (entry.rfind("re:", 0) != 0) return Status::ok();
+  if (Status s = check_regex_limits(entry.substr(3)); !s) return where.error(s.message());
   try {
     std::regex re(entry.substr(3), std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
-    return where.error("regex \"" + entry.substr(3) + "\" does not compile (" + e.what() +
+    return where.error("regex " + quote_pattern(entry.substr(3)) + " does not compile (" + e.what() +
                        "; qlinear uses ECMAScript regexes: Python-only syntax such as (?P<name>...) is not "
                        "accepted)");
   }
@@ -174,6 +174,7 @@ Status check_name_pattern(const std::string& entry, const Where& where) {
 
 bool equal_or_regex_match(std::string_view value, const std::string& entry) {
   if (entry.rfind("re:", 0) != 0) return value == entry;
+  if (!check_regex_limits(entry.substr(3))) return false;  // parse_quant_config refused it already
   try {
     // re.match: the match must start at the first character but may end anywhere.
     std::regex re(entry.substr(3), std::regex::ECMAScript);
@@ -346,11 +347,13 @@ Result<QuantizationArgs> parse_args(const Json& j, const Where& w) {
       b = {(*it)[0].get<int64_t>(), (*it)[1].get<int64_t>()};
       ok = true;
     } else if (it->is_string()) {  // CT still reads the old "128x128" spelling
-      std::smatch m;
-      std::string text = it->get<std::string>();
-      if (std::regex_match(text, m, std::regex("([0-9]+)x([0-9]+)"))) {
-        b = {std::stoll(m[1]), std::stoll(m[2])};
-        ok = true;
+      // Read by hand: std::stoll throws beyond int64, and std::regex_match recurses per character.
+      const std::string& text = it->get_ref<const std::string&>();
+      const char* end = text.data() + text.size();
+      auto [p0, e0] = std::from_chars(text.data(), end, b[0]);
+      if (e0 == std::errc() && p0 < end && *p0 == 'x') {  // a sign is refused below, as values <= 0
+        auto [p1, e1] = std::from_chars(p0 + 1, end, b[1]);
+        ok = e1 == std::errc() && p1 == end;
       }
     }
     if (!ok || b[0] <= 0 || b[1] <= 0) return bw.error("expected [rows, cols] of positive integers, got " + describe(*it));
@@ -545,7 +548,7 @@ Status parse_compressed_tensors(const Json& qc, const Where& w, QuantConfig& out
     if (!it->is_object()) return (w / "sparsity_config").error("expected an object, got " + describe(*it));
     auto f = it->find("format");
     if (f != it->end() && !(f->is_string() && f->get<std::string>() == "dense") && !f->is_null()) {
-      return (w / "sparsity_config" / "format").error("sparse checkpoints (" + f->dump() + ") are not supported; expected \"dense\"");
+      return (w / "sparsity_config" / "format").error("sparse checkpoints (" + detail::json_excerpt(*f) + ") are not supported; expected \"dense\"");
     }
   }
   if (auto it = qc.find("transform_config"); it != qc.end() && !it->is_null() && !(it->is_object() && it->empty())) {
@@ -578,12 +581,10 @@ Status parse_compressed_tensors(const Json& qc, const Where& w, QuantConfig& out
 }  // namespace
 
 Result<QuantConfig> parse_quant_config(const std::string& config_json_text, const std::string& source_name) {
-  Json doc;
-  try {
-    doc = Json::parse(config_json_text);
-  } catch (const Json::exception& e) {  // parse_error, and out_of_range for numbers beyond double (1e400)
-    return Status::error(source_name + ": not valid JSON (" + e.what() + ")");
-  }
+  // Bounded nesting (R6): deeper values are refused before anything walks them recursively.
+  auto parsed = detail::parse_json_bounded(config_json_text);
+  if (!parsed) return Status::error(source_name + ": " + parsed.message());
+  const Json doc = std::move(*parsed);
   if (!doc.is_object()) return Status::error(source_name + ": expected a JSON object (config.json), got " + describe(doc));
   auto qc = doc.find("quantization_config");
   if (qc == doc.end()) {

@@ -16,7 +16,6 @@
 #include <numeric>
 #include <set>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "checkpoint/safetensors_internal.hpp"
 
@@ -31,47 +30,7 @@ namespace detail {
 
 Result<ordered_json> parse_json_rejecting_duplicates(std::string_view text,
                                                      const DuplicateKeyMessage& on_duplicate) {
-  // nlohmann's callback parser reports each key before its value; a stack of the keys seen per open object
-  // finds duplicates at any depth. The first duplicate is remembered and reported once parsing ends.
-  struct Level {
-    bool is_object;
-    std::unordered_set<std::string> keys;
-    std::string current_key;
-  };
-  std::vector<Level> levels;
-  std::optional<std::string> duplicate;
-  auto callback = [&](int /*depth*/, ordered_json::parse_event_t event, ordered_json& parsed) {
-    using E = ordered_json::parse_event_t;
-    switch (event) {
-      case E::object_start: levels.push_back({true, {}, {}}); break;
-      case E::array_start: levels.push_back({false, {}, "[]"}); break;
-      case E::object_end:
-      case E::array_end:
-        if (!levels.empty()) levels.pop_back();
-        break;
-      case E::key: {
-        if (levels.empty() || !levels.back().is_object) break;
-        std::string key = parsed.get<std::string>();
-        if (!levels.back().keys.insert(key).second && !duplicate) {
-          std::vector<std::string> path;
-          for (size_t i = 0; i + 1 < levels.size(); ++i) path.push_back(levels[i].current_key);
-          duplicate = on_duplicate(path, key);
-        }
-        levels.back().current_key = std::move(key);
-        break;
-      }
-      case E::value: break;
-    }
-    return true;
-  };
-  ordered_json value;
-  try {
-    value = ordered_json::parse(text.begin(), text.end(), callback);
-  } catch (const ordered_json::exception& e) {
-    return Status::error(std::string("invalid JSON: ") + e.what());
-  }
-  if (duplicate) return Status::error(*duplicate);
-  return value;
+  return parse_json_bounded(text, &on_duplicate);
 }
 
 Status write_file_atomically(const std::string& path, const std::vector<ByteSpan>& pieces) {
@@ -185,7 +144,7 @@ Result<SafetensorsEntry> parse_entry(const std::string& name, const ordered_json
   e.name = name;
 
   const ordered_json& dtype = v["dtype"];
-  if (!dtype.is_string()) return Status::error(where + "'dtype' is not a string (got " + dtype.dump() + ")");
+  if (!dtype.is_string()) return Status::error(where + "'dtype' is not a string (got " + detail::json_excerpt(dtype) + ")");
   const std::optional<DType> d = safetensors_dtype(dtype.get<std::string>());
   if (!d) {
     return Status::error(where + "unknown dtype '" + dtype.get<std::string>() + "' (supported: " +
@@ -194,13 +153,13 @@ Result<SafetensorsEntry> parse_entry(const std::string& name, const ordered_json
   e.dtype = *d;
 
   const ordered_json& shape = v["shape"];
-  if (!shape.is_array()) return Status::error(where + "'shape' is not an array (got " + shape.dump() + ")");
+  if (!shape.is_array()) return Status::error(where + "'shape' is not an array (got " + detail::json_excerpt(shape) + ")");
   uint64_t numel = 1;
   bool overflow = false;
   for (size_t i = 0; i < shape.size(); ++i) {
     uint64_t dim = 0;
     if (!as_u64(shape[i], &dim) || dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return Status::error(where + "shape[" + std::to_string(i) + "] = " + shape[i].dump() +
+      return Status::error(where + "shape[" + std::to_string(i) + "] = " + detail::json_excerpt(shape[i]) +
                            " is not a non-negative integer");
     }
     e.shape.push_back(static_cast<int64_t>(dim));
@@ -212,7 +171,7 @@ Result<SafetensorsEntry> parse_entry(const std::string& name, const ordered_json
   const ordered_json& offsets = v["data_offsets"];
   if (!offsets.is_array() || offsets.size() != 2 || !as_u64(offsets[0], &e.begin) || !as_u64(offsets[1], &e.end)) {
     return Status::error(where + "'data_offsets' must be two non-negative integers [begin, end] (got " +
-                         offsets.dump() + ")");
+                         detail::json_excerpt(offsets) + ")");
   }
   const std::string range = "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
   if (e.end < e.begin) return Status::error(where + range + ": end is before begin");
@@ -242,7 +201,7 @@ Result<std::map<std::string, std::string>> parse_metadata(const ordered_json& v)
   std::map<std::string, std::string> out;
   for (const auto& [key, value] : v.items()) {
     if (!value.is_string()) {
-      return Status::error("'__metadata__' value for key '" + key + "' is not a string (got " + value.dump() + ")");
+      return Status::error("'__metadata__' value for key '" + key + "' is not a string (got " + detail::json_excerpt(value) + ")");
     }
     out.emplace(key, value.get<std::string>());
   }

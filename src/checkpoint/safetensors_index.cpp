@@ -65,7 +65,7 @@ Result<std::vector<std::pair<std::string, std::string>>> read_weight_map(const f
   for (const auto& [tensor, file] : map.items()) {
     if (!file.is_string()) {
       return Status::error(where + ": 'weight_map' entry for tensor '" + tensor + "' is not a file name (got " +
-                           file.dump() + ")");
+                           detail::json_excerpt(file) + ")");
     }
     const std::string name = file.get<std::string>();
     if (!detail::is_contained_relative_path(name)) {

@@ -9,17 +9,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/strict_json.hpp"
 #include "qlinear/status.hpp"
 
 namespace qlinear::detail {
 
-// Describes a duplicate key for an error message. `path` holds the keys of the enclosing objects, outermost
-// first (empty for a key of the top-level object); an array level appears as "[]".
-using DuplicateKeyMessage = std::function<std::string(const std::vector<std::string>& path, const std::string& key)>;
-
-// Parses `text` as one JSON value, keeping object keys in document order. Unlike nlohmann::json::parse, which
-// silently keeps the last of two equal keys, a duplicate key anywhere is an error (worded by `on_duplicate`).
-// Syntax errors come back with the parser's position.
+// parse_json_bounded (strict_json.hpp) with duplicate keys refused: nesting deeper than kMaxJsonNesting,
+// syntax errors (with the parser's position) and a duplicate key anywhere (worded by `on_duplicate`) are
+// errors.
 Result<nlohmann::ordered_json> parse_json_rejecting_duplicates(std::string_view text,
                                                               const DuplicateKeyMessage& on_duplicate);
 

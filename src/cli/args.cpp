@@ -57,28 +57,33 @@ std::string Args::get_or(const std::string& name, const std::string& fallback) c
 }
 
 namespace {
-Result<int64_t> parse_int(const std::string& flag, const std::string& text, int64_t min_value) {
+Result<int64_t> parse_int(const std::string& flag, const std::string& text, int64_t min_value, int64_t max_value) {
   int64_t v = 0;
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, v);
   if (ec != std::errc() || ptr != end || text.empty()) {
     return Status::error("option " + flag + ": '" + text + "' is not an integer");
   }
+  const std::string range = " (allowed: " + std::to_string(min_value) + " to " + std::to_string(max_value) + ")";
   if (v < min_value) {
-    return Status::error("option " + flag + ": " + text + " is below the minimum " + std::to_string(min_value));
+    return Status::error("option " + flag + ": " + text + " is below the minimum " + std::to_string(min_value) + range);
+  }
+  if (v > max_value) {
+    return Status::error("option " + flag + ": " + text + " is above the maximum " + std::to_string(max_value) + range);
   }
   return v;
 }
 }  // namespace
 
-Result<int64_t> Args::get_int(const std::string& name, int64_t fallback, int64_t min_value) const {
+Result<int64_t> Args::get_int(const std::string& name, int64_t fallback, int64_t min_value,
+                               int64_t max_value) const {
   auto v = get(name);
   if (!v) return fallback;
-  return parse_int(name, *v, min_value);
+  return parse_int(name, *v, min_value, max_value);
 }
 
 Result<std::vector<int64_t>> Args::get_int_list(const std::string& name, const std::vector<int64_t>& fallback,
-                                                int64_t min_value) const {
+                                                int64_t min_value, int64_t max_value) const {
   auto v = get(name);
   if (!v) return fallback;
   std::vector<int64_t> out;
@@ -86,7 +91,7 @@ Result<std::vector<int64_t>> Args::get_int_list(const std::string& name, const s
   while (pos <= v->size()) {
     size_t end = v->find(',', pos);
     if (end == std::string::npos) end = v->size();
-    QL_ASSIGN_OR_RETURN(int64_t x, parse_int(name, v->substr(pos, end - pos), min_value));
+    QL_ASSIGN_OR_RETURN(int64_t x, parse_int(name, v->substr(pos, end - pos), min_value, max_value));
     out.push_back(x);
     pos = end + 1;
   }

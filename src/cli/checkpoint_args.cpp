@@ -21,8 +21,8 @@ int load_checkpoint_input(const Args& args, const char* command, CheckpointInput
     return code;
   };
   if (args.positional().empty()) return fail(2, "missing CKPT (a checkpoint directory or .safetensors file)");
-  auto rank = args.get_int("--tp-rank", 0, 0);
-  auto size = args.get_int("--tp-size", 1, 1);
+  auto rank = args.get_int("--tp-rank", 0, 0, kMaxTensorParallel - 1);
+  auto size = args.get_int("--tp-size", 1, 1, kMaxTensorParallel);
   if (!rank) return fail(2, rank.message());
   if (!size) return fail(2, size.message());
   if (*rank >= *size) {
@@ -36,6 +36,9 @@ int load_checkpoint_input(const Args& args, const char* command, CheckpointInput
   out.options.layer_regex = args.get_or("--layers", "");
   auto model = load_checkpoint(args.positional()[0], out.options);
   if (!model) return fail(1, model.message());
+  // The layers' tensors may be views of the mapped files (run processes them, inspect reads them): a file
+  // replaced or truncated while loading is an error, not a SIGBUS later (safetensors.hpp, LIMITATION).
+  if (Status s = model->checkpoint.verify_unchanged(); !s) return fail(1, s.message());
   out.model = std::move(*model);
   return 0;
 }

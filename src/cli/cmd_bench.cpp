@@ -129,11 +129,10 @@ int cmd_bench(int argc, char** argv) {
                  scheme_names().c_str());
     return 2;
   }
-  auto ms = args->get_int_list("--m", {1, 16, 128}, 1);
-  auto n = args->get_int("--n", 4096, 1);
-  auto k = args->get_int("--k", 4096, 1);
-  auto reps = args->get_int("--reps", 20, 1);
-  if (reps && *reps > 100000) reps = Status::error("option --reps: " + std::to_string(*reps) + " is above the maximum 100000");
+  auto ms = args->get_int_list("--m", {1, 16, 128}, 1, kMaxDimension);
+  auto n = args->get_int("--n", 4096, 1, kMaxDimension);
+  auto k = args->get_int("--k", 4096, 1, kMaxDimension);
+  auto reps = args->get_int("--reps", 20, 1, kMaxReps);
   for (const Status& s : {ms.status(), n.status(), k.status(), reps.status()}) {
     if (!s) {
       std::fprintf(stderr, "qlinear bench: %s\n", s.message().c_str());

@@ -88,9 +88,9 @@ int cmd_demo(int argc, char** argv) {
     std::printf("Usage: qlinear demo [--m M --n N --k K] [--keep DIR] [--json]\n\n%s", options_help(kSpecs).c_str());
     return 0;
   }
-  auto m = args->get_int("--m", 16, 1);
-  auto n = args->get_int("--n", 256, 1);
-  auto k = args->get_int("--k", 512, 32);
+  auto m = args->get_int("--m", 16, 1, kMaxDimension);
+  auto n = args->get_int("--n", 256, 1, kMaxDimension);
+  auto k = args->get_int("--k", 512, 32, kMaxDimension);
   for (const auto* r : {&m, &n, &k}) {
     if (!*r) {
       std::fprintf(stderr, "qlinear demo: %s\n", r->message().c_str());

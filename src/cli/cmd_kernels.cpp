@@ -105,8 +105,8 @@ int cmd_kernels(int argc, char** argv) {
                  scheme_names().c_str());
     return 2;
   }
-  auto n = args->get_int("--n", 4096, 1);
-  auto k = args->get_int("--k", 4096, 1);
+  auto n = args->get_int("--n", 4096, 1, kMaxDimension);
+  auto k = args->get_int("--k", 4096, 1, kMaxDimension);
   auto out = dtype_from_name(args->get_or("--out", "bf16"));
   if (!n || !k) {
     std::fprintf(stderr, "qlinear kernels: %s\n", (!n ? n.message() : k.message()).c_str());

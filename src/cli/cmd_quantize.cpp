@@ -14,6 +14,7 @@
 #include "qlinear/checkpoint_writer.hpp"
 #include "qlinear/kernel.hpp"
 #include "qlinear/make_layer.hpp"
+#include "qlinear/regex_limits.hpp"
 #include "qlinear/safetensors.hpp"
 
 namespace qlinear::cli {
@@ -103,13 +104,12 @@ int cmd_quantize(int argc, char** argv) {
                  std::string(scheme->name).c_str());
     return 2;
   }
-  std::regex ignore;
-  try {
-    ignore = std::regex(args->get_or("--ignore", "lm_head|embed|norm"));
-  } catch (const std::regex_error& e) {
-    std::fprintf(stderr, "qlinear quantize: --ignore: invalid regex: %s\n", e.what());
+  auto ignore_re = compile_regex(args->get_or("--ignore", "lm_head|embed|norm"));
+  if (!ignore_re) {
+    std::fprintf(stderr, "qlinear quantize: --ignore: %s\n", ignore_re.message().c_str());
     return 2;
   }
+  const std::regex ignore = std::move(*ignore_re);
   namespace fs = std::filesystem;
   const std::string in = args->positional()[0], out = args->positional()[1];
   if (fs::exists(out) && !fs::is_empty(out)) {

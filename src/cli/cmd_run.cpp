@@ -37,9 +37,8 @@ int cmd_run(int argc, char** argv) {
                 options_help(kSpecs).c_str());
     return 0;
   }
-  auto ms = args->get_int_list("--m", {1, 16, 256}, 1);
-  auto reps = args->get_int("--reps", 10, 1);
-  if (reps && *reps > 100000) reps = Status::error("option --reps: " + std::to_string(*reps) + " is above the maximum 100000");
+  auto ms = args->get_int_list("--m", {1, 16, 256}, 1, kMaxDimension);
+  auto reps = args->get_int("--reps", 10, 1, kMaxReps);
   for (const Status& s : {ms.status(), reps.status()}) {
     if (!s) {
       std::fprintf(stderr, "qlinear run: %s\n", s.message().c_str());
@@ -76,6 +75,12 @@ int cmd_run(int argc, char** argv) {
   int failures = 0;
   uint64_t seed = 1;
   for (const LoadedLayer& l : model->layers) {
+    // Tensors may be views of the mapped files: a file replaced or truncated since loading is reported here
+    // rather than read (SIGBUS) while processing (safetensors.hpp, LIMITATION).
+    if (Status s = model->checkpoint.verify_unchanged(); !s) {
+      std::fprintf(stderr, "qlinear run: %s\n", s.message().c_str());
+      return 1;
+    }
     auto runner = LayerRunner::create(l.layer, l.bias, *platform, {}, 1);
     if (!runner) {
       std::fprintf(stderr, "qlinear run: %s: %s\n", l.layer.name.c_str(), runner.message().c_str());

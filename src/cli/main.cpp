@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
+#include <stdexcept>
 #include <string>
 
 #include "cli/commands.hpp"
@@ -54,6 +56,8 @@ int main(int argc, char** argv) {
         return c.run(argc, argv);
       } catch (const std::bad_alloc&) {
         std::fprintf(stderr, "qlinear %s: out of memory\n", c.name);
+      } catch (const std::length_error& e) {  // a size beyond int64 (Tensor::empty, storage_bytes)
+        std::fprintf(stderr, "qlinear %s: too large: %s\n", c.name, e.what());
       } catch (const std::exception& e) {
         std::fprintf(stderr, "qlinear %s: internal error: %s\n", c.name, e.what());
       }

@@ -1,9 +1,10 @@
 #include "qlinear/tensor.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <numeric>
 #include <sstream>
+#include <stdexcept>
 
 namespace qlinear {
 
@@ -23,17 +24,41 @@ namespace {
 
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size(), 1);
-  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * shape[i + 1];
+  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) {
+    // Only a shape with a zero dimension (no elements, so no stride is ever used) can overflow here.
+    if (__builtin_mul_overflow(strides[i + 1], shape[i + 1], &strides[i])) strides[i] = 0;
+  }
   return strides;
 }
 
-int64_t product(const Shape& shape) {
-  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+// The element count of a shape a tensor is built with, or std::length_error: a negative dimension or a
+// count beyond int64 would otherwise wrap (undefined behaviour) into a small buffer that later writes overrun.
+void check_shape(DType dtype, const Shape& shape) {
+  const std::optional<int64_t> n = checked_numel(shape);
+  if (!n || !checked_storage_bytes(dtype, *n)) {
+    throw std::length_error("tensor " + std::string(name(dtype)) + shape_to_string(shape) +
+                            (n ? ": its size in bytes" : ": its element count") +
+                            " is negative or does not fit in int64");
+  }
 }
 
 }  // namespace
 
+std::optional<int64_t> checked_numel(const Shape& shape) {
+  int64_t n = 1;
+  bool overflow = false;
+  for (int64_t d : shape) {
+    if (d < 0) return std::nullopt;
+    overflow = overflow || __builtin_mul_overflow(n, d, &n);
+  }
+  // Zero in any dimension makes the count 0 whatever overflowed before it.
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
+  if (overflow) return std::nullopt;
+  return n;
+}
+
 Tensor Tensor::empty(DType dtype, Shape shape) {
+  check_shape(dtype, shape);
   Tensor t;
   t.dtype_ = dtype;
   t.dtype_set_ = true;
@@ -55,6 +80,7 @@ Tensor Tensor::zeros(DType dtype, Shape shape) {
 }
 
 Tensor Tensor::from_blob(void* data, DType dtype, Shape shape, std::shared_ptr<void> owner, Device device) {
+  check_shape(dtype, shape);
   Tensor t;
   t.dtype_ = dtype;
   t.dtype_set_ = true;
@@ -77,7 +103,8 @@ int64_t Tensor::size(int dim) const {
   return shape_.at(static_cast<size_t>(dim));
 }
 
-int64_t Tensor::numel() const { return product(shape_); }
+// Every constructor checked the shape (check_shape), so the count is representable.
+int64_t Tensor::numel() const { return *checked_numel(shape_); }
 
 int64_t Tensor::nbytes() const { return storage_bytes(dtype_, numel()); }
 
@@ -85,7 +112,7 @@ bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape
 
 Result<Tensor> Tensor::reshape(Shape shape) const {
   if (!is_contiguous()) return Status::error("reshape of a non-contiguous tensor " + describe());
-  if (product(shape) != numel()) {
+  if (checked_numel(shape) != numel()) {
     return Status::error("cannot reshape " + describe() + " to " + shape_to_string(shape) +
                          ": element counts differ");
   }

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <iterator>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 namespace qlinear {
 namespace {
@@ -234,9 +236,22 @@ std::optional<DType> dtype_from_name(std::string_view text) {
   return std::nullopt;
 }
 
-int64_t storage_bytes(DType d, int64_t count) {
+std::optional<int64_t> checked_storage_bytes(DType d, int64_t count) {
   const FormatTraits& t = traits(d);
-  return (count + t.codes_per_pack - 1) / t.codes_per_pack * t.bytes_per_pack;
+  if (count < 0) return std::nullopt;
+  const int64_t packs = count / t.codes_per_pack + (count % t.codes_per_pack != 0 ? 1 : 0);
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(packs, int64_t{t.bytes_per_pack}, &bytes)) return std::nullopt;
+  return bytes;
+}
+
+int64_t storage_bytes(DType d, int64_t count) {
+  const std::optional<int64_t> bytes = checked_storage_bytes(d, count);
+  if (!bytes) {
+    throw std::length_error("storage_bytes: " + std::to_string(count) + " codes of " + std::string(name(d)) +
+                            " is negative or needs more than 2^63 bytes");
+  }
+  return *bytes;
 }
 
 int element_size(DType d) { return is_packed(d) ? 0 : traits(d).bytes_per_pack; }

@@ -673,7 +673,7 @@ TEST(QuantConfigErrors, DocumentLevel) {
   expect_error(parse_quant_config(R"({"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16"})", "/ckpt/config.json").status(),
                {"/ckpt/config.json: no \"quantization_config\""});
   expect_error(parse_quant_config(R"({"quantization_config": {"quant_method": "fp8",)", "config.json").status(),
-               {"config.json: not valid JSON"});
+               {"config.json: invalid JSON"});
   expect_parse_error(R"({"quant_method": "gptq", "bits": 4})",
                      {"config.json: quantization_config.quant_method: \"gptq\" is not supported"});
   expect_parse_error(R"({"config_groups": {}})", {"quantization_config.quant_method: missing"});

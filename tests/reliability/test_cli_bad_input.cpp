@@ -130,7 +130,7 @@ TEST(CliBadInput, BrokenCheckpointsAreRunErrorsThatNameTheFile) {
       {broken_fixture(dir, "empty-model", [](const std::string& c) { write_file(c + "/model.safetensors", ""); }),
        {"model.safetensors", "shorter than the 8-byte header length"}},
       {broken_fixture(dir, "config-not-json", [](const std::string& c) { write_file(c + "/config.json", "{\"a\": "); }),
-       {"config.json", "not valid JSON"}},
+       {"config.json", "invalid JSON"}},
       {broken_fixture(dir, "config-no-quantization",
                       [](const std::string& c) { write_file(c + "/config.json", "{\"model_type\": \"bert\"}"); }),
        {"config.json", "no \"quantization_config\""}},
