@@ -4,10 +4,13 @@
 // Lifecycle (vLLM's): select (is_supported, then can_implement) -> process_weights_after_loading once ->
 // apply on every forward. Kernel objects are stateless and shared: per-layer state lives in the layer, so
 // one processed layer may be applied from many threads at once.
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "qlinear/layer.hpp"
 #include "qlinear/platform.hpp"
@@ -23,6 +26,17 @@ struct Verdict {
   static Verdict yes() { return {}; }
   static Verdict no(std::string why) { return {false, std::move(why)}; }
   explicit operator bool() const { return ok; }
+};
+
+// A kernel's processed per-layer state as named host tensors: what a processed-weight cache stores
+// (weight_cache.hpp). `layout_version` names the layout of exactly these tensors; a kernel bumps it whenever
+// what it exports (or how it reads it back) changes, so that entries written by another version miss.
+struct ProcessedWeights {
+  uint32_t layout_version = 0;
+  std::vector<std::pair<std::string, Tensor>> tensors;  // contiguous host tensors, unique names
+
+  // The named tensor, or an error naming it and the names present.
+  Result<Tensor> get(const std::string& tensor_name) const;
 };
 
 class LinearKernel {
@@ -42,11 +56,22 @@ class LinearKernel {
 
   // The key of pre-quantized activations apply() takes as is; none when it only takes dense input.
   virtual std::optional<QuantKey> input_quant_key(const LinearConfig& config) const;
-  // True when process_weights_after_loading only rewrites tensors, so its results can be saved and reused.
+  // True when process_weights_after_loading only rewrites tensors, so its results can be saved and reused
+  // (export_processed / import_processed work).
   virtual bool supports_pre_processed_weights() const { return false; }
+  // The layout version export_processed writes (meaningful when supports_pre_processed_weights()).
+  virtual uint32_t processed_layout_version() const { return 0; }
 
   // Checks the layer's tensors against its config, then rewrites them into this kernel's layout. Once.
   Status process_weights_after_loading(LinearLayer& layer) const;
+  // The state process_weights_after_loading left in `layer` (processed by this kernel) as host tensors.
+  Result<ProcessedWeights> export_processed(const LinearLayer& layer) const;
+  // The inverse, in place of process_weights_after_loading: the same checks on the unprocessed layer (its
+  // checkpoint tensors, as loaded), then the state rebuilt from `weights` instead of computed. Refuses another
+  // layout version and any tensor whose name, dtype or shape differs from what this layer's config implies;
+  // on error the layer is left unprocessed. The caller vouches that `weights` came from export_processed of
+  // a layer with the same checkpoint tensors (weight_cache.hpp keys entries by their content).
+  Status import_processed(LinearLayer& layer, const ProcessedWeights& weights) const;
   // y[M, N] = x[M, K] W^T (+ bias[N]) into `out` (allocated, out_dtype, [M, N]). Checks shapes and dtypes.
   Status apply(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const;
   // Allocating form.
@@ -60,7 +85,14 @@ class LinearKernel {
   // Called with shapes, dtypes and the activation key already checked.
   virtual Status apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias,
                             Tensor& out) const = 0;
+  // Kernels that support pre-processed weights override both (the defaults refuse).
+  virtual Result<ProcessedWeights> export_impl(const LinearLayer& layer) const;
+  virtual Status import_impl(LinearLayer& layer, const ProcessedWeights& weights) const;
 };
+
+// Import helper: `weights`' tensor `tensor_name`, checked to be a host `dtype` tensor of `shape`.
+Result<Tensor> expect_processed_tensor(const ProcessedWeights& weights, const std::string& tensor_name, DType dtype,
+                                       const Shape& shape);
 
 // Checks that a layer's checkpoint tensors have the names, dtypes and shapes its config implies
 // (the contract in docs/FORMATS.md). Every kernel's process step calls it before touching data.

@@ -1,6 +1,10 @@
 // qlinear run CKPT: load every selected layer, process it with the kernel chosen here, run it on random
-// activations for each M, check it against the reference, report times and rates.
+// activations for each M, check it against the reference, report times and rates. With --weight-cache DIR,
+// layers are processed through the processed-weight cache (weight_cache.hpp), and the report says per layer
+// whether the cache was hit, why not, and how long hashing, loading, processing and storing took.
+#include <chrono>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli/args.hpp"
@@ -8,6 +12,7 @@
 #include "cli/layer_runner.hpp"
 #include "cli/checkpoint_args.hpp"
 #include "cli/tp_check.hpp"
+#include "qlinear/weight_cache.hpp"
 
 namespace qlinear::cli {
 
@@ -19,11 +24,35 @@ const std::vector<OptionSpec> kSpecs = [] {
       {"--no-check", "", "skip the comparison with the reference kernel"},
       {"--tp", "N", "split every layer across GPUs 0..N-1 (NCCL) and check it against one GPU"},
       {"--json", "", "machine-readable output (one record per layer and M)"},
+      {"--weight-cache", "DIR", "load processed weights from DIR when valid, else process and store them there"},
       {"--help", "", "this help"},
   };
   for (OptionSpec& s : checkpoint_option_specs()) specs.push_back(s);
   return specs;
 }();
+// Per layer: hit or miss (with the reason), and where the time went; then the totals.
+void print_cache_report(const std::string& dir, const std::vector<std::pair<std::string, WeightCacheOutcome>>& rows) {
+  int hits = 0;
+  WeightCacheOutcome total;
+  std::printf("\nweight cache %s\n%-44s %-5s %9s %9s %11s %9s  %s\n", dir.c_str(), "layer", "cache", "hash ms",
+              "load ms", "process ms", "store ms", "note");
+  for (const auto& [name, o] : rows) {
+    hits += o.hit ? 1 : 0;
+    total.key_ms += o.key_ms;
+    total.load_ms += o.load_ms;
+    total.process_ms += o.process_ms;
+    total.store_ms += o.store_ms;
+    const std::string note = o.hit ? std::string()
+                             : !o.store_error.empty() ? o.miss_reason + "; not stored: " + o.store_error
+                                                      : o.miss_reason + (o.stored ? "; stored" : "");
+    std::printf("%-44s %-5s %9.1f %9.1f %11.1f %9.1f  %s\n", name.c_str(), o.hit ? "hit" : "miss", o.key_ms,
+                o.load_ms, o.process_ms, o.store_ms, note.c_str());
+  }
+  std::printf("%d of %zu layers hit; total %.1f ms (hash %.1f, load %.1f, process %.1f, store %.1f)\n", hits,
+              rows.size(), total.key_ms + total.load_ms + total.process_ms + total.store_ms, total.key_ms,
+              total.load_ms, total.process_ms, total.store_ms);
+}
+
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
@@ -33,7 +62,8 @@ int cmd_run(int argc, char** argv) {
     return 2;
   }
   if (args->flag("--help")) {
-    std::printf("Usage: qlinear run CKPT [--m 1,16,256] [--layers REGEX] [--tp-rank R --tp-size W | --tp N] [--json]\n\n%s",
+    std::printf("Usage: qlinear run CKPT [--m 1,16,256] [--layers REGEX] [--tp-rank R --tp-size W | --tp N] "
+                "[--weight-cache DIR] [--json]\n\n%s",
                 options_help(kSpecs).c_str());
     return 0;
   }
@@ -45,8 +75,7 @@ int cmd_run(int argc, char** argv) {
       return 2;
     }
   }
-  auto tp = args->get_int("--tp", 1, 1);
-  if (tp && *tp > 64) tp = Status::error("option --tp: " + std::to_string(*tp) + " is above the maximum 64");
+  auto tp = args->get_int("--tp", 1, 1, 64);
   if (!tp) {
     std::fprintf(stderr, "qlinear run: %s\n", tp.message().c_str());
     return 2;
@@ -74,6 +103,10 @@ int cmd_run(int argc, char** argv) {
   }
   int failures = 0;
   uint64_t seed = 1;
+  const std::optional<std::string> cache_dir = args->get("--weight-cache");
+  std::optional<WeightCache> cache;
+  if (cache_dir) cache.emplace(*cache_dir);
+  std::vector<std::pair<std::string, WeightCacheOutcome>> outcomes;  // per layer, with --weight-cache
   for (const LoadedLayer& l : model->layers) {
     // Tensors may be views of the mapped files: a file replaced or truncated since loading is reported here
     // rather than read (SIGBUS) while processing (safetensors.hpp, LIMITATION).
@@ -81,7 +114,16 @@ int cmd_run(int argc, char** argv) {
       std::fprintf(stderr, "qlinear run: %s\n", s.message().c_str());
       return 1;
     }
-    auto runner = LayerRunner::create(l.layer, l.bias, *platform, {}, 1);
+    WeightCacheOutcome outcome;
+    LayerRunner::ProcessFn process;
+    if (cache) {
+      process = [&](LinearLayer& layer, const LinearKernel& kernel) -> Status {
+        QL_ASSIGN_OR_RETURN(outcome, cache->process(layer, kernel, *platform, l.scheme->name));
+        return Status::ok();
+      };
+    }
+    auto runner = LayerRunner::create(l.layer, l.bias, *platform, {}, 1, process);
+    if (cache && runner) outcomes.emplace_back(l.layer.name, outcome);
     if (!runner) {
       std::fprintf(stderr, "qlinear run: %s: %s\n", l.layer.name.c_str(), runner.message().c_str());
       ++failures;
@@ -104,6 +146,12 @@ int cmd_run(int argc, char** argv) {
                            {"tflops", r->tflops}, {"weight_gbps", r->weight_gbps},
                            {"rel_err_reference", check ? nlohmann::json(r->rel_err) : nlohmann::json(nullptr)},
                            {"ok", ok}});
+        if (cache) {
+          records.back()["weight_cache"] = {{"hit", outcome.hit}, {"miss_reason", outcome.miss_reason},
+                                            {"stored", outcome.stored}, {"store_error", outcome.store_error},
+                                            {"hash_ms", outcome.key_ms}, {"load_ms", outcome.load_ms},
+                                            {"process_ms", outcome.process_ms}, {"store_ms", outcome.store_ms}};
+        }
       } else {
         char err[32] = "-";
         if (check) std::snprintf(err, sizeof err, "%.2e%s", r->rel_err, ok ? "" : " !");
@@ -114,6 +162,7 @@ int cmd_run(int argc, char** argv) {
       }
     }
   }
+  if (cache && !json) print_cache_report(*cache_dir, outcomes);
   if (json) std::printf("%s\n", records.dump(2).c_str());
   if (failures > 0 && !json) std::printf("\n%d check(s) failed\n", failures);
   return failures == 0 ? 0 : 1;

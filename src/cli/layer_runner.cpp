@@ -35,7 +35,7 @@ double relative_error(const Tensor& a, const Tensor& b) {
 
 Result<std::unique_ptr<LayerRunner>> LayerRunner::create(const LinearLayer& layer, const Tensor& bias,
                                                          const Platform& platform, const SelectOptions& select,
-                                                         int copies) {
+                                                         int copies, const ProcessFn& process) {
   auto r = std::make_unique<LayerRunner>();
   r->original_ = layer;
   r->bias_ = bias;
@@ -44,7 +44,7 @@ Result<std::unique_ptr<LayerRunner>> LayerRunner::create(const LinearLayer& laye
   for (const auto& [name, t] : layer.params) r->weight_bytes_ += t.nbytes();
   for (int i = 0; i < copies; ++i) {
     LinearLayer c = clone_layer(layer);
-    QL_RETURN_IF_ERROR(r->kernel_->process_weights_after_loading(c));
+    QL_RETURN_IF_ERROR(process ? process(c, *r->kernel_) : r->kernel_->process_weights_after_loading(c));
     r->copies_.push_back(std::move(c));
   }
   return r;

@@ -2,6 +2,7 @@
 // Runs one quantized layer the way the run, bench and demo commands measure it: select a kernel, process
 // the weights (several copies when the weights must come cold from memory), time apply with medians, and
 // check the output against the reference kernel on the same quantized inputs.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,10 +22,12 @@ struct Measurement {
 
 class LayerRunner {
  public:
+  // How a copy is processed: process_weights_after_loading unless given (run --weight-cache imports).
+  using ProcessFn = std::function<Status(LinearLayer& layer, const LinearKernel& kernel)>;
   // `copies` processed copies are rotated so that each call reads its weights from memory, not cache.
   static Result<std::unique_ptr<LayerRunner>> create(const LinearLayer& layer, const Tensor& bias,
                                                      const Platform& platform, const SelectOptions& select,
-                                                     int copies);
+                                                     int copies, const ProcessFn& process = {});
   const LinearKernel& kernel() const { return *kernel_; }
   int64_t weight_bytes() const { return weight_bytes_; }
   // Times `reps` calls at M tokens (after a warm-up call); checks against the reference when asked.

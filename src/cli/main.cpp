@@ -23,6 +23,7 @@ constexpr Command kCommands[] = {
     {"bench", qlinear::cli::cmd_bench, "time a scheme's kernel with cold weights against an anchor and the roofline"},
     {"quantize", qlinear::cli::cmd_quantize, "quantize a BF16/FP16/FP32 safetensors model into a scheme"},
     {"kernels", qlinear::cli::cmd_kernels, "list kernels and schemes; explain which kernel a layer gets and why"},
+    {"cache", qlinear::cli::cmd_cache, "list, verify or clear a processed-weight cache (run --weight-cache DIR)"},
 };
 
 void print_usage(std::FILE* out) {
@@ -34,7 +35,7 @@ void print_usage(std::FILE* out) {
                "\nEnvironment:\n"
                "  QLINEAR_DISABLED_KERNELS=a,b  skip these kernels in selection\n"
                "  QLINEAR_FORCE_KERNEL=name     use this kernel or fail with its reason\n"
-               "  QLINEAR_LOG=dispatch          log every kernel selection to stderr\n"
+               "  QLINEAR_LOG=dispatch,cache    log kernel selections / weight-cache misses to stderr\n"
                "  QLINEAR_CPU_ISA=avx2|scalar   hide higher x86 ISA levels (testing)\n");
 }
 

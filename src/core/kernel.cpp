@@ -21,6 +21,67 @@ Status LinearKernel::process_weights_after_loading(LinearLayer& layer) const {
   return Status::ok();
 }
 
+Result<Tensor> ProcessedWeights::get(const std::string& tensor_name) const {
+  std::string present;
+  for (const auto& [n, t] : tensors) {
+    if (n == tensor_name) return t;
+    present += (present.empty() ? "" : ", ") + n;
+  }
+  return Status::error("processed weights hold no tensor '" + tensor_name + "' (present: " +
+                       (present.empty() ? std::string("none") : present) + ")");
+}
+
+Result<Tensor> expect_processed_tensor(const ProcessedWeights& weights, const std::string& tensor_name, DType dtype,
+                                       const Shape& shape) {
+  QL_ASSIGN_OR_RETURN(Tensor t, weights.get(tensor_name));
+  if (t.dtype() != dtype || t.shape() != shape || t.device().kind != DeviceKind::kCpu || !t.is_contiguous()) {
+    return Status::error("processed tensor '" + tensor_name + "' is " + t.describe() + " on " +
+                         t.device().to_string() + "; expected a contiguous host " + std::string(qlinear::name(dtype)) +
+                         shape_to_string(shape));
+  }
+  return t;
+}
+
+Result<ProcessedWeights> LinearKernel::export_processed(const LinearLayer& layer) const {
+  const std::string where = "export processed weights of layer " + layer.name + " (kernel " + std::string(name()) + ")";
+  if (!supports_pre_processed_weights()) return Status::error(where + ": the kernel does not support pre-processed weights");
+  if (layer.processed_by != name()) {
+    return Status::error(where + ": the layer was " +
+                         (layer.processed_by.empty() ? std::string("not processed") : "processed by " + layer.processed_by));
+  }
+  QL_ASSIGN_OR_RETURN(ProcessedWeights w, export_impl(layer));
+  w.layout_version = processed_layout_version();
+  return w;
+}
+
+Status LinearKernel::import_processed(LinearLayer& layer, const ProcessedWeights& weights) const {
+  const std::string where = "layer " + (layer.name.empty() ? std::string("<unnamed>") : layer.name) +
+                            ": import processed weights (kernel " + std::string(name()) + ")";
+  if (!supports_pre_processed_weights()) return Status::error(where + ": the kernel does not support pre-processed weights");
+  if (!layer.processed_by.empty()) {
+    return Status::error(where + ": the layer was already processed by " + layer.processed_by);
+  }
+  if (weights.layout_version != processed_layout_version()) {
+    return Status::error(where + ": layout version " + std::to_string(weights.layout_version) +
+                         ", the kernel reads version " + std::to_string(processed_layout_version()));
+  }
+  QL_RETURN_IF_ERROR(validate_layer_tensors(layer));
+  const Verdict v = can_implement(layer.config);
+  if (!v) return Status::error(where + ": the kernel cannot implement it: " + v.reason);
+  // Imports build their state aside and commit it (kernel_state, erased tensors) only when every check passed.
+  QL_RETURN_IF_ERROR(import_impl(layer, weights).with_context(where));
+  layer.processed_by = std::string(name());
+  return Status::ok();
+}
+
+Result<ProcessedWeights> LinearKernel::export_impl(const LinearLayer&) const {
+  return Status::error("kernel " + std::string(name()) + " does not export processed weights");
+}
+
+Status LinearKernel::import_impl(LinearLayer&, const ProcessedWeights&) const {
+  return Status::error("kernel " + std::string(name()) + " does not import processed weights");
+}
+
 namespace {
 bool is_activation_dtype(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
 }  // namespace

@@ -29,6 +29,14 @@ Status ReferenceLinearKernel::process_impl(LinearLayer&) const {
   return Status::ok();  // the reference reads the checkpoint layout as is
 }
 
+Status ReferenceLinearKernel::import_impl(LinearLayer&, const ProcessedWeights& weights) const {
+  if (!weights.tensors.empty()) {
+    return Status::error("the reference keeps no processed tensors, got " + std::to_string(weights.tensors.size()) +
+                         " (first '" + weights.tensors.front().first + "')");
+  }
+  return Status::ok();
+}
+
 namespace {
 
 // Scalar value `i` of a per-tensor scale stored as [], [1] or [num_shards].

@@ -27,11 +27,16 @@ class ReferenceLinearKernel final : public LinearKernel {
   std::optional<QuantKey> input_quant_key(const LinearConfig& config) const override {
     return config.activation_key;
   }
+  // The reference keeps the checkpoint layout: its processed state is empty (layout version 1, no tensors),
+  // so a cache entry of a reference layer records only that the layer was checked and which kernel owns it.
   bool supports_pre_processed_weights() const override { return true; }
+  uint32_t processed_layout_version() const override { return 1; }
 
  protected:
   Status process_impl(LinearLayer& layer) const override;
   Status apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const override;
+  Result<ProcessedWeights> export_impl(const LinearLayer&) const override { return ProcessedWeights{}; }
+  Status import_impl(LinearLayer&, const ProcessedWeights& weights) const override;
 
  private:
   Family family_;

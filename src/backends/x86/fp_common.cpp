@@ -13,6 +13,7 @@
 #include "backends/reference/reference_kernels.hpp"
 #include "backends/x86/fp_isa.hpp"
 #include "backends/x86/x86_kernels.hpp"
+#include "core/processed_io.hpp"
 
 namespace qlinear::x86 {
 
@@ -57,6 +58,9 @@ struct FpState {
   float in_global = 1.0f;            // nvfp4 activations' g (max over shards)
   bool use_reference = false;        // folded scales would not be exact: the reference runs the layer
 };
+
+// Code panels: n_pad/16 panels of k_pad records (record(): a record holds one k of the panel's 16 columns).
+int64_t packed_bytes(const FpState& st) { return st.n_pad / 16 * st.k_pad * record_bytes(st.elem); }
 
 const FpState* state_of(const LinearLayer& layer) { return static_cast<const FpState*>(layer.kernel_state.get()); }
 
@@ -170,7 +174,7 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
   auto code = [&](int64_t n, int64_t k) -> uint32_t {
     return packed_fmt ? unpack_code(st->wdtype, wp + n * row_bytes, k) : wp[n * c.k + k];
   };
-  const int64_t bytes = st->n_pad * st->k_pad * record_bytes(st->elem);
+  const int64_t bytes = packed_bytes(*st);
   st->packed = aligned_bytes(bytes);
   std::memset(st->packed.get(), 0, static_cast<size_t>(bytes));
   const bool e4m3 = st->elem == FpElem::kE4M3;
@@ -246,6 +250,97 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
   if (c.activation_key && c.activation_key->scale2) st->in_global = max_of(layer.params.at("input_global_scale"));
   layer.kernel_state = st;
   layer.params.erase("weight");  // the panels replace it; row_major_weight rebuilds it
+  return Status::ok();
+}
+
+// Processed layout version 1: meta I64 [n, k, n_pad, k_pad, wdtype, group_scale, group, block_cols];
+// flags I64 [has col_nan, use_reference]; scalars F32 [in_scale, in_global]; packed U8 [panel bytes];
+// grp U8 [n_pad/16 * k_pad/group * 16] (MX, NVFP4); block_scale F32 [ceil(n/128) * block_cols] (128x128);
+// col_scale F32 [n_pad] (per-tensor / per-channel, NVFP4); col_nan F32 [n_pad] (when flagged).
+namespace {
+
+struct FpShape {
+  FpState st;  // sizes and modes only
+  bool has_col_scale = false;
+  std::vector<int64_t> meta() const {
+    return {st.n, st.k, st.n_pad, st.k_pad, static_cast<int64_t>(st.wdtype), static_cast<int64_t>(st.group_scale),
+            st.group, st.block_cols};
+  }
+};
+
+FpShape fp_shape(const LinearConfig& c) {
+  FpShape s;
+  s.st.n = c.n;
+  s.st.k = c.k;
+  s.st.n_pad = round_up(c.n, 16);
+  s.st.k_pad = round_up(c.k, 32);
+  s.st.wdtype = c.weight_key.dtype;
+  s.st.elem = elem_of(s.st.wdtype);
+  const DType sd = c.weight_key.scale.dtype;
+  if (sd == DType::kE8M0 || sd == DType::kF8E4M3) {
+    s.st.group_scale = sd == DType::kE8M0 ? FpGroupScale::kE8M0 : FpGroupScale::kE4M3;
+    s.st.group = sd == DType::kE8M0 ? 32 : 16;
+    s.has_col_scale = sd == DType::kF8E4M3;
+  } else if (c.weight_key.scale.group == kBlock128x128) {
+    s.st.block_cols = (c.k + 127) / 128;
+  } else {
+    s.has_col_scale = true;
+  }
+  return s;
+}
+
+constexpr const char* kFpMetaNames[] = {"n", "k", "n_pad", "k_pad", "wdtype", "group_scale", "group", "block_cols"};
+
+}  // namespace
+
+Result<ProcessedWeights> FpAvx2Kernel::export_impl(const LinearLayer& layer) const {
+  namespace io = processed_io;
+  const FpState& st = *state_of(layer);
+  ProcessedWeights w;
+  FpShape s;
+  s.st.n = st.n, s.st.k = st.k, s.st.n_pad = st.n_pad, s.st.k_pad = st.k_pad, s.st.wdtype = st.wdtype;
+  s.st.group_scale = st.group_scale, s.st.group = st.group, s.st.block_cols = st.block_cols;
+  w.tensors.emplace_back("meta", io::meta_tensor(s.meta()));
+  w.tensors.emplace_back("flags", io::meta_tensor({st.col_nan.empty() ? 0 : 1, st.use_reference ? 1 : 0}));
+  w.tensors.emplace_back("scalars", io::from_vector(std::vector<float>{st.in_scale, st.in_global}, DType::kF32));
+  w.tensors.emplace_back("packed", io::copy_1d(st.packed.get(), DType::kU8, packed_bytes(st)));
+  if (!st.grp.empty()) w.tensors.emplace_back("grp", io::from_vector(st.grp, DType::kU8));
+  if (!st.block_scale.empty()) w.tensors.emplace_back("block_scale", io::from_vector(st.block_scale, DType::kF32));
+  if (!st.col_scale.empty()) w.tensors.emplace_back("col_scale", io::from_vector(st.col_scale, DType::kF32));
+  if (!st.col_nan.empty()) w.tensors.emplace_back("col_nan", io::from_vector(st.col_nan, DType::kF32));
+  return w;
+}
+
+Status FpAvx2Kernel::import_impl(LinearLayer& layer, const ProcessedWeights& w) const {
+  namespace io = processed_io;
+  const FpShape s = fp_shape(layer.config);
+  QL_RETURN_IF_ERROR(io::expect_meta(w, s.meta(), {std::begin(kFpMetaNames), std::end(kFpMetaNames)}));
+  auto st = std::make_shared<FpState>();
+  st->n = s.st.n, st->k = s.st.k, st->n_pad = s.st.n_pad, st->k_pad = s.st.k_pad;
+  st->wdtype = s.st.wdtype, st->elem = s.st.elem;
+  st->group_scale = s.st.group_scale, st->group = s.st.group, st->block_cols = s.st.block_cols;
+  std::vector<int64_t> flags;
+  std::vector<float> scalars;
+  QL_RETURN_IF_ERROR(io::to_vector(w, "flags", DType::kI64, 2, flags));
+  QL_RETURN_IF_ERROR(io::to_vector(w, "scalars", DType::kF32, 2, scalars));
+  st->use_reference = flags[1] != 0;
+  st->in_scale = scalars[0];
+  st->in_global = scalars[1];
+  const int64_t bytes = packed_bytes(*st);
+  QL_ASSIGN_OR_RETURN(Tensor packed, expect_processed_tensor(w, "packed", DType::kU8, {bytes}));
+  st->packed = aligned_bytes(bytes);
+  std::memcpy(st->packed.get(), packed.raw(), static_cast<size_t>(bytes));
+  if (st->group_scale != FpGroupScale::kNone) {
+    const int64_t count = st->n_pad / 16 * (st->k_pad / st->group) * 16;
+    QL_RETURN_IF_ERROR(io::to_vector(w, "grp", DType::kU8, count, st->grp));
+  }
+  if (st->block_cols > 0) {
+    QL_RETURN_IF_ERROR(io::to_vector(w, "block_scale", DType::kF32, (st->n + 127) / 128 * st->block_cols, st->block_scale));
+  }
+  if (s.has_col_scale) QL_RETURN_IF_ERROR(io::to_vector(w, "col_scale", DType::kF32, st->n_pad, st->col_scale));
+  if (flags[0] != 0) QL_RETURN_IF_ERROR(io::to_vector(w, "col_nan", DType::kF32, st->n_pad, st->col_nan));
+  layer.kernel_state = st;
+  layer.params.erase("weight");
   return Status::ok();
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "backends/x86/int8_isa.hpp"
+#include "core/processed_io.hpp"
 #include "backends/x86/x86_kernels.hpp"
 
 namespace qlinear::x86 {
@@ -128,6 +129,47 @@ Status Int8Kernel::process_impl(LinearLayer& layer) const {
   }
   layer.kernel_state = st;
   layer.params.erase("weight");  // the packed copy replaces it; row_major_weight rebuilds it
+  return Status::ok();
+}
+
+// Processed layout version 1: meta I64 [n, k, n_pad, k_pad]; packed I8 [n_pad * k_pad] (the VNNI panels);
+// colsum I32 [n_pad]; w_scale F32 [n_pad]; in_scale F32 [1]; in_zp I32 [1].
+Result<ProcessedWeights> Int8Kernel::export_impl(const LinearLayer& layer) const {
+  namespace io = processed_io;
+  const Int8State& st = *state_of(layer);
+  ProcessedWeights w;
+  w.tensors.emplace_back("meta", io::meta_tensor({st.n, st.k, st.n_pad, st.k_pad}));
+  w.tensors.emplace_back("packed", io::copy_1d(st.packed.get(), DType::kI8, st.n_pad * st.k_pad));
+  w.tensors.emplace_back("colsum", io::from_vector(st.colsum, DType::kI32));
+  w.tensors.emplace_back("w_scale", io::from_vector(st.w_scale, DType::kF32));
+  w.tensors.emplace_back("in_scale", io::copy_1d(&st.in_scale, DType::kF32, 1));
+  w.tensors.emplace_back("in_zp", io::copy_1d(&st.in_zp, DType::kI32, 1));
+  return w;
+}
+
+Status Int8Kernel::import_impl(LinearLayer& layer, const ProcessedWeights& w) const {
+  namespace io = processed_io;
+  const LinearConfig& c = layer.config;
+  auto st = std::make_shared<Int8State>();
+  st->n = c.n;
+  st->k = c.k;
+  st->n_pad = round_up(c.n, 16);
+  st->k_pad = round_up(c.k, 4);
+  QL_RETURN_IF_ERROR(io::expect_meta(w, {st->n, st->k, st->n_pad, st->k_pad}, {"n", "k", "n_pad", "k_pad"}));
+  QL_ASSIGN_OR_RETURN(Tensor packed, expect_processed_tensor(w, "packed", DType::kI8, {st->n_pad * st->k_pad}));
+  st->packed = aligned_bytes(st->n_pad * st->k_pad);
+  std::memcpy(st->packed.get(), packed.raw(), static_cast<size_t>(packed.nbytes()));
+  QL_RETURN_IF_ERROR(io::to_vector(w, "colsum", DType::kI32, st->n_pad, st->colsum));
+  QL_RETURN_IF_ERROR(io::to_vector(w, "w_scale", DType::kF32, st->n_pad, st->w_scale));
+  std::vector<float> in_scale;
+  std::vector<int32_t> in_zp;
+  QL_RETURN_IF_ERROR(io::to_vector(w, "in_scale", DType::kF32, 1, in_scale));
+  QL_RETURN_IF_ERROR(io::to_vector(w, "in_zp", DType::kI32, 1, in_zp));
+  st->in_scale = in_scale[0];
+  st->in_zp = in_zp[0];
+  for (int32_t s : st->colsum) st->colsum_absmax = std::max(st->colsum_absmax, s < 0 ? -s : s);
+  layer.kernel_state = st;
+  layer.params.erase("weight");
   return Status::ok();
 }
 

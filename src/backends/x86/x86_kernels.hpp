@@ -19,7 +19,8 @@
 //
 // Per-layer state lives in layer.kernel_state (the kernels are stateless and shared); process replaces
 // the checkpoint's "weight" tensor by the packed copy (no second full copy stays), and row_major_weight
-// rebuilds the checkpoint layout from it exactly.
+// rebuilds the checkpoint layout from it exactly. Every kernel exports that state as tensors and imports it
+// back (export_processed / import_processed, layout version 1): the processed-weight cache's payload.
 #include "qlinear/kernel.hpp"
 
 namespace qlinear::x86 {
@@ -45,10 +46,14 @@ class Int8Kernel final : public LinearKernel {
     return config.activation_key;
   }
   Result<Tensor> row_major_weight(const LinearLayer& layer) const override;
+  bool supports_pre_processed_weights() const override { return true; }
+  uint32_t processed_layout_version() const override { return 1; }
 
  protected:
   Status process_impl(LinearLayer& layer) const override;
   Status apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const override;
+  Result<ProcessedWeights> export_impl(const LinearLayer& layer) const override;
+  Status import_impl(LinearLayer& layer, const ProcessedWeights& weights) const override;
 
  private:
   std::string_view name_;
@@ -69,10 +74,14 @@ class W8A16Kernel final : public LinearKernel {
   Verdict is_supported(const Platform& platform) const override;
   Verdict can_implement(const LinearConfig& config) const override;
   Result<Tensor> row_major_weight(const LinearLayer& layer) const override;
+  bool supports_pre_processed_weights() const override { return true; }
+  uint32_t processed_layout_version() const override { return 1; }
 
  protected:
   Status process_impl(LinearLayer& layer) const override;
   Status apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const override;
+  Result<ProcessedWeights> export_impl(const LinearLayer& layer) const override;
+  Status import_impl(LinearLayer& layer, const ProcessedWeights& weights) const override;
 
  private:
   std::string_view name_;
@@ -97,10 +106,14 @@ class FpAvx2Kernel final : public LinearKernel {
   Verdict is_supported(const Platform& platform) const override { return isa_supported(platform, Isa::kAvx2); }
   Verdict can_implement(const LinearConfig& config) const override;
   Result<Tensor> row_major_weight(const LinearLayer& layer) const override;
+  bool supports_pre_processed_weights() const override { return true; }
+  uint32_t processed_layout_version() const override { return 1; }
 
  protected:
   Status process_impl(LinearLayer& layer) const override;
   Status apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const override;
+  Result<ProcessedWeights> export_impl(const LinearLayer& layer) const override;
+  Status import_impl(LinearLayer& layer, const ProcessedWeights& weights) const override;
 
  private:
   Status reference_apply(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const;
