@@ -17,9 +17,13 @@ const LinearKernel* const kCudaPriority[] = {
     &cuda::kSm90Fp8BlockScaled,
     &cuda::kCublasLtFp8BlockScaled,
     &cuda::kSm90Int8ScaledMM,
+    &cuda::kSm90Fp8WeightOnly,
     &cuda::kSm90Fp8WeightOnlyStream,
+    &cuda::kSm90Mxfp8,
     &cuda::kSm90Mxfp8Stream,
+    &cuda::kSm90Mxfp6,
     &cuda::kSm90Mxfp6Stream,
+    &cuda::kSm90Mxfp4,
     &cuda::kSm90Mxfp4Stream,
 #endif
     // Reference: host code on host tensors, last for every family.

@@ -58,8 +58,10 @@ bool takes_cublaslt(const LinearKernel* k, const LinearConfig& c, int64_t m) {
   const auto* ck = dynamic_cast<const cuda::CudaLinearKernel*>(k);
   if (ck == nullptr || c.family == Family::kInt8ScaledMM) return false;  // INT8 accumulates exactly
   const bool w8a8 = c.family == Family::kFp8ScaledMM || c.family == Family::kFp8BlockScaled;
-  return ck->route() == cuda::Route::kCublasLt ||
-         (ck->route() == cuda::Route::kAuto && w8a8 && c.n % 16 == 0 && m > ck->stream_max_m());
+  // Tensor-core routes (cuBLASLt FP8, and the BF16 GEMM of the dequantizing route) get the tensor-core bound.
+  return ck->route() == cuda::Route::kCublasLt || ck->route() == cuda::Route::kDequantBf16 ||
+         (ck->route() == cuda::Route::kAuto && c.n % 16 == 0 && m > ck->stream_max_m() && w8a8) ||
+         (ck->route() == cuda::Route::kAuto && !w8a8 && m > ck->stream_max_m());
 }
 
 uint64_t fresh_seed() {
@@ -454,6 +456,45 @@ TEST(CudaKernels, PreQuantizedActivationsGiveTheDensePathsOutput) {
       EXPECT_NE(s3.message().find("input_quant_key"), std::string::npos) << s3.message();
     }
   }
+}
+
+const cuda::CudaLinearKernel kDequantMxfp8(Family::kMxfp8, "test_dequant_mxfp8", "", cuda::Route::kDequantBf16);
+const cuda::CudaLinearKernel kDequantMxfp6(Family::kMxfp6, "test_dequant_mxfp6", "", cuda::Route::kDequantBf16);
+const cuda::CudaLinearKernel kDequantMxfp4(Family::kMxfp4, "test_dequant_mxfp4", "", cuda::Route::kDequantBf16);
+const cuda::CudaLinearKernel kDequantFp8WeightOnly(Family::kFp8WeightOnly, "test_dequant_fp8_weight_only", "",
+                                                   cuda::Route::kDequantBf16);
+
+// The BF16-GEMM route on every M (forced), and the hybrids at the M where they switch to it.
+TEST(CudaKernels, DequantizingBf16RouteMatchesTheReference) {
+  QL_REQUIRE_SM90();
+  struct Case {
+    const LinearKernel* forced;
+    const LinearKernel* hybrid;
+    Scheme scheme;
+  };
+  const std::vector<Case> cases = {
+      {&kDequantMxfp8, &cuda::kSm90Mxfp8, *find_scheme("w8a16-mxfp8")},
+      {&kDequantMxfp8, &cuda::kSm90Mxfp8, *find_scheme("w8a8-mxfp8")},
+      {&kDequantMxfp6, &cuda::kSm90Mxfp6, *find_scheme("w6a16-mxfp6-e2m3")},
+      {&kDequantMxfp6, &cuda::kSm90Mxfp6, *find_scheme("w6a16-mxfp6-e3m2")},
+      {&kDequantMxfp4, &cuda::kSm90Mxfp4, *find_scheme("w4a16-mxfp4")},
+      {&kDequantFp8WeightOnly, &cuda::kSm90Fp8WeightOnly, *find_scheme("w8a16-fp8")},
+      {&kDequantFp8WeightOnly, &cuda::kSm90Fp8WeightOnly, custom(Family::kFp8WeightOnly, kFp8StaticTensorSym, std::nullopt)},
+  };
+  for (const Case& c : cases) {
+    for (int64_t m : {1, 7, 17, 257}) {
+      check_kernel({c.forced, c.scheme, m, 256, 1024});
+      check_kernel({c.forced, c.scheme, m, 200, 512, DType::kBF16, DType::kBF16, DType::kF32});  // f32 bias: epilogue
+    }
+    check_kernel({c.hybrid, c.scheme, 65, 384, 2048, DType::kBF16, DType::kBF16, DType::kBF16});
+    check_kernel({c.hybrid, c.scheme, 1024, 256, 1024});
+  }
+  check_kernel({&kDequantFp8WeightOnly, *find_scheme("w8a16-fp8"), 33, 96, 1000});  // K off 32 (padded rows)
+  // Declines: F16 activations, 128x128 weight blocks.
+  LinearConfig f16 = make_config(*find_scheme("w8a16-mxfp8"), 256, 1024, DType::kF16);
+  EXPECT_FALSE(kDequantMxfp8.can_implement(f16).ok);
+  LinearConfig block = make_config(custom(Family::kFp8WeightOnly, kFp8Static128BlockSym, std::nullopt), 256, 1024);
+  EXPECT_FALSE(kDequantFp8WeightOnly.can_implement(block).ok);
 }
 
 TEST(CudaKernels, WeightOnlyAndMxStreamKernelsMatchTheReference) {

@@ -55,7 +55,7 @@ struct Descs {
   }
 };
 
-using AlgoKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, bool>;
+using AlgoKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool>;
 std::mutex g_algo_mutex;
 std::map<AlgoKey, cublasLtMatmulAlgo_t> g_algos;
 
@@ -120,11 +120,12 @@ Status lt_gemm(const LtGemm& g, Stream stream) {
   // Column-major views: A = W as K x N (ld ld_w), B = x as K x M (ld ld_x), D = y^T as N x M (ld N).
   QL_LT_CHECK(cublasLtMatrixLayoutCreate(&d.a, ab, static_cast<uint64_t>(g.k), static_cast<uint64_t>(g.n), g.ld_w));
   QL_LT_CHECK(cublasLtMatrixLayoutCreate(&d.b, ab, static_cast<uint64_t>(g.k), static_cast<uint64_t>(g.m), g.ld_x));
-  QL_LT_CHECK(cublasLtMatrixLayoutCreate(&d.d, out, static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.n));
+  const int64_t ld_out = g.ld_out > 0 ? g.ld_out : g.n;
+  QL_LT_CHECK(cublasLtMatrixLayoutCreate(&d.d, out, static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), ld_out));
 
-  const AlgoKey key{device, static_cast<int>(g.ab_dtype), g.m, g.n, g.k, g.ld_w, g.ld_x,
+  const AlgoKey key{device, static_cast<int>(g.ab_dtype), g.m, g.n, g.k, g.ld_w, g.ld_x, ld_out,
                     static_cast<int>(g.scale_mode) * 16 + static_cast<int>(g.out_dtype),
-                    g.bias != nullptr ? 1 : 0, g.fast_accum, false};
+                    g.bias != nullptr ? 1 : 0, g.fast_accum};
   cublasLtMatmulAlgo_t algo{};
   bool cached = false;
   {

@@ -33,6 +33,7 @@ struct LtGemm {
   const void* bias = nullptr;  // dtype bias_dtype_for(...)
   void* out = nullptr;
   DType out_dtype = DType::kBF16;
+  int64_t ld_out = 0;  // elements between output rows; 0: N (a column block of a wider output otherwise)
   bool fast_accum = false;  // FP8 only: skip cuBLASLt's periodic promotion (for benchmarks, not a kernel's default)
 };
 

@@ -8,6 +8,7 @@
 
 #include "backends/cuda/act_quant.hpp"
 #include "backends/cuda/cublaslt_gemm.hpp"
+#include "backends/cuda/dequant_bf16.hpp"
 #include "backends/cuda/int8_scaled_mm.hpp"
 #include "backends/cuda/weight_stream.hpp"
 
@@ -33,6 +34,27 @@ const CudaLinearKernel kCublasLtFp8BlockScaled(
     Family::kFp8BlockScaled, "cublaslt_fp8_block_scaled",
     "sm_90a FP8 1x128 x 128x128 blocks through cuBLASLt (VEC128_32F x BLK128x128_32F; M padded to 16)",
     Route::kCublasLt);
+// stream_max_m = 64 for the BF16-GEMM hybrids: decode (M <= 64) streams the packed weights once at memory
+// speed; above, the tensor cores win by far (the streaming kernel is CUDA-core bound from M ~ 8).
+const CudaLinearKernel kSm90Fp8WeightOnly(
+    Family::kFp8WeightOnly, "sm90_fp8_weight_only",
+    "sm_90a FP8 W8A16: weight-streaming kernel for M <= 64; above, E4M3 codes widened to BF16 + cuBLASLt BF16 "
+    "GEMM, per-row scales in the epilogue (128x128 blocks: streaming only)",
+    Route::kAuto, 64);
+const CudaLinearKernel kSm90Mxfp8(
+    Family::kMxfp8, "sm90_mxfp8",
+    "sm_90a MXFP8 W8A16 / W8A8: weight-streaming kernel for M <= 64; above, weights (and MXFP8 activations) "
+    "widened exactly to BF16 + cuBLASLt BF16 GEMM",
+    Route::kAuto, 64);
+const CudaLinearKernel kSm90Mxfp6(
+    Family::kMxfp6, "sm90_mxfp6",
+    "sm_90a MXFP6 E2M3/E3M2: weight-streaming kernel for M <= 64; above, weights widened exactly to BF16 + "
+    "cuBLASLt BF16 GEMM",
+    Route::kAuto, 64);
+const CudaLinearKernel kSm90Mxfp4(
+    Family::kMxfp4, "sm90_mxfp4",
+    "sm_90a MXFP4: weight-streaming kernel for M <= 64; above, weights widened exactly to BF16 + cuBLASLt BF16 GEMM",
+    Route::kAuto, 64);
 const CudaLinearKernel kSm90Fp8WeightOnlyStream(
     Family::kFp8WeightOnly, "sm90_fp8_weight_only_stream",
     "sm_90a FP8 W8A16: weight-streaming CUDA-core GEMM, FP32 accumulation (any M; built for decode)",
@@ -72,6 +94,7 @@ struct LayerState {
   Tensor w_scale_scalar;             // f32 [1]
   float static_input_scale = 1.0f;   // static per-tensor activations: the max over shards (as vLLM)
   int32_t static_zero_point = 0;     // INT8 static asymmetric activations
+  bool bf16_exact = false;           // kDequantBf16 reproduces every weight value exactly (dequant_bf16.hpp)
   Tensor w_colsum;                   // INT8 with asymmetric activations: i64 [N], sum over K of the codes
 };
 
@@ -135,6 +158,17 @@ Verdict CudaLinearKernel::can_implement(const LinearConfig& c) const {
     if (c.n % 4 != 0) return Verdict::no("N=" + std::to_string(c.n) + " is not a multiple of 4 (cuBLASLt INT8 output)");
     return Verdict::yes();
   }
+  if (route_ == Route::kDequantBf16) {
+    if (c.family == Family::kFp8WeightOnly && c.weight_key.scale.group == kBlock128x128) {
+      return Verdict::no("128x128 weight blocks cannot be factored out of a BF16 GEMM (the streaming kernels take them)");
+    }
+    if (!c.activation_key && c.input_dtype != DType::kBF16) {
+      return Verdict::no("activations are " + std::string(qlinear::name(c.input_dtype)) +
+                         "; the BF16 GEMM route takes BF16 activations exactly only");
+    }
+    if (c.k % 8 != 0) return Verdict::no("K=" + std::to_string(c.k) + " is not a multiple of 8 (BF16 rows of 16 bytes)");
+    return Verdict::yes();
+  }
   if (route_ == Route::kCublasLt && c.n % 16 != 0) {
     return Verdict::no("N=" + std::to_string(c.n) + " is not a multiple of 16 (cuBLASLt FP8 output alignment)");
   }
@@ -195,6 +229,11 @@ Status CudaLinearKernel::process_impl(LinearLayer& layer) const {
     st->scale_kind = WeightScale::kMx32;
     st->ws_ld = c.k / 32;
     const Tensor s = scale.contiguous();
+    int lo = 0, hi = 0;
+    bf16_exact_mx_range(st->format, lo, hi);
+    const uint8_t* b = static_cast<const uint8_t*>(s.raw());
+    const auto [mn, mx] = std::minmax_element(b, b + s.nbytes());
+    st->bf16_exact = s.nbytes() == 0 || (*mn >= lo && *mx <= hi);
     QL_ASSIGN_OR_RETURN(st->w_scale, upload(s.raw(), static_cast<size_t>(s.nbytes()), DType::kU8,
                                             {c.n, st->ws_ld}, st->device));
   } else if (wk.scale.group == kBlock128x128) {
@@ -203,6 +242,7 @@ Status CudaLinearKernel::process_impl(LinearLayer& layer) const {
     QL_ASSIGN_OR_RETURN(st->w_scale, to_device(scale, st->device));
   } else {
     st->scale_kind = WeightScale::kRow;
+    st->bf16_exact = wk.dtype == DType::kF8E4M3;  // codes widen exactly; the f32 row scales stay in the epilogue
     const std::vector<float> rows = row_scales(c, scale);
     QL_ASSIGN_OR_RETURN(st->w_scale, upload(rows.data(), rows.size() * sizeof(float), DType::kF32, {c.n}, st->device));
     st->scalar_weight_scale = wk.scale.group.is_per_tensor() && scale.numel() == 1;
@@ -464,6 +504,99 @@ Status apply_cublaslt(const ApplyCtx& a) {
   return run_lt_into_out(a, g);
 }
 
+// kDequantBf16: per block of weight rows, the codes widened to BF16 (MX scales folded in exactly), then a
+// cuBLASLt BF16 GEMM writing that column block of the output. Row scales (FP8 weight-only) and bias dtypes
+// cuBLASLt's epilogue does not take go through an FP32 block and our epilogue.
+Status apply_dequant_bf16(const ApplyCtx& a) {
+  const LinearConfig& c = a.c;
+  const LayerState& st = a.st;
+  const int64_t m = a.m, k_ld = round_up(st.k_valid, 8);
+  const bool mx = st.scale_kind == WeightScale::kMx32;
+
+  // Activations as BF16: given (A16), or MXFP8 codes widened with their scales.
+  const void* xb = a.x.raw();
+  int64_t ld_x = a.x.strides()[0];
+  Scratch x_codes, x_scales, x_bf16;
+  if (c.activation_key) {
+    ActQuantArgs q = quant_args(a, *c.activation_key);
+    const int64_t groups = c.k / 32;
+    QL_ASSIGN_OR_RETURN(x_codes, Scratch::make(static_cast<size_t>(m * c.k), a.stream));
+    QL_ASSIGN_OR_RETURN(x_scales, Scratch::make(static_cast<size_t>(m * groups), a.stream));
+    QL_ASSIGN_OR_RETURN(x_bf16, Scratch::make(static_cast<size_t>(m * c.k * 2), a.stream));
+    q.codes = x_codes.get();
+    q.ld_codes = c.k;
+    q.scale = {x_scales.get(), groups, 1, false};
+    QL_RETURN_IF_ERROR(launch_act_quant(q, a.stream));
+    DequantArgs d;
+    d.format = WeightFormat::kE4M3;
+    d.scale_kind = DequantScale::kMx32;
+    d.codes = x_codes.as<uint8_t>();
+    d.row_bytes = c.k;
+    d.scales = x_scales.as<uint8_t>();
+    d.ld_scales = groups;
+    d.rows = m;
+    d.k = c.k;
+    d.out = x_bf16.get();
+    d.ld_out = c.k;
+    QL_RETURN_IF_ERROR(launch_dequant_bf16(d, a.stream));
+    xb = x_bf16.get();
+    ld_x = c.k;
+  }
+
+  // Row blocks of at most 32 MiB of BF16 weights (and a multiple of 128 rows).
+  const int64_t block = std::min<int64_t>(c.n, std::max<int64_t>(128, (int64_t{32} << 20) / (2 * k_ld) / 128 * 128));
+  QL_ASSIGN_OR_RETURN(Scratch wb, Scratch::make(static_cast<size_t>(block * k_ld * 2), a.stream));
+  const bool lt_bias = a.bias == nullptr || a.bias->dtype() == a.out.dtype();
+  const bool direct = mx && lt_bias;
+  Scratch acc;
+  if (!direct) {
+    QL_ASSIGN_OR_RETURN(acc, Scratch::make(static_cast<size_t>(m * block * 4), a.stream));
+  }
+  const size_t out_es = static_cast<size_t>(element_size(a.out.dtype()));
+  const size_t bias_es = a.bias ? static_cast<size_t>(element_size(a.bias->dtype())) : 0;
+  for (int64_t n0 = 0; n0 < c.n; n0 += block) {
+    const int64_t nc = std::min(block, c.n - n0);
+    DequantArgs d;
+    d.format = st.format;
+    d.scale_kind = mx ? DequantScale::kMx32 : DequantScale::kNone;
+    d.codes = static_cast<const uint8_t*>(st.w.raw()) + n0 * st.row_bytes;
+    d.row_bytes = st.row_bytes;
+    d.scales = mx ? static_cast<const uint8_t*>(st.w_scale.raw()) + n0 * st.ws_ld : nullptr;
+    d.ld_scales = st.ws_ld;
+    d.rows = nc;
+    d.k = st.k_valid;
+    d.out = wb.get();
+    d.ld_out = k_ld;
+    QL_RETURN_IF_ERROR(launch_dequant_bf16(d, a.stream));
+    LtGemm g;
+    g.ab_dtype = DType::kBF16;
+    g.w = wb.get();
+    g.ld_w = k_ld;
+    g.x = xb;
+    g.ld_x = ld_x;
+    g.m = m;
+    g.n = nc;
+    g.k = c.k;
+    if (direct) {
+      g.out = static_cast<uint8_t*>(a.out.raw()) + n0 * out_es;
+      g.out_dtype = a.out.dtype();
+      g.ld_out = c.n;
+      g.bias = a.bias ? static_cast<const uint8_t*>(a.bias->raw()) + n0 * bias_es : nullptr;
+      QL_RETURN_IF_ERROR(lt_gemm(g, a.stream));
+      continue;
+    }
+    g.out = acc.get();
+    g.out_dtype = DType::kF32;
+    QL_RETURN_IF_ERROR(lt_gemm(g, a.stream));
+    QL_RETURN_IF_ERROR(launch_scale_bias_epilogue(
+        acc.as<float>(), m, nc, mx ? nullptr : static_cast<const float*>(st.w_scale.raw()) + n0,
+        a.bias ? static_cast<const uint8_t*>(a.bias->raw()) + n0 * bias_es : nullptr,
+        a.bias ? a.bias->dtype() : DType::kF32, static_cast<uint8_t*>(a.out.raw()) + n0 * out_es, a.out.dtype(), c.n,
+        a.stream));
+  }
+  return Status::ok();
+}
+
 Status apply_int8(const ApplyCtx& a) {
   const LinearConfig& c = a.c;
   const QuantKey& key = *c.activation_key;
@@ -555,9 +688,20 @@ Status CudaLinearKernel::apply_impl(const LinearLayer& layer, const Activation& 
   const ApplyCtx ctx{layer.config, st, xt, bias, out, xt.size(0), current_stream(), pre};
   if (family_ == Family::kInt8ScaledMM) return apply_int8(ctx);
   if (pre) return apply_cublaslt(ctx);  // input_quant_key is declared on the cuBLASLt route only
+  if (route_ == Route::kDequantBf16) {
+    if (!st.bf16_exact) {
+      return Status::error("layer " + layer.name + ": its E8M0 scales leave BF16's exact range (dequant_bf16.hpp); "
+                           "the streaming kernels take it");
+    }
+    return apply_dequant_bf16(ctx);
+  }
   const bool lt_possible = is_w8a8_fp8(family_) && layer.config.n % 16 == 0;
-  bool use_lt = route_ == Route::kCublasLt || (route_ == Route::kAuto && lt_possible && ctx.m > stream_max_m_);
-  return use_lt ? apply_cublaslt(ctx) : apply_stream(ctx);
+  const bool bf16_possible = !is_w8a8_fp8(family_) && st.bf16_exact &&
+                             CudaLinearKernel(family_, "", "", Route::kDequantBf16).can_implement(layer.config).ok;
+  const bool large = route_ == Route::kAuto && ctx.m > stream_max_m_;
+  if (route_ == Route::kCublasLt || (large && lt_possible)) return apply_cublaslt(ctx);
+  if (large && bf16_possible) return apply_dequant_bf16(ctx);
+  return apply_stream(ctx);
 }
 
 }  // namespace qlinear::cuda

@@ -4,11 +4,14 @@
 // layouts of weight_stream.hpp / cublaslt_gemm.hpp (layer.kernel_state); apply takes activations and
 // output on that device, on the current stream (qlinear/cuda.hpp), and returns without synchronizing.
 //
-//   route       what runs
-//   kCublasLt   activation quantization kernel + cuBLASLt FP8 GEMM, scales and bias in its epilogue
-//   kStream     the CUDA-core weight-streaming kernel for every M (FP32 accumulation, one FMA per product)
-//   kAuto       kStream while M <= stream_max_m (per kernel, from H200 measurements), kCublasLt above (FP8
-//               W8A8 families; N % 16 != 0 takes kStream for every M)
+//   route         what runs
+//   kCublasLt     activation quantization kernel + cuBLASLt FP8 GEMM, scales and bias in its epilogue
+//   kStream       the CUDA-core weight-streaming kernel for every M (FP32 accumulation, one FMA per product)
+//   kDequantBf16  MX and FP8 weight-only: weights widened to BF16 in row blocks (exactly: dequant_bf16.hpp),
+//                 MXFP8 activations quantized then widened likewise, cuBLASLt BF16 GEMM (FP32 accumulation)
+//   kAuto         kStream while M <= stream_max_m (per kernel, from H200 measurements), above it kCublasLt
+//                 (FP8 W8A8 families; N % 16 != 0 takes kStream for every M) or kDequantBf16 (MX and FP8
+//                 weight-only, when the layer's scales keep the BF16 values exact and the input is BF16)
 //
 // Numerics: weights and activation codes are decoded exactly; activation codes are bit-identical to the
 // reference quantizers (act_quant.hpp); products are exact in FP32 and summed in FP32 (cuBLASLt: tensor-core
@@ -18,7 +21,7 @@
 
 namespace qlinear::cuda {
 
-enum class Route : uint8_t { kAuto, kCublasLt, kStream };
+enum class Route : uint8_t { kAuto, kCublasLt, kStream, kDequantBf16 };
 
 class CudaLinearKernel final : public LinearKernel {
  public:
@@ -58,9 +61,13 @@ extern const CudaLinearKernel kCublasLtFp8ScaledMM;  // "cublaslt_fp8_scaled_mm"
 extern const CudaLinearKernel kSm90Fp8BlockScaled;   // "sm90_fp8_block_scaled"    stream at M = 1, cuBLASLt above
 extern const CudaLinearKernel kCublasLtFp8BlockScaled;  // "cublaslt_fp8_block_scaled"
 extern const CudaLinearKernel kSm90Int8ScaledMM;     // "sm90_int8_scaled_mm"      cuBLASLt INT8 + FP64 epilogue
+extern const CudaLinearKernel kSm90Fp8WeightOnly;   // "sm90_fp8_weight_only"     stream, BF16 GEMM above M = 64
 extern const CudaLinearKernel kSm90Fp8WeightOnlyStream;  // "sm90_fp8_weight_only_stream"
+extern const CudaLinearKernel kSm90Mxfp8;            // "sm90_mxfp8"               stream, BF16 GEMM above M = 64
 extern const CudaLinearKernel kSm90Mxfp8Stream;      // "sm90_mxfp8_stream"
+extern const CudaLinearKernel kSm90Mxfp6;            // "sm90_mxfp6"
 extern const CudaLinearKernel kSm90Mxfp6Stream;      // "sm90_mxfp6_stream"
+extern const CudaLinearKernel kSm90Mxfp4;            // "sm90_mxfp4"
 extern const CudaLinearKernel kSm90Mxfp4Stream;      // "sm90_mxfp4_stream"
 
 }  // namespace qlinear::cuda
