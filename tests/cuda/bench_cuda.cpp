@@ -67,7 +67,10 @@ LinearLayer synthetic_layer(const char* scheme_name, int64_t n, int64_t k) {
   l.name = scheme_name;
   l.config = make_config(s, n, k);
   const QuantKey& wk = s.weight_key;
-  if (wk.dtype == DType::kF8E4M3 && wk.scale.dtype == DType::kF32) {
+  if (wk.dtype == DType::kI8) {
+    l.params["weight"] = random_bytes(DType::kI8, {n, k}, false);
+    l.params["weight_scale"] = f32_filled({n, 1}, 0.01f);
+  } else if (wk.dtype == DType::kF8E4M3 && wk.scale.dtype == DType::kF32) {
     l.params["weight"] = random_bytes(DType::kF8E4M3, {n, k}, true);
     if (wk.scale.group.is_per_tensor()) l.params["weight_scale"] = f32_filled({1}, 0.01f);
     else if (wk.scale.group.is_per_channel()) l.params["weight_scale"] = f32_filled({n, 1}, 0.01f);
@@ -139,6 +142,13 @@ const cuda::CudaLinearKernel kBenchStreamFp8(Family::kFp8ScaledMM, "bench_stream
 const cuda::CudaLinearKernel kBenchLtFp8(Family::kFp8ScaledMM, "bench_cublaslt_fp8_scaled_mm", "",
                                          cuda::Route::kCublasLt);
 
+// The BF16-GEMM route forced at small M too, to place the hybrids' switch (stream_max_m) by measurement.
+const cuda::CudaLinearKernel kBenchDequantFp8Wo(Family::kFp8WeightOnly, "bench_dequant_fp8_weight_only", "",
+                                                cuda::Route::kDequantBf16);
+const cuda::CudaLinearKernel kBenchDequantMxfp8(Family::kMxfp8, "bench_dequant_mxfp8", "", cuda::Route::kDequantBf16);
+const cuda::CudaLinearKernel kBenchDequantMxfp6(Family::kMxfp6, "bench_dequant_mxfp6", "", cuda::Route::kDequantBf16);
+const cuda::CudaLinearKernel kBenchDequantMxfp4(Family::kMxfp4, "bench_dequant_mxfp4", "", cuda::Route::kDequantBf16);
+
 TEST(CudaBench, DISABLED_LlamaShapes) {
   auto platform = Platform::cuda_device(0);
   if (!platform) GTEST_SKIP() << "no CUDA device: " << platform.message();
@@ -168,11 +178,21 @@ TEST(CudaBench, DISABLED_LlamaShapes) {
         {"stream.fp8.tensor", &kBenchStreamFp8, "w8a8-fp8-tensor", 16, {}},
         {"cublaslt_fp8_scaled_mm.tensor", &kBenchLtFp8, "w8a8-fp8-tensor", 1 << 30, {}},
         {"sm90_fp8_block_scaled", &cuda::kSm90Fp8BlockScaled, "w8a8-fp8-block", 1 << 30, {}},
-        {"sm90_fp8_weight_only_stream", &cuda::kSm90Fp8WeightOnlyStream, "w8a16-fp8", 16, {}},
-        {"sm90_mxfp8_stream.w8a16", &cuda::kSm90Mxfp8Stream, "w8a16-mxfp8", 16, {}},
+        {"sm90_int8_scaled_mm.dynamic", &cuda::kSm90Int8ScaledMM, "w8a8-int8-dynamic", 1 << 30, {}},
+        {"sm90_fp8_weight_only_stream", &cuda::kSm90Fp8WeightOnlyStream, "w8a16-fp8", 64, {}},
+        {"sm90_fp8_weight_only", &cuda::kSm90Fp8WeightOnly, "w8a16-fp8", 1 << 30, {}},
+        {"dequant_bf16.fp8_weight_only", &kBenchDequantFp8Wo, "w8a16-fp8", 64, {}},
+        {"sm90_mxfp8_stream.w8a16", &cuda::kSm90Mxfp8Stream, "w8a16-mxfp8", 64, {}},
+        {"sm90_mxfp8.w8a16", &cuda::kSm90Mxfp8, "w8a16-mxfp8", 1 << 30, {}},
+        {"dequant_bf16.mxfp8.w8a16", &kBenchDequantMxfp8, "w8a16-mxfp8", 64, {}},
         {"sm90_mxfp8_stream.w8a8", &cuda::kSm90Mxfp8Stream, "w8a8-mxfp8", 16, {}},
-        {"sm90_mxfp6_stream.e2m3", &cuda::kSm90Mxfp6Stream, "w6a16-mxfp6-e2m3", 16, {}},
-        {"sm90_mxfp4_stream", &cuda::kSm90Mxfp4Stream, "w4a16-mxfp4", 16, {}},
+        {"sm90_mxfp8.w8a8", &cuda::kSm90Mxfp8, "w8a8-mxfp8", 1 << 30, {}},
+        {"sm90_mxfp6_stream.e2m3", &cuda::kSm90Mxfp6Stream, "w6a16-mxfp6-e2m3", 64, {}},
+        {"sm90_mxfp6.e2m3", &cuda::kSm90Mxfp6, "w6a16-mxfp6-e2m3", 1 << 30, {}},
+        {"dequant_bf16.mxfp6.e2m3", &kBenchDequantMxfp6, "w6a16-mxfp6-e2m3", 64, {}},
+        {"sm90_mxfp4_stream", &cuda::kSm90Mxfp4Stream, "w4a16-mxfp4", 64, {}},
+        {"sm90_mxfp4", &cuda::kSm90Mxfp4, "w4a16-mxfp4", 1 << 30, {}},
+        {"dequant_bf16.mxfp4", &kBenchDequantMxfp4, "w4a16-mxfp4", 64, {}},
     };
     for (Named& o : ours) {
       o.layer = synthetic_layer(o.scheme, n, k);
