@@ -7,7 +7,8 @@
 //   kScalar     SCALAR_32F      w_scale, x_scale: one f32 each (device)
 //   kOuterVec   OUTER_VEC_32F   w_scale f32 [N], x_scale f32 [M]: y[m, n] = acc * x_scale[m] * w_scale[n]
 //   kBlock      BLK128x128_32F (A) and VEC128_32F (B):
-//               w_scale f32 [ceil(N/128), ceil(K/128)] row-major (the checkpoint's layout),
+//               w_scale f32 [ceil(N/128), round_up(ceil(K/128), 4)] row-major: the checkpoint's layout with
+//               rows padded to 16 bytes (unpadded rows of 3 blocks gave wrong results on the H200),
 //               x_scale f32 at [kb * M + m] (M fastest; torch._scaled_mm's stride (1, M))
 // INT8: exact INT32 output [M, N] without scales or bias (K and the leading dimensions multiples of 4).
 // Output BF16/F16/F32; bias in the epilogue (dtype: see bias_dtype_for), added before the one rounding.

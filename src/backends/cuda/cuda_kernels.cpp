@@ -34,27 +34,30 @@ const CudaLinearKernel kCublasLtFp8BlockScaled(
     Family::kFp8BlockScaled, "cublaslt_fp8_block_scaled",
     "sm_90a FP8 1x128 x 128x128 blocks through cuBLASLt (VEC128_32F x BLK128x128_32F; M padded to 16)",
     Route::kCublasLt);
-// stream_max_m = 64 for the BF16-GEMM hybrids: decode (M <= 64) streams the packed weights once at memory
-// speed; above, the tensor cores win by far (the streaming kernel is CUDA-core bound from M ~ 8).
+// stream_max_m of the BF16-GEMM hybrids, measured on the H200 (docs/PERF.md, CudaBench): the streaming
+// kernel wins while it is memory-bound and loses once CUDA-core bound. 8B qkv: MXFP8 stream 49.0 us vs BF16
+// route 47.0 us at M = 8, 87.1 vs 47.7 at M = 16; 70B down: 308.8 vs 393.3 at M = 8, 596.4 vs 398.7 at
+// M = 16 (MXFP6/4 alike) -> MX streams up to M = 8. FP8 weight-only: 70B down 408.4 vs 436.9 at M = 16,
+// 1555 vs 466 at M = 64; 8B qkv 61.3 vs 53.1 at M = 16 -> streams up to M = 16.
 const CudaLinearKernel kSm90Fp8WeightOnly(
     Family::kFp8WeightOnly, "sm90_fp8_weight_only",
-    "sm_90a FP8 W8A16: weight-streaming kernel for M <= 64; above, E4M3 codes widened to BF16 + cuBLASLt BF16 "
+    "sm_90a FP8 W8A16: weight-streaming kernel for M <= 16; above, E4M3 codes widened to BF16 + cuBLASLt BF16 "
     "GEMM, per-row scales in the epilogue (128x128 blocks: streaming only)",
-    Route::kAuto, 64);
+    Route::kAuto, 16);
 const CudaLinearKernel kSm90Mxfp8(
     Family::kMxfp8, "sm90_mxfp8",
-    "sm_90a MXFP8 W8A16 / W8A8: weight-streaming kernel for M <= 64; above, weights (and MXFP8 activations) "
+    "sm_90a MXFP8 W8A16 / W8A8: weight-streaming kernel for M <= 8; above, weights (and MXFP8 activations) "
     "widened exactly to BF16 + cuBLASLt BF16 GEMM",
-    Route::kAuto, 64);
+    Route::kAuto, 8);
 const CudaLinearKernel kSm90Mxfp6(
     Family::kMxfp6, "sm90_mxfp6",
-    "sm_90a MXFP6 E2M3/E3M2: weight-streaming kernel for M <= 64; above, weights widened exactly to BF16 + "
+    "sm_90a MXFP6 E2M3/E3M2: weight-streaming kernel for M <= 8; above, weights widened exactly to BF16 + "
     "cuBLASLt BF16 GEMM",
-    Route::kAuto, 64);
+    Route::kAuto, 8);
 const CudaLinearKernel kSm90Mxfp4(
     Family::kMxfp4, "sm90_mxfp4",
-    "sm_90a MXFP4: weight-streaming kernel for M <= 64; above, weights widened exactly to BF16 + cuBLASLt BF16 GEMM",
-    Route::kAuto, 64);
+    "sm_90a MXFP4: weight-streaming kernel for M <= 8; above, weights widened exactly to BF16 + cuBLASLt BF16 GEMM",
+    Route::kAuto, 8);
 const CudaLinearKernel kSm90Fp8WeightOnlyStream(
     Family::kFp8WeightOnly, "sm90_fp8_weight_only_stream",
     "sm_90a FP8 W8A16: weight-streaming CUDA-core GEMM, FP32 accumulation (any M; built for decode)",
@@ -237,9 +240,18 @@ Status CudaLinearKernel::process_impl(LinearLayer& layer) const {
     QL_ASSIGN_OR_RETURN(st->w_scale, upload(s.raw(), static_cast<size_t>(s.nbytes()), DType::kU8,
                                             {c.n, st->ws_ld}, st->device));
   } else if (wk.scale.group == kBlock128x128) {
+    // Rows of K-block scales padded to a multiple of 4 (16 bytes): cuBLASLt's BLK128x128 mode reads them so
+    // (found on a real checkpoint with K = 384, 3 blocks a row: unpadded rows gave wrong outputs).
     st->scale_kind = WeightScale::kBlock128;
-    st->ws_ld = (c.k + 127) / 128;
-    QL_ASSIGN_OR_RETURN(st->w_scale, to_device(scale, st->device));
+    const int64_t nb = (c.n + 127) / 128, kb = (c.k + 127) / 128;
+    st->ws_ld = round_up(kb, 4);
+    const Tensor sc = scale.contiguous();
+    std::vector<float> padded(static_cast<size_t>(nb * st->ws_ld), 0.0f);
+    for (int64_t r = 0; r < nb; ++r) {
+      std::copy(sc.data<float>() + r * kb, sc.data<float>() + (r + 1) * kb, padded.begin() + r * st->ws_ld);
+    }
+    QL_ASSIGN_OR_RETURN(st->w_scale, upload(padded.data(), padded.size() * sizeof(float), DType::kF32, {nb, st->ws_ld},
+                                            st->device));
   } else {
     st->scale_kind = WeightScale::kRow;
     st->bf16_exact = wk.dtype == DType::kF8E4M3;  // codes widen exactly; the f32 row scales stay in the epilogue

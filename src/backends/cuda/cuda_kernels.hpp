@@ -61,9 +61,9 @@ extern const CudaLinearKernel kCublasLtFp8ScaledMM;  // "cublaslt_fp8_scaled_mm"
 extern const CudaLinearKernel kSm90Fp8BlockScaled;   // "sm90_fp8_block_scaled"    stream at M = 1, cuBLASLt above
 extern const CudaLinearKernel kCublasLtFp8BlockScaled;  // "cublaslt_fp8_block_scaled"
 extern const CudaLinearKernel kSm90Int8ScaledMM;     // "sm90_int8_scaled_mm"      cuBLASLt INT8 + FP64 epilogue
-extern const CudaLinearKernel kSm90Fp8WeightOnly;   // "sm90_fp8_weight_only"     stream, BF16 GEMM above M = 64
+extern const CudaLinearKernel kSm90Fp8WeightOnly;   // "sm90_fp8_weight_only"     stream, BF16 GEMM above M = 16
 extern const CudaLinearKernel kSm90Fp8WeightOnlyStream;  // "sm90_fp8_weight_only_stream"
-extern const CudaLinearKernel kSm90Mxfp8;            // "sm90_mxfp8"               stream, BF16 GEMM above M = 64
+extern const CudaLinearKernel kSm90Mxfp8;            // "sm90_mxfp8"               stream, BF16 GEMM above M = 8
 extern const CudaLinearKernel kSm90Mxfp8Stream;      // "sm90_mxfp8_stream"
 extern const CudaLinearKernel kSm90Mxfp6;            // "sm90_mxfp6"
 extern const CudaLinearKernel kSm90Mxfp6Stream;      // "sm90_mxfp6_stream"
