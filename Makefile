@@ -48,10 +48,13 @@ fuzz: setup
 clean:
 	rm -rf build build-sanitize build-tsan build-fuzz
 
-# On a machine with an sm_90 GPU: the CUDA tests, then the GPU benchmark (tests/cuda/; they skip without one).
+# On a machine with an sm_90 GPU: the CUDA and tensor-parallel tests, then the GPU benchmarks (tests/cuda/,
+# tests/tp/; they skip without a GPU, the TP ones without 2).
 .PHONY: test-gpu
 test-gpu:
 	@cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQLINEAR_CUDA=ON $(CMAKE_FLAGS) >/dev/null
-	@cmake --build build-gpu --target test_cuda -j $(JOBS)
+	@cmake --build build-gpu --target test_cuda test_tp qlinear_cli -j $(JOBS)
 	@build-gpu/tests/test_cuda
+	@build-gpu/tests/test_tp
 	@build-gpu/tests/test_cuda --gtest_also_run_disabled_tests --gtest_filter='CudaBench.*'
+	@build-gpu/tests/test_tp --gtest_also_run_disabled_tests --gtest_filter='TensorParallelBench.*'

@@ -52,7 +52,7 @@ constexpr double kAccumFactor = 2.0;
 // cuBLASLt FP8 (Hopper tensor cores, fast accumulation off) keeps ~14 bits between promotions: its bound
 // is a fraction of sum|x w|, not K 2^-24 sum|x w| (README.md of the backend). Measured up to ~2^-13.5 on
 // uniform weights; with weights whose magnitude varies 2^6 across blocks, one output in 524 288 reached
-// 2^-10.9 (per-tensor, M = 4096, N = 128, K = 512, seed 2637279548): the bound is 2^-10.
+// 2^-11.9 (per-tensor, M = 4096, N = 128, K = 512, seed 2637279548): the bound is 2^-10.
 constexpr double kTensorCoreFp8Bound = 1.0 / 1024;
 
 // Does this kernel take the cuBLASLt route for (family, M, N)?
