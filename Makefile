@@ -60,7 +60,7 @@ fuzz: setup
 	@FUZZ_JOBS=$(JOBS) FUZZ_NICE=10 fuzz/run.sh campaign $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-sanitize build-tsan build-fuzz build-pip
+	rm -rf build build-sanitize build-tsan build-fuzz build-pip build-gpu-python
 
 # On a machine with an sm_90 GPU: the CUDA tests, then the GPU benchmark (tests/cuda/; they skip without one).
 .PHONY: test-gpu
@@ -69,3 +69,13 @@ test-gpu:
 	@cmake --build build-gpu --target test_cuda -j $(JOBS)
 	@build-gpu/tests/test_cuda
 	@build-gpu/tests/test_cuda --gtest_also_run_disabled_tests --gtest_filter='CudaBench.*'
+
+# On a machine with an sm_90 GPU and PyTorch: the Python tests with the CUDA backend (tests/python/test_torch.py
+# runs its CUDA tests there). Builds only the library and the extension (no GoogleTest needed).
+.PHONY: test-gpu-python
+test-gpu-python:
+	@cmake -S . -B build-gpu-python -G Ninja -DCMAKE_BUILD_TYPE=Release -DQLINEAR_CUDA=ON -DQLINEAR_PYTHON=ON \
+	  -DQLINEAR_BUILD_TESTS=OFF -DQLINEAR_BUILD_CLI=OFF \
+	  -DPython_EXECUTABLE="$$($(PYTHON) -c 'import sys; print(sys.executable)')" $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build-gpu-python --target qlinear_python -j $(JOBS)
+	@PYTHONPATH=build-gpu-python/python $(PYTHON) -m pytest -q -rs -p no:cacheprovider tests/python
