@@ -15,7 +15,7 @@ Docs: docs/api/python.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Sequence
 
 from ._qlinear import (
     Candidate,

@@ -265,7 +265,9 @@ KernelRef process(Layer& self, const std::optional<std::string>& kernel_name, co
   if (kernel_name) {
     k = kernel_by_name(*kernel_name).k;
     const Verdict v = k->is_supported(p);
-    if (!v) throw Error(self.where() + ": kernel " + *kernel_name + " does not run on " + p.describe() + ": " + v.reason);
+    if (!v) {
+      throw Error(self.where() + ": kernel " + *kernel_name + " does not run on " + p.describe() + ": " + v.reason);
+    }
   } else {
     k = unwrap(select_kernel(self.layer.config, p, select_options(disabled, force, read_env)));
   }
@@ -487,7 +489,9 @@ NB_MODULE(_qlinear, m) {
       .def_prop_ro("kind", [](const Platform& p) { return std::string(platform_kind_name(p.kind)); })
       .def_prop_ro("cpu_features", [](const Platform& p) { return p.cpu.to_string(); })
       .def_prop_ro("compute_capability",
-                   [](const Platform& p) { return p.cuda ? std::optional<int>(p.cuda->compute_capability) : std::nullopt; })
+                   [](const Platform& p) {
+                     return p.cuda ? std::optional<int>(p.cuda->compute_capability) : std::nullopt;
+                   })
       .def_ro("num_threads", &Platform::num_threads)
       .def("describe", &Platform::describe)
       .def("__str__", &Platform::describe)
@@ -497,7 +501,9 @@ NB_MODULE(_qlinear, m) {
       .def_ro("ok", &Verdict::ok)
       .def_ro("reason", &Verdict::reason)
       .def("__bool__", [](const Verdict& v) { return v.ok; })
-      .def("__repr__", [](const Verdict& v) { return v.ok ? std::string("<Verdict yes>") : "<Verdict no: " + v.reason + ">"; });
+      .def("__repr__", [](const Verdict& v) {
+        return v.ok ? std::string("<Verdict yes>") : "<Verdict no: " + v.reason + ">";
+      });
 
   nb::class_<KernelRef>(m, "Kernel", "A linear kernel of one backend and family (kernel.hpp)")
       .def_prop_ro("name", [](const KernelRef& k) { return std::string(k.k->name()); })
@@ -517,7 +523,8 @@ NB_MODULE(_qlinear, m) {
     for (const LinearKernel* k : all_kernels()) out.push_back({k});
     return out;
   }, "Every kernel this build registers");
-  m.def("find_kernel", &kernel_by_name, "name"_a, "The kernel with this name; qlinear.Error listing the known ones otherwise");
+  m.def("find_kernel", &kernel_by_name, "name"_a,
+        "The kernel with this name; qlinear.Error listing the known ones otherwise");
   m.def("priority_list", [](const Platform& p) {
     std::vector<KernelRef> out;
     for (const LinearKernel* k : priority_list(p)) out.push_back({k});
@@ -535,7 +542,8 @@ NB_MODULE(_qlinear, m) {
       .def_ro("kernel", &PySelection::kernel)
       .def_ro("candidates", &PySelection::candidates)
       .def_ro("forced", &PySelection::forced)
-      .def("explain", [](const PySelection& s) { return s.text; }, "One line per candidate, as `qlinear kernels --explain`")
+      .def("explain", [](const PySelection& s) { return s.text; },
+           "One line per candidate, as `qlinear kernels --explain`")
       .def("__str__", [](const PySelection& s) { return s.text; })
       .def("__repr__", [](const PySelection& s) {
         return "<Selection " + (s.kernel ? std::string(s.kernel->k->name()) : std::string("none")) + ">";
@@ -556,7 +564,8 @@ NB_MODULE(_qlinear, m) {
         "config"_a, "platform"_a = nb::none(), "disabled"_a = std::vector<std::string>{}, "force"_a = "",
         "read_environment"_a = true, "The chosen kernel, or qlinear.Error listing every candidate and its reason");
 
-  nb::class_<Layer>(m, "Layer", "A quantized linear layer y = x W^T + b, loaded or quantized, then processed by a kernel")
+  nb::class_<Layer>(m, "Layer",
+                    "A quantized linear layer y = x W^T + b, loaded or quantized, then processed by a kernel")
       .def_prop_ro("name", [](const Layer& l) { return l.layer.name; })
       .def_prop_ro("config", [](const Layer& l) { return l.layer.config; })
       .def_prop_ro("scheme", [](const Layer& l) {
@@ -619,6 +628,6 @@ NB_MODULE(_qlinear, m) {
           return nb::make_tuple(std::move(loaded), method, unquantized);
         },
         "path"_a, "tp_rank"_a, "tp_size"_a, "layers"_a, "fuse"_a, "input_dtype"_a, "out_dtype"_a);
-  m.def("_quantize_layer", &quantize_dense, "name"_a, "scheme"_a, "weight"_a, nb::arg("bias").none(), "input_min"_a, "input_max"_a,
-        "mx_rule"_a, "logical_widths"_a, "input_dtype"_a, "out_dtype"_a);
+  m.def("_quantize_layer", &quantize_dense, "name"_a, "scheme"_a, "weight"_a, nb::arg("bias").none(), "input_min"_a,
+        "input_max"_a, "mx_rule"_a, "logical_widths"_a, "input_dtype"_a, "out_dtype"_a);
 }
