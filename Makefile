@@ -2,8 +2,9 @@
 BUILD ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
+PYTHON ?= python3
 
-.PHONY: all setup configure build test demo test-sanitize test-asan test-tsan fuzz-smoke fuzz clean
+.PHONY: all setup configure build test demo test-sanitize test-asan test-tsan fuzz-smoke fuzz clean test-python test-pip
 
 all: build
 
@@ -11,7 +12,8 @@ setup:
 	@tools/setup.sh
 
 configure: setup
-	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DPython_EXECUTABLE="$$($(PYTHON) -c 'import sys; print(sys.executable)')" $(CMAKE_FLAGS) >/dev/null
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
@@ -21,6 +23,18 @@ test: build
 
 demo: build
 	@$(BUILD)/qlinear demo
+
+# The Python package alone (part of `make test`): the extension built next to the library, then pytest.
+test-python: configure
+	@cmake --build $(BUILD) --target qlinear_python qlinear_cli -j $(JOBS)
+	@PYTHONPATH=$(BUILD)/python QLINEAR_CLI=$(BUILD)/qlinear $(PYTHON) -m pytest -q -p no:cacheprovider tests/python
+
+# `pip install .` as a user runs it (a fresh virtual environment, CPU only), then the Python tests against it.
+test-pip: setup
+	@rm -rf build-pip && $(PYTHON) -m venv build-pip/venv
+	@build-pip/venv/bin/pip install --quiet . -Ccmake.define.QLINEAR_CUDA=OFF -Cbuild-dir=build-pip/cmake
+	@build-pip/venv/bin/pip install --quiet pytest ml_dtypes
+	@cd build-pip && venv/bin/python -m pytest -q -p no:cacheprovider ../tests/python
 
 # Sanitizers (docs/RELIABILITY.md): the whole suite under ASan+UBSan, then the concurrency tests under TSan.
 test-sanitize: test-asan test-tsan
@@ -46,7 +60,7 @@ fuzz: setup
 	@FUZZ_JOBS=$(JOBS) FUZZ_NICE=10 fuzz/run.sh campaign $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-sanitize build-tsan build-fuzz
+	rm -rf build build-sanitize build-tsan build-fuzz build-pip build-gpu-python
 
 # On a machine with an sm_90 GPU: the CUDA and tensor-parallel tests, then the GPU benchmarks (tests/cuda/,
 # tests/tp/; they skip without a GPU, the TP ones without 2).
@@ -58,3 +72,13 @@ test-gpu:
 	@build-gpu/tests/test_tp
 	@build-gpu/tests/test_cuda --gtest_also_run_disabled_tests --gtest_filter='CudaBench.*'
 	@build-gpu/tests/test_tp --gtest_also_run_disabled_tests --gtest_filter='TensorParallelBench.*'
+
+# On a machine with an sm_90 GPU and PyTorch: the Python tests with the CUDA backend (tests/python/test_torch.py
+# runs its CUDA tests there). Builds only the library and the extension (no GoogleTest needed).
+.PHONY: test-gpu-python
+test-gpu-python:
+	@cmake -S . -B build-gpu-python -G Ninja -DCMAKE_BUILD_TYPE=Release -DQLINEAR_CUDA=ON -DQLINEAR_PYTHON=ON \
+	  -DQLINEAR_BUILD_TESTS=OFF -DQLINEAR_BUILD_CLI=OFF \
+	  -DPython_EXECUTABLE="$$($(PYTHON) -c 'import sys; print(sys.executable)')" $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build-gpu-python --target qlinear_python -j $(JOBS)
+	@PYTHONPATH=build-gpu-python/python $(PYTHON) -m pytest -q -rs -p no:cacheprovider tests/python

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs what qlinear's build and tests need on a fresh Debian 12 machine; quick when all is there.
-# Debian packages: the compiler toolchain, GoogleTest, nlohmann-json, ccache, OpenMP.
+# Debian packages: the compiler toolchain, GoogleTest, nlohmann-json, ccache, OpenMP, Python's headers and venv.
 # Python packages: ml_dtypes and numpy, the independent oracles the format and quantizer tests are
-# generated from (tools/gen_*.py), so `make test` can re-derive the committed tables.
+# generated from (tools/gen_*.py), so `make test` can re-derive the committed tables; nanobind (the Python
+# extension's bindings, python/), scikit-build-core (`pip install .`) and pytest (tests/python).
 set -euo pipefail
 
-debs=(cmake g++ make ninja-build libgtest-dev nlohmann-json3-dev ccache libomp-dev python3 clang libclang-rt-14-dev)
+debs=(cmake g++ make ninja-build libgtest-dev nlohmann-json3-dev ccache libomp-dev clang libclang-rt-14-dev
+      python3 python3-dev python3-pip python3-venv)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,8 +21,14 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PYTHON=${PYTHON:-python3}
-if ! "$PYTHON" -c "import ml_dtypes, numpy" 2>/dev/null; then
-  echo "setup: installing Python packages: ml_dtypes numpy"
-  "$PYTHON" -m pip install --quiet ml_dtypes numpy 2>/dev/null \
-    || "$PYTHON" -m pip install --quiet --break-system-packages ml_dtypes numpy
+# module name to import -> PyPI name
+py_missing=()
+for pair in ml_dtypes:ml_dtypes numpy:numpy nanobind:nanobind scikit_build_core:scikit-build-core pytest:pytest; do
+  "$PYTHON" -c "import ${pair%%:*}" 2>/dev/null || py_missing+=("${pair##*:}")
+done
+if [ ${#py_missing[@]} -gt 0 ]; then
+  echo "setup: installing Python packages: ${py_missing[*]}"
+  # Debian's own python3 refuses plain pip installs (PEP 668); a pyenv or venv python takes them.
+  "$PYTHON" -m pip install --quiet "${py_missing[@]}" 2>/dev/null \
+    || "$PYTHON" -m pip install --quiet --break-system-packages "${py_missing[@]}"
 fi
