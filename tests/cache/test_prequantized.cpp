@@ -60,7 +60,9 @@ TEST(PreQuantized, ProducerOutputEqualsDenseInputPathForEveryKernelThatDeclaresA
   EXPECT_GE(act_schemes, 8);
   const bool avx2 = find_kernel("x86_avx2_int8")->is_supported(host).ok;
   EXPECT_GE(checked, 3 * 2 * (act_schemes + (avx2 ? int8_schemes : 0)));  // more where AVX-512 VNNI runs too
-  if (avx2) EXPECT_TRUE(kernels_checked.count("x86_avx2_int8")) << "the AVX2 INT8 kernel declares its key";
+  if (avx2) {
+    EXPECT_TRUE(kernels_checked.count("x86_avx2_int8")) << "the AVX2 INT8 kernel declares its key";
+  }
   std::printf("checked %d (kernel, scheme, M) cases on %zu kernels; %d kernel/scheme pairs need another ISA\n", checked,
               kernels_checked.size(), skipped_isa);
 }
