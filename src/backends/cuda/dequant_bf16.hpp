@@ -9,6 +9,11 @@
 // FP32, so the GEMM's only roundings are its FP32 sums (and the one output rounding), as in the streaming
 // kernel — only their order differs.
 //
+// MXFP8 activations (W8A8) are widened the same way, per call, with scales the data chose: exact unless a
+// 1x32 block's shared exponent is below -124 (block amax < 2^-116, far below any BF16/F16 activation of a
+// real model). Such a block's codes smaller than 2^-133 round to BF16 subnormals or zero: an absolute error
+// below 2^-133 per element, stated here because nothing checks it per call.
+//
 //   scale_kind kNone: codes only (the FP8 weight-only route applies its f32 row scales in the epilogue)
 //   scale_kind kMx32: codes x 2^(e-127), E8M0 byte e per 32 codes along K
 #include <cstdint>
