@@ -96,6 +96,38 @@ TEST_P(Avx2Fp, ManyThreadsGiveBitIdenticalResults) {
   for (const Scheme* s : fc.schemes) x86_test::expect_thread_safe(*fc.kernel, *s, {33, 200, 384}, 11);
 }
 
+// A row's output does not depend on the batch it came in: M = 1..3 take the register-decode path, larger M
+// the decoded tile, and both must give the same bits (per-tensor dynamic activation scales excepted: they
+// depend on the whole batch by definition).
+TEST_P(Avx2Fp, RowsDoNotDependOnTheBatch) {
+  const FamilyCase fc = families()[GetParam()];
+  QL_SKIP_UNLESS_SUPPORTED(*fc.kernel);
+  for (const Scheme* s : fc.schemes) {
+    const auto& ak = s->activation_key;
+    if (ak && !ak->scale.is_static && ak->scale.group.is_per_tensor()) continue;
+    for (const Case& c : {Case{9, 67, fc.rule == KRule::kAny ? 300 : 256, DType::kBF16, DType::kBF16, true},
+                          Case{8, 96, fc.rule == KRule::kMx ? 544 : 384, DType::kF32, DType::kF32, false}}) {
+      SCOPED_TRACE(std::string(s->name) + " " + x86_test::describe(c));
+      LinearLayer layer = x86_test::make_layer(*s, c, 91);
+      ASSERT_TRUE(fc.kernel->process_weights_after_loading(layer));
+      const Tensor x = random_normal(c.in, {c.m, c.k}, 92, 1.0);
+      auto all = fc.kernel->apply(layer, Activation::dense(x));
+      ASSERT_TRUE(all) << all.message();
+      const size_t row_bytes = static_cast<size_t>(all->nbytes() / c.m);
+      for (int64_t r0 = 0; r0 < c.m; r0 += 3) {
+        for (int64_t len : {int64_t{1}, int64_t{2}, int64_t{3}}) {
+          if (r0 + len > c.m) continue;
+          const Tensor part = x.narrow(0, r0, len).value().contiguous();
+          auto some = fc.kernel->apply(layer, Activation::dense(part));
+          ASSERT_TRUE(some) << some.message();
+          EXPECT_EQ(std::memcmp(some->raw(), static_cast<const char*>(all->raw()) + r0 * row_bytes, len * row_bytes), 0)
+              << "rows " << r0 << ".." << r0 + len - 1;
+        }
+      }
+    }
+  }
+}
+
 TEST_P(Avx2Fp, RowMajorWeightRoundTrips) {  // prepacking is baseline code: runs on any CPU
   const FamilyCase fc = families()[GetParam()];
   for (const Scheme* s : fc.schemes) {

@@ -6,7 +6,8 @@
 // FMA per weight and row. The chunk's partial sums go into the thread's C tile [rows][16], scaled there
 // when the chunk is a 128x128 weight block. Small M therefore streams every weight once and decodes it
 // once; each output's arithmetic does not depend on how rows and panels are split, so results are the
-// same at any thread count.
+// same at any thread count. Items of at most 3 rows skip the tile and decode in registers (fused_chunk),
+// with the same operations in the same order.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -87,6 +88,13 @@ struct Decoder {
   // Two f32 vectors (columns 0-7, 8-15): value(code) * mult (table formats: value * 2^p * mult).
   void decode(__m128i c, __m256 mult_lo, __m256 mult_hi, float* dst) const {
     __m256 lo, hi;
+    decode_regs(c, mult_lo, mult_hi, lo, hi);
+    _mm256_store_ps(dst, lo);
+    _mm256_store_ps(dst + 8, hi);
+  }
+
+  void decode_regs(__m128i c, __m256 mult_lo, __m256 mult_hi, __m256& out_lo, __m256& out_hi) const {
+    __m256 lo, hi;
     if (elem == FpElem::kE2M1 || elem == FpElem::kE2M3) {
       __m128i v;
       if (elem == FpElem::kE2M1) {
@@ -108,8 +116,8 @@ struct Decoder {
       lo = _mm256_castsi256_ps(b0);
       hi = _mm256_castsi256_ps(b1);
     }
-    _mm256_store_ps(dst, _mm256_mul_ps(lo, mult_lo));
-    _mm256_store_ps(dst + 8, _mm256_mul_ps(hi, mult_hi));
+    out_lo = _mm256_mul_ps(lo, mult_lo);
+    out_hi = _mm256_mul_ps(hi, mult_hi);
   }
 };
 
@@ -190,6 +198,63 @@ void run_rows(int mr, const float* a, int64_t lda, const float* buf, int64_t len
   }
 }
 
+// Small M (at most kFusedMaxRows rows): each record decoded into registers and used at once, no tile. The
+// decode's integer work then overlaps the rows' FMA chains (with one row, two chains of FMAs would otherwise
+// wait on each other's latency after a tile pass), and the codes stream without a store/reload. The same
+// operations in the same order as decode_tile + ukernel: outputs are bit-identical to the tiled path, so
+// a row's result does not depend on M or on the thread count.
+constexpr int kFusedMaxRows = 3;
+
+template <int MR, bool kScaled>
+void fused_chunk(const FpGemm& g, const Decoder& dec, int64_t p, int64_t k0, int64_t len, const float* a, int64_t lda,
+                 float* c, const float* s) {
+  const int rb = record_bytes(g.elem);
+  const uint8_t* rec = g.packed + p * g.k_pad * rb + k0 * rb;
+  __m256 acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  auto step = [&](int64_t k, __m256 ml, __m256 mh) {
+    __m256 w0, w1;
+    dec.decode_regs(load_codes(rec + k * rb, g.elem), ml, mh, w0, w1);
+    for (int r = 0; r < MR; ++r) {
+      const __m256 av = _mm256_broadcast_ss(a + r * lda + k);
+      acc[r][0] = _mm256_fmadd_ps(av, w0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(av, w1, acc[r][1]);
+    }
+  };
+  if (g.group_scale == FpGroupScale::kNone) {
+    const __m256 m = _mm256_set1_ps(is_lut(g.elem) ? pow2(-lut_shift(g.elem)) : pow2(127 - exp_bias(g.elem)));
+    for (int64_t k = 0; k < len; ++k) step(k, m, m);
+  } else {
+    const int64_t groups = g.k_pad / g.group;
+    for (int64_t k = 0; k < len; k += g.group) {
+      __m256 lo, hi;
+      group_mult(g, g.grp + (p * groups + (k0 + k) / g.group) * 16, lo, hi);
+      for (int64_t i = k; i < k + g.group; ++i) step(i, lo, hi);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    float* cr = c + r * 16;
+    if (kScaled) {
+      const __m256 sv = _mm256_set1_ps(s[r]);
+      _mm256_store_ps(cr, _mm256_fmadd_ps(acc[r][0], sv, _mm256_load_ps(cr)));
+      _mm256_store_ps(cr + 8, _mm256_fmadd_ps(acc[r][1], sv, _mm256_load_ps(cr + 8)));
+    } else {
+      _mm256_store_ps(cr, _mm256_add_ps(acc[r][0], _mm256_load_ps(cr)));
+      _mm256_store_ps(cr + 8, _mm256_add_ps(acc[r][1], _mm256_load_ps(cr + 8)));
+    }
+  }
+}
+
+template <bool kScaled>
+void run_fused(int mr, const FpGemm& g, const Decoder& dec, int64_t p, int64_t k0, int64_t len, const float* a,
+               float* c, const float* s) {
+  switch (mr) {
+    case 3: fused_chunk<3, kScaled>(g, dec, p, k0, len, a, g.lda, c, s); break;
+    case 2: fused_chunk<2, kScaled>(g, dec, p, k0, len, a, g.lda, c, s); break;
+    default: fused_chunk<1, kScaled>(g, dec, p, k0, len, a, g.lda, c, s); break;
+  }
+}
+
 uint16_t f32_to_bf16_rne(float y) {
   uint32_t u;
   std::memcpy(&u, &y, 4);
@@ -258,8 +323,23 @@ void run_item(const FpGemm& g, const Decoder& dec, int64_t p, int64_t m_begin, i
   const bool blocks = g.block_scale != nullptr;
   const int64_t chunk = blocks ? 128 : kChunk;
   float s[kMr];
+  const bool fused = rows <= kFusedMaxRows;
   for (int64_t k0 = 0; k0 < g.k_pad; k0 += chunk) {
     const int64_t len = min64(chunk, g.k_pad - k0);
+    if (fused) {
+      const float* a = g.act + m_begin * g.lda + k0;
+      if (blocks) {
+        const int64_t kb = k0 / 128;
+        const float ws = g.block_scale[(p * 16 / 128) * g.block_cols + kb];
+        for (int64_t r = 0; r < rows; ++r) {
+          s[r] = g.act_block_scale ? g.act_block_scale[(m_begin + r) * g.block_cols + kb] * ws : ws;
+        }
+        run_fused<true>(static_cast<int>(rows), g, dec, p, k0, len, a, c, s);
+      } else {
+        run_fused<false>(static_cast<int>(rows), g, dec, p, k0, len, a, c, s);
+      }
+      continue;
+    }
     decode_tile(g, dec, p, k0, len, buf);
     for (int64_t m0 = m_begin; m0 < m_end; m0 += kMr) {
       const int mr = static_cast<int>(min64(kMr, m_end - m0));
