@@ -12,6 +12,7 @@
 
 namespace qlinear::cli {
 
+#if QLINEAR_WITH_CUDA
 namespace {
 
 // max |a - b| / max |b|: the error relative to the output's scale.
@@ -184,5 +185,14 @@ int run_tensor_parallel(const TpCheckInput& in) {
                             "TP benchmark measure speed)\n");
   return failures == 0 ? 0 : 1;
 }
+
+#else
+
+int run_tensor_parallel(const TpCheckInput& in) {
+  std::fprintf(stderr, "qlinear run --tp %d: %s\n", in.tp, tp::Group::create({0}).message().c_str());
+  return 1;
+}
+
+#endif  // QLINEAR_WITH_CUDA
 
 }  // namespace qlinear::cli
