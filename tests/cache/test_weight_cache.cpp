@@ -234,8 +234,9 @@ TEST_F(CacheFixture, FlippedPayloadByteFallsBack) {
   through_cache(base);
   auto f = SafetensorsFile::open(path());
   ASSERT_TRUE(f);
-  // One byte in the middle of each payload tensor.
-  for (const std::string& name : f->names()) {
+  // One byte in the middle of each payload tensor (the names copied: f is reopened inside the loop).
+  const std::vector<std::string> names = f->names();
+  for (const std::string& name : names) {
     SCOPED_TRACE(name);
     const SafetensorsEntry e = *f->entry(name);
     flip_byte(f->data_offset() + (e.begin + e.end) / 2);
