@@ -160,6 +160,22 @@ void decode_tile(const FpGemm& g, const Decoder& dec, int64_t p, int64_t k0, int
   }
 }
 
+// c[r][0..15] += acc[r] (* s[r]): a chunk's partial sums into the C tile (scaled for 128x128 blocks).
+template <int MR, bool kScaled>
+void add_partials(const __m256 (&acc)[MR][2], float* c, const float* s) {
+  for (int r = 0; r < MR; ++r) {
+    float* cr = c + r * 16;
+    if (kScaled) {
+      const __m256 sv = _mm256_set1_ps(s[r]);
+      _mm256_store_ps(cr, _mm256_fmadd_ps(acc[r][0], sv, _mm256_load_ps(cr)));
+      _mm256_store_ps(cr + 8, _mm256_fmadd_ps(acc[r][1], sv, _mm256_load_ps(cr + 8)));
+    } else {
+      _mm256_store_ps(cr, _mm256_add_ps(acc[r][0], _mm256_load_ps(cr)));
+      _mm256_store_ps(cr + 8, _mm256_add_ps(acc[r][1], _mm256_load_ps(cr + 8)));
+    }
+  }
+}
+
 // c[r][0..15] (+)= (a[r] . buf) (* s[r]) for MR rows.
 template <int MR, bool kScaled>
 void ukernel(const float* a, int64_t lda, const float* buf, int64_t len, float* c, const float* s) {
@@ -173,17 +189,7 @@ void ukernel(const float* a, int64_t lda, const float* buf, int64_t len, float* 
       acc[r][1] = _mm256_fmadd_ps(av, w1, acc[r][1]);
     }
   }
-  for (int r = 0; r < MR; ++r) {
-    float* cr = c + r * 16;
-    if (kScaled) {
-      const __m256 sv = _mm256_set1_ps(s[r]);
-      _mm256_store_ps(cr, _mm256_fmadd_ps(acc[r][0], sv, _mm256_load_ps(cr)));
-      _mm256_store_ps(cr + 8, _mm256_fmadd_ps(acc[r][1], sv, _mm256_load_ps(cr + 8)));
-    } else {
-      _mm256_store_ps(cr, _mm256_add_ps(acc[r][0], _mm256_load_ps(cr)));
-      _mm256_store_ps(cr + 8, _mm256_add_ps(acc[r][1], _mm256_load_ps(cr + 8)));
-    }
-  }
+  add_partials<MR, kScaled>(acc, c, s);
 }
 
 template <bool kScaled>
@@ -232,17 +238,7 @@ void fused_chunk(const FpGemm& g, const Decoder& dec, int64_t p, int64_t k0, int
       for (int64_t i = k; i < k + g.group; ++i) step(i, lo, hi);
     }
   }
-  for (int r = 0; r < MR; ++r) {
-    float* cr = c + r * 16;
-    if (kScaled) {
-      const __m256 sv = _mm256_set1_ps(s[r]);
-      _mm256_store_ps(cr, _mm256_fmadd_ps(acc[r][0], sv, _mm256_load_ps(cr)));
-      _mm256_store_ps(cr + 8, _mm256_fmadd_ps(acc[r][1], sv, _mm256_load_ps(cr + 8)));
-    } else {
-      _mm256_store_ps(cr, _mm256_add_ps(acc[r][0], _mm256_load_ps(cr)));
-      _mm256_store_ps(cr + 8, _mm256_add_ps(acc[r][1], _mm256_load_ps(cr + 8)));
-    }
-  }
+  add_partials<MR, kScaled>(acc, c, s);
 }
 
 template <bool kScaled>
@@ -323,24 +319,10 @@ void run_item(const FpGemm& g, const Decoder& dec, int64_t p, int64_t m_begin, i
   const bool blocks = g.block_scale != nullptr;
   const int64_t chunk = blocks ? 128 : kChunk;
   float s[kMr];
-  const bool fused = rows <= kFusedMaxRows;
+  const bool fused = rows <= kFusedMaxRows;  // one row block, decoded in registers
   for (int64_t k0 = 0; k0 < g.k_pad; k0 += chunk) {
     const int64_t len = min64(chunk, g.k_pad - k0);
-    if (fused) {
-      const float* a = g.act + m_begin * g.lda + k0;
-      if (blocks) {
-        const int64_t kb = k0 / 128;
-        const float ws = g.block_scale[(p * 16 / 128) * g.block_cols + kb];
-        for (int64_t r = 0; r < rows; ++r) {
-          s[r] = g.act_block_scale ? g.act_block_scale[(m_begin + r) * g.block_cols + kb] * ws : ws;
-        }
-        run_fused<true>(static_cast<int>(rows), g, dec, p, k0, len, a, c, s);
-      } else {
-        run_fused<false>(static_cast<int>(rows), g, dec, p, k0, len, a, c, s);
-      }
-      continue;
-    }
-    decode_tile(g, dec, p, k0, len, buf);
+    if (!fused) decode_tile(g, dec, p, k0, len, buf);
     for (int64_t m0 = m_begin; m0 < m_end; m0 += kMr) {
       const int mr = static_cast<int>(min64(kMr, m_end - m0));
       const float* a = g.act + m0 * g.lda + k0;
@@ -351,10 +333,11 @@ void run_item(const FpGemm& g, const Decoder& dec, int64_t p, int64_t m_begin, i
         for (int r = 0; r < mr; ++r) {
           s[r] = g.act_block_scale ? g.act_block_scale[(m0 + r) * g.block_cols + kb] * ws : ws;
         }
-        run_rows<true>(mr, a, g.lda, buf, len, cr, s);
-      } else {
-        run_rows<false>(mr, a, g.lda, buf, len, cr, s);
       }
+      if (fused && blocks) run_fused<true>(mr, g, dec, p, k0, len, a, cr, s);
+      else if (fused) run_fused<false>(mr, g, dec, p, k0, len, a, cr, s);
+      else if (blocks) run_rows<true>(mr, a, g.lda, buf, len, cr, s);
+      else run_rows<false>(mr, a, g.lda, buf, len, cr, s);
     }
   }
   epilogue(g, c, m_begin, rows, p * 16);
