@@ -98,10 +98,25 @@ struct LayerState {
   float static_input_scale = 1.0f;   // static per-tensor activations: the max over shards (as vLLM)
   int32_t static_zero_point = 0;     // INT8 static asymmetric activations
   bool bf16_exact = false;           // kDequantBf16 reproduces every weight value exactly (dequant_bf16.hpp)
+  bool bf16_route = false;           // ... and the config suits it: kAuto may switch to it above stream_max_m
   Tensor w_colsum;                   // INT8 with asymmetric activations: i64 [N], sum over K of the codes
 };
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// What the kDequantBf16 route needs of a layer's config (the data check, bf16_exact, comes at process).
+Verdict bf16_route_verdict(const LinearConfig& c) {
+  if (c.family == Family::kFp8WeightOnly && c.weight_key.scale.group == kBlock128x128) {
+    return Verdict::no("128x128 weight blocks cannot be factored out of a BF16 GEMM (the streaming kernels take them)");
+  }
+  if (!c.activation_key && c.input_dtype != DType::kBF16) {
+    return Verdict::no("activations are " + std::string(qlinear::name(c.input_dtype)) +
+                       "; the BF16 GEMM route takes BF16 activations exactly only (pass BF16 input, or force a "
+                       "*_stream kernel)");
+  }
+  if (c.k % 8 != 0) return Verdict::no("K=" + std::to_string(c.k) + " is not a multiple of 8 (BF16 rows of 16 bytes)");
+  return Verdict::yes();
+}
 
 bool is_w8a8_fp8(Family f) { return f == Family::kFp8ScaledMM || f == Family::kFp8BlockScaled; }
 
@@ -161,17 +176,7 @@ Verdict CudaLinearKernel::can_implement(const LinearConfig& c) const {
     if (c.n % 4 != 0) return Verdict::no("N=" + std::to_string(c.n) + " is not a multiple of 4 (cuBLASLt INT8 output)");
     return Verdict::yes();
   }
-  if (route_ == Route::kDequantBf16) {
-    if (c.family == Family::kFp8WeightOnly && c.weight_key.scale.group == kBlock128x128) {
-      return Verdict::no("128x128 weight blocks cannot be factored out of a BF16 GEMM (the streaming kernels take them)");
-    }
-    if (!c.activation_key && c.input_dtype != DType::kBF16) {
-      return Verdict::no("activations are " + std::string(qlinear::name(c.input_dtype)) +
-                         "; the BF16 GEMM route takes BF16 activations exactly only");
-    }
-    if (c.k % 8 != 0) return Verdict::no("K=" + std::to_string(c.k) + " is not a multiple of 8 (BF16 rows of 16 bytes)");
-    return Verdict::yes();
-  }
+  if (route_ == Route::kDequantBf16) return bf16_route_verdict(c);
   if (route_ == Route::kCublasLt && c.n % 16 != 0) {
     return Verdict::no("N=" + std::to_string(c.n) + " is not a multiple of 16 (cuBLASLt FP8 output alignment)");
   }
@@ -272,6 +277,7 @@ Status CudaLinearKernel::process_impl(LinearLayer& layer) const {
       st->static_zero_point = zp.contiguous().data<int32_t>()[0];
     }
   }
+  st->bf16_route = !is_w8a8_fp8(c.family) && st->bf16_exact && bf16_route_verdict(c).ok;
   // Finish the uploads before the host staging buffers go away and before apply can run on another stream.
   QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
   layer.kernel_state = std::move(st);
@@ -708,11 +714,9 @@ Status CudaLinearKernel::apply_impl(const LinearLayer& layer, const Activation& 
     return apply_dequant_bf16(ctx);
   }
   const bool lt_possible = is_w8a8_fp8(family_) && layer.config.n % 16 == 0;
-  const bool bf16_possible = !is_w8a8_fp8(family_) && st.bf16_exact &&
-                             CudaLinearKernel(family_, "", "", Route::kDequantBf16).can_implement(layer.config).ok;
   const bool large = route_ == Route::kAuto && ctx.m > stream_max_m_;
   if (route_ == Route::kCublasLt || (large && lt_possible)) return apply_cublaslt(ctx);
-  if (large && bf16_possible) return apply_dequant_bf16(ctx);
+  if (large && st.bf16_route) return apply_dequant_bf16(ctx);
   return apply_stream(ctx);
 }
 

@@ -4,9 +4,7 @@
 #include <cstring>
 
 #if QLINEAR_WITH_CUDA
-#include <cuda_runtime.h>
-
-#include "qlinear/cuda.hpp"
+#include "backends/cuda/cuda_util.hpp"
 #endif
 
 namespace qlinear::reference {
@@ -157,17 +155,11 @@ Status ReferenceLinearKernel::apply_impl(const LinearLayer& layer, const Activat
       return Status::ok();
     }
     if (!out.is_contiguous()) return Status::error("reference on a CUDA device: the output must be contiguous");
-    int previous = 0;
-    cudaGetDevice(&previous);
-    cudaSetDevice(out.device().index);
-    cudaError_t err = cudaMemcpyAsync(out.raw(), hout.raw(), static_cast<size_t>(hout.nbytes()),
-                                      cudaMemcpyHostToDevice, cuda::current_stream());
-    if (err == cudaSuccess) err = cudaStreamSynchronize(cuda::current_stream());  // hout dies here
-    cudaSetDevice(previous);
-    if (err != cudaSuccess) {
-      return Status::error(std::string("reference on a CUDA device: copying the output back failed: ") +
-                           cudaGetErrorString(err));
-    }
+    cuda::DeviceGuard guard;
+    QL_RETURN_IF_ERROR(guard.set(out.device().index));
+    QL_CUDA_CHECK(cudaMemcpyAsync(out.raw(), hout.raw(), static_cast<size_t>(hout.nbytes()), cudaMemcpyHostToDevice,
+                                  cuda::current_stream()));
+    QL_CUDA_CHECK(cudaStreamSynchronize(cuda::current_stream()));  // hout is freed on return
     return Status::ok();
   }
 #endif
