@@ -10,34 +10,16 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/cache_test_util.hpp"
+#include "cli_run.hpp"
 #include "qlinear/safetensors.hpp"
 
 namespace qlinear {
 namespace {
 
-struct CliRun {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-CliRun run(const std::string& args) {
-  CliRun r;
-  const std::string cmd = std::string(QLINEAR_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
-
-nlohmann::json json_of(const std::string& out) {
-  const size_t at = out.find_first_of("[{");
-  return nlohmann::json::parse(out.substr(at == std::string::npos ? 0 : at));
-}
-
-std::string fixture(const char* name) { return std::string(QLINEAR_SOURCE_DIR) + "/tests/fixtures/" + name; }
+using test_cli::CliRun;
+using test_cli::fixture;
+using test_cli::json_of;
+using test_cli::run;
 
 TEST(CacheCli, SecondRunHitsEveryLayer) {
   for (const char* ckpt : {"w8a8-int8-dynamic", "w8a16-mxfp8", "w4a4-nvfp4"}) {

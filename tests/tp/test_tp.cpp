@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_run.hpp"
 #include "qlinear/cuda.hpp"
 #include "qlinear/tensor_parallel.hpp"
 
@@ -115,25 +116,16 @@ TEST(TensorParallel, EveryFixtureSchemeEqualsOneGpu) {
   int checked = 0;
   for (const auto& entry : std::filesystem::directory_iterator(root)) {
     if (!entry.is_directory()) continue;
-    const std::string cmd = std::string(QLINEAR_CLI_PATH) + " run " + entry.path().string() +
-                            " --tp 2 --m 1,7,64,257 --json 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string out;
-    std::array<char, 4096> buf{};
-    while (size_t got = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), got);
-    const int rc = pclose(p);
-    SCOPED_TRACE(entry.path().filename().string() + ":\n" + out);
+    const test_cli::CliRun r = test_cli::run("run " + entry.path().string() + " --tp 2 --m 1,7,64,257 --json");
+    SCOPED_TRACE(entry.path().filename().string() + ":\n" + r.out);
     if (entry.path().filename() == "w8a8-fp8-block") {
       // MiniLM's 384 input features make 192 per rank: not a whole 128x128 block, refused with the rule.
-      EXPECT_NE(rc, 0);
-      EXPECT_NE(out.find("not a multiple of the 128x128 scale block"), std::string::npos);
+      EXPECT_NE(r.code, 0);
+      EXPECT_NE(r.out.find("not a multiple of the 128x128 scale block"), std::string::npos);
       continue;
     }
-    EXPECT_EQ(rc, 0);
-    const auto json_start = out.find('[');
-    ASSERT_NE(json_start, std::string::npos);
-    const auto records = nlohmann::json::parse(out.substr(json_start), nullptr, false);
+    EXPECT_EQ(r.code, 0);
+    const auto records = test_cli::json_of(r.out);
     ASSERT_TRUE(records.is_array());
     bool saw_row = false, saw_column = false;
     for (const auto& r : records) {
