@@ -19,16 +19,6 @@ namespace qlinear::x86 {
 
 namespace {
 
-struct AlignedFree {
-  void operator()(void* p) const { std::free(p); }
-};
-using AlignedBytes = std::unique_ptr<uint8_t, AlignedFree>;
-
-AlignedBytes aligned_bytes(int64_t bytes) {
-  const size_t size = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
-  return AlignedBytes(static_cast<uint8_t*>(std::aligned_alloc(64, size)));
-}
-
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 FpElem elem_of(DType d) {

@@ -19,16 +19,6 @@ namespace {
 // |sum_k (q + 128) w| <= 255 * 128 * K stays below 2^31: int32 sums never wrap.
 constexpr int64_t kMaxK = 65536;
 
-struct AlignedFree {
-  void operator()(void* p) const { std::free(p); }
-};
-using AlignedBytes = std::unique_ptr<uint8_t, AlignedFree>;
-
-AlignedBytes aligned_bytes(int64_t bytes) {
-  const size_t size = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
-  return AlignedBytes(static_cast<uint8_t*>(std::aligned_alloc(64, size)));
-}
-
 struct Int8State {
   int64_t n = 0, k = 0, n_pad = 0, k_pad = 0;
   AlignedBytes packed;          // VNNI panels [n_pad/16][k_pad/4][16][4]

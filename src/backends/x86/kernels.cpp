@@ -1,10 +1,19 @@
 // x86 backend: what the kernels share at baseline flags (ISA checks, small conversions).
+#include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "backends/x86/x86_kernels.hpp"
 
 namespace qlinear::x86 {
+
+void AlignedFree::operator()(void* p) const { std::free(p); }
+
+AlignedBytes aligned_bytes(int64_t bytes) {
+  const size_t size = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
+  return AlignedBytes(static_cast<uint8_t*>(std::aligned_alloc(64, size)));
+}
 
 Verdict isa_supported(const Platform& p, Isa isa) {
   if (p.kind != PlatformKind::kX86Cpu) return Verdict::no("not an x86 CPU platform");

@@ -16,15 +16,6 @@ namespace qlinear::x86 {
 
 namespace {
 
-struct AlignedFree {
-  void operator()(void* p) const { std::free(p); }
-};
-
-std::unique_ptr<uint8_t, AlignedFree> aligned_bytes(int64_t bytes) {
-  const size_t size = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
-  return std::unique_ptr<uint8_t, AlignedFree>(static_cast<uint8_t*>(std::aligned_alloc(64, size)));
-}
-
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 // E8M0 exponents whose folded BF16 weights stay normal for every nonzero magnitude of the element format:
@@ -35,7 +26,7 @@ constexpr int kMaxFoldExp[2] = {119, 125};
 struct W8A16State {
   int64_t n = 0, k = 0, n_pad = 0, k_pad = 0;
   W8Elem elem = W8Elem::kE4M3;
-  std::unique_ptr<uint8_t, AlignedFree> packed;
+  AlignedBytes packed;
   W8ScaleMode mode = W8ScaleMode::kPerColumn;
   std::vector<float> col_scale;    // [n_pad]
   std::vector<float> block_scale;  // [ceil(n/128) * ceil(k/128)]
@@ -337,7 +328,7 @@ Status W8A16Kernel::apply_impl(const LinearLayer& layer, const Activation& x, co
   // Rows padded with zeros to k_pad (the padded weights are zero, but 0 * NaN garbage would not be).
   const uint16_t* act = xd.data<uint16_t>();
   int64_t lda = xd.strides()[0];
-  std::unique_ptr<uint8_t, AlignedFree> padded;
+  AlignedBytes padded;
   if (st.k_pad != st.k) {
     padded = aligned_bytes(m * st.k_pad * 2);
     uint16_t* p = reinterpret_cast<uint16_t*>(padded.get());

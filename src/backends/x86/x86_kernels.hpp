@@ -21,11 +21,22 @@
 // the checkpoint's "weight" tensor by the packed copy (no second full copy stays), and row_major_weight
 // rebuilds the checkpoint layout from it exactly. Every kernel exports that state as tensors and imports it
 // back (export_processed / import_processed, layout version 1): the processed-weight cache's payload.
+#include <cstdint>
+#include <memory>
+
 #include "qlinear/kernel.hpp"
 
 namespace qlinear::x86 {
 
 enum class Isa : uint8_t { kAvx2, kAvx512Vnni, kAvx512Bf16 };
+
+// 64-byte aligned storage for prepacked weights (std::aligned_alloc, freed with std::free); defined in
+// kernels.cpp, at baseline flags, so no ISA-specific translation unit provides its code.
+struct AlignedFree {
+  void operator()(void* p) const;
+};
+using AlignedBytes = std::unique_ptr<uint8_t, AlignedFree>;
+AlignedBytes aligned_bytes(int64_t bytes);  // rounded up to 64, at least 64
 
 // ISA check shared by every x86 kernel: the platform's kind, then each feature the code uses.
 Verdict isa_supported(const Platform& platform, Isa isa);
