@@ -550,6 +550,14 @@ TEST(CudaSanitizer, SmallShapesOfEveryRoute) {
                 DType::kF32});
   check_kernel({&cuda::kSm90Mxfp6Stream, *find_scheme("w6a16-mxfp6-e3m2"), 9, 33, 96});
   check_kernel({&cuda::kSm90Mxfp4Stream, *find_scheme("w4a16-mxfp4"), 2, 65, 1024});
+  // INT8 (cuBLASLt IMMA + FP64 epilogue), dynamic and static-asymmetric activations.
+  check_kernel({&cuda::kSm90Int8ScaledMM, *find_scheme("w8a8-int8-dynamic"), 7, 36, 520});
+  check_kernel({&cuda::kSm90Int8ScaledMM, *find_scheme("w8a8-int8-static-asym"), 17, 64, 96});
+  // The hybrids above their switch points take the BF16 route (widen to BF16 + cuBLASLt).
+  check_kernel({&cuda::kSm90Fp8WeightOnly, *find_scheme("w8a16-fp8"), 33, 72, 256});
+  check_kernel({&cuda::kSm90Mxfp8, *find_scheme("w8a8-mxfp8"), 24, 40, 160});
+  check_kernel({&cuda::kSm90Mxfp6, *find_scheme("w6a16-mxfp6-e2m3"), 19, 48, 96});
+  check_kernel({&cuda::kSm90Mxfp4, *find_scheme("w4a16-mxfp4"), 9, 64, 64});
 }
 
 // ---- Declining, with reasons -------------------------------------------------------------------------
@@ -595,7 +603,9 @@ TEST(CudaMemory, RoundTripAndStreams) {
   ASSERT_TRUE(back) << back.message();
   EXPECT_EQ(std::memcmp(back->raw(), h.raw(), h.nbytes()), 0);
   EXPECT_FALSE(cuda::to_host(h).is_ok());
-  EXPECT_FALSE(cuda::empty(DType::kF32, {1}, 999).is_ok());
+  const auto no_device = cuda::empty(DType::kF32, {1}, 999);
+  ASSERT_FALSE(no_device.is_ok());
+  EXPECT_NE(no_device.message().find("CUDA device 999 does not exist"), std::string::npos) << no_device.message();
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
   {

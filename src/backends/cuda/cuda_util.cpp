@@ -1,6 +1,7 @@
 // The public CUDA helpers (include/qlinear/cuda.hpp) and the backend's plumbing (cuda_util.hpp).
 #include "backends/cuda/cuda_util.hpp"
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -35,6 +36,15 @@ Status DeviceGuard::set(int device) {
   int current = 0;
   QL_CUDA_CHECK(cudaGetDevice(&current));
   if (current == device) return Status::ok();
+  // A bad ordinal is the caller's mistake, not a CUDA failure: say so without making the failing call (which
+  // compute-sanitizer would count as an API error).
+  int count = 0;
+  QL_CUDA_CHECK(cudaGetDeviceCount(&count));
+  if (device < 0 || device >= count) {
+    return Status::error("CUDA device " + std::to_string(device) + " does not exist (this process sees " +
+                         std::to_string(count) + " device" + (count == 1 ? "" : "s") + ", cuda:0.." +
+                         "cuda:" + std::to_string(count - 1) + ")");
+  }
   QL_CUDA_CHECK(cudaSetDevice(device));
   previous_ = current;
   return Status::ok();
@@ -80,7 +90,20 @@ Result<Scratch> Scratch::make(size_t bytes, Stream stream) {
   if (bytes == 0) return s;
   QL_RETURN_IF_ERROR(retain_pool_memory());
   QL_CUDA_CHECK(cudaMallocAsync(&s.ptr_, bytes, stream));
+  if (poison_scratch()) QL_CUDA_CHECK(cudaMemsetAsync(s.ptr_, 0xFF, bytes, stream));
   return s;
+}
+
+// QLINEAR_CUDA_POISON_SCRATCH=1: every scratch buffer starts as 0xFF bytes (NaN in every float format), so a
+// kernel that reads scratch nobody wrote gives NaN outputs that the tests catch. tools/gpu_sanitize.sh sets
+// it for initcheck, which does not see cuBLASLt's TMA stores and would otherwise flag our copies of its
+// results as reads of uninitialized memory.
+bool poison_scratch() {
+  static const bool on = [] {
+    const char* v = std::getenv("QLINEAR_CUDA_POISON_SCRATCH");
+    return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+  }();
+  return on;
 }
 
 Status synchronize() {

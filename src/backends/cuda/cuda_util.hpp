@@ -52,6 +52,9 @@ class Scratch {
   Stream stream_ = nullptr;
 };
 
+// Whether scratch buffers are filled with 0xFF when made (QLINEAR_CUDA_POISON_SCRATCH, for sanitizer runs).
+bool poison_scratch();
+
 // A device tensor from a host tensor, or `bytes` copied from host memory, on the current device.
 Result<Tensor> upload(const void* host, size_t bytes, DType dtype, Shape shape, int device);
 
