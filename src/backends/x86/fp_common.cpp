@@ -196,11 +196,9 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
     const int64_t kb = c.k / st->group, kb_pad = st->k_pad / st->group;
     const uint8_t* e = static_cast<const uint8_t*>(ws.raw());
     st->grp.assign(static_cast<size_t>(st->n_pad / 16 * kb_pad * 16), mx ? 127 : 0x38);  // 1.0: padding
-    // Folded weights value * s must be exact f32: for MX, the multiplier 2^(127 - bias + e) (E4M3, E3M2) or
-    // 2^(e - p) (E2M3, E2M1 tables) must be a normal f32 and the block's values normal after scaling.
-    const bool lut = st->elem == FpElem::kE2M1 || st->elem == FpElem::kE2M3;
-    const int bias = traits(st->wdtype).exponent_bias;
-    const int off = lut ? (st->elem == FpElem::kE2M1 ? -1 : -3) : 127 - bias;
+    // Folded weights value * s must be exact f32: for MX, the decoder's multiplier 2^(kFpDecodeExp + e)
+    // (fp_isa.hpp) must be a normal f32 and the block's values normal after scaling.
+    const int off = kFpDecodeExp[static_cast<int>(st->elem)];
     const double vmin = min_nonzero(st->wdtype), vmax = traits(st->wdtype).max_finite;
     for (int64_t n = 0; n < c.n; ++n) {
       for (int64_t b = 0; b < kb; ++b) {

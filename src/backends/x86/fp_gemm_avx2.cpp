@@ -27,10 +27,11 @@ constexpr int kMr = 6;
 int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 constexpr int64_t kChunk = 256;  // K per decoded tile (128 with block scales)
 
-int record_bytes(FpElem e) { return e == FpElem::kE4M3 ? 16 : (e == FpElem::kE2M1 ? 8 : 12); }
-bool is_lut(FpElem e) { return e == FpElem::kE2M1 || e == FpElem::kE2M3; }
-int exp_bias(FpElem e) { return e == FpElem::kE4M3 ? 7 : e == FpElem::kE3M2 ? 3 : 1; }
-int lut_shift(FpElem e) { return e == FpElem::kE2M1 ? 1 : 3; }  // table entries are value * 2^p
+// Everything that depends on the element format is a template on it, so that the inner loops hold no
+// branch on the format and every shift count and table is a constant (a runtime Decoder cost M = 1 about
+// a third of its time in reloaded masks and shifts by register).
+template <FpElem E> constexpr int kRecordBytes = E == FpElem::kE4M3 ? 16 : (E == FpElem::kE2M1 ? 8 : 12);
+template <FpElem E> constexpr int kDecodeExp = kFpDecodeExp[static_cast<int>(E)];
 
 float pow2(int e) {  // 2^e for e in [-149, 127]
   if (e >= -126) {
@@ -45,95 +46,82 @@ float pow2(int e) {  // 2^e for e in [-149, 127]
   return f;
 }
 
-// The biased-exponent offset that turns an E8M0 code into the decode multiplier's f32 exponent field:
-// float trick 2^(127 - bias) * 2^(code - 127), table 2^-p * 2^(code - 127).
-int e8m0_offset(FpElem e) { return is_lut(e) ? -lut_shift(e) : 127 - exp_bias(e); }
-
 // 16 codes of one record as bytes (FP6: 6-bit codes, FP4: 4-bit codes).
-__m128i load_codes(const uint8_t* rec, FpElem e) {
-  if (e == FpElem::kE4M3) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec));
-  const __m128i lo4 = _mm_set1_epi8(0x0F);
-  const __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec));
-  const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(b8, lo4), _mm_and_si128(_mm_srli_epi16(b8, 4), lo4));
-  if (e == FpElem::kE2M1) return nib;
-  int32_t top;
-  std::memcpy(&top, rec + 8, 4);
-  // Dword q (columns 4q..4q+3) shifted right by 2q puts byte b's bits 2q..2q+1 at bits 0..1 of byte b.
-  __m128i t = _mm_srlv_epi32(_mm_set1_epi32(top), _mm_setr_epi32(0, 2, 4, 6));
-  t = _mm_and_si128(t, _mm_set1_epi8(0x03));
-  return _mm_or_si128(nib, _mm_slli_epi16(t, 4));  // values <= 3 << 4: no carry across bytes
+template <FpElem E>
+__m128i load_codes(const uint8_t* rec) {
+  if constexpr (E == FpElem::kE4M3) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec));
+  } else {
+    const __m128i lo4 = _mm_set1_epi8(0x0F);
+    const __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec));
+    const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(b8, lo4), _mm_and_si128(_mm_srli_epi16(b8, 4), lo4));
+    if constexpr (E == FpElem::kE2M1) {
+      return nib;
+    } else {
+      int32_t top;
+      std::memcpy(&top, rec + 8, 4);
+      // Dword q (columns 4q..4q+3) shifted right by 2q puts byte b's bits 2q..2q+1 at bits 0..1 of byte b.
+      __m128i t = _mm_srlv_epi32(_mm_set1_epi32(top), _mm_setr_epi32(0, 2, 4, 6));
+      t = _mm_and_si128(t, _mm_set1_epi8(0x03));
+      return _mm_or_si128(nib, _mm_slli_epi16(t, 4));  // values <= 3 << 4: no carry across bytes
+    }
+  }
 }
 
-struct Decoder {
-  FpElem elem;
-  __m128i t0, t1;     // tables (E2M1: t0; E2M3: magnitudes 0..15, 16..31)
-  __m256i mag_mask, sign_bit;
-  int mag_shift = 0, sign_shift = 0;
-
-  explicit Decoder(FpElem e) : elem(e) {
-    if (e == FpElem::kE2M1) {
-      t0 = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-    } else if (e == FpElem::kE2M3) {
-      t0 = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-      t1 = _mm_setr_epi8(16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44, 48, 52, 56, 60);
+// Two f32 vectors (columns 0-7, 8-15) of one record: value(code) * 2^-kDecodeExp * mult (exact, fp_isa.hpp).
+template <FpElem E>
+void decode(__m128i c, __m256 mult_lo, __m256 mult_hi, __m256& out_lo, __m256& out_hi) {
+  __m256 lo, hi;
+  if constexpr (E == FpElem::kE4M3) {
+    // The code as an FP16 bit pattern: sign to bit 15, exponent and mantissa to bits 13..7 (sign-extended
+    // bytes shifted left 7, bit 14 cleared); FP16's bias 15 against E4M3's 7 makes it value * 2^-8,
+    // subnormals included. F16C widens 8 at a time.
+    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(c), 7),
+                                       _mm256_set1_epi16(static_cast<int16_t>(0xBFFF)));
+    lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+  } else if constexpr (E == FpElem::kE3M2) {
+    // Magnitude bits under an f32 exponent (value * 2^(3 - 127)), sign from bit 5 to bit 31.
+    const __m256i mag = _mm256_set1_epi32(0x1F), sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+    const __m256i d0 = _mm256_cvtepu8_epi32(c), d1 = _mm256_cvtepu8_epi32(_mm_srli_si128(c, 8));
+    lo = _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(d0, mag), 21),
+                                             _mm256_and_si256(_mm256_slli_epi32(d0, 26), sign)));
+    hi = _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(d1, mag), 21),
+                                             _mm256_and_si256(_mm256_slli_epi32(d1, 26), sign)));
+  } else {
+    // vpshufb tables of the value times 2^p, small integers (E2M1: x2, sign in the table; E2M3: x8).
+    __m128i v;
+    if constexpr (E == FpElem::kE2M1) {
+      v = _mm_shuffle_epi8(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12), c);
     } else {
-      const int mbits = e == FpElem::kE4M3 ? 3 : 2, sign = e == FpElem::kE4M3 ? 7 : 5;
-      mag_mask = _mm256_set1_epi32((1 << sign) - 1);
-      sign_bit = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-      mag_shift = 23 - mbits;
-      sign_shift = 31 - sign;
+      const __m128i t0 = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+      const __m128i t1 = _mm_setr_epi8(16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44, 48, 52, 56, 60);
+      const __m128i mag = _mm_and_si128(c, _mm_set1_epi8(0x1F));
+      const __m128i big = _mm_cmpgt_epi8(mag, _mm_set1_epi8(15));
+      v = _mm_blendv_epi8(_mm_shuffle_epi8(t0, mag), _mm_shuffle_epi8(t1, mag), big);
+      v = _mm_sign_epi8(v, _mm_slli_epi16(c, 2));  // bit 5 (sign) to bit 7; c = 0 only when v = 0
     }
+    lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+    hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)));
   }
+  out_lo = _mm256_mul_ps(lo, mult_lo);
+  out_hi = _mm256_mul_ps(hi, mult_hi);
+}
 
-  // Two f32 vectors (columns 0-7, 8-15): value(code) * mult (table formats: value * 2^p * mult).
-  void decode(__m128i c, __m256 mult_lo, __m256 mult_hi, float* dst) const {
-    __m256 lo, hi;
-    decode_regs(c, mult_lo, mult_hi, lo, hi);
-    _mm256_store_ps(dst, lo);
-    _mm256_store_ps(dst + 8, hi);
-  }
-
-  void decode_regs(__m128i c, __m256 mult_lo, __m256 mult_hi, __m256& out_lo, __m256& out_hi) const {
-    __m256 lo, hi;
-    if (elem == FpElem::kE2M1 || elem == FpElem::kE2M3) {
-      __m128i v;
-      if (elem == FpElem::kE2M1) {
-        v = _mm_shuffle_epi8(t0, c);
-      } else {
-        const __m128i mag = _mm_and_si128(c, _mm_set1_epi8(0x1F));
-        const __m128i big = _mm_cmpgt_epi8(mag, _mm_set1_epi8(15));
-        v = _mm_blendv_epi8(_mm_shuffle_epi8(t0, mag), _mm_shuffle_epi8(t1, mag), big);
-        v = _mm_sign_epi8(v, _mm_slli_epi16(c, 2));  // bit 5 (sign) to bit 7; c = 0 only when v = 0
-      }
-      lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
-      hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)));
-    } else {
-      const __m256i d0 = _mm256_cvtepu8_epi32(c), d1 = _mm256_cvtepu8_epi32(_mm_srli_si128(c, 8));
-      const __m256i b0 = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(d0, mag_mask), mag_shift),
-                                         _mm256_and_si256(_mm256_slli_epi32(d0, sign_shift), sign_bit));
-      const __m256i b1 = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(d1, mag_mask), mag_shift),
-                                         _mm256_and_si256(_mm256_slli_epi32(d1, sign_shift), sign_bit));
-      lo = _mm256_castsi256_ps(b0);
-      hi = _mm256_castsi256_ps(b1);
-    }
-    out_lo = _mm256_mul_ps(lo, mult_lo);
-    out_hi = _mm256_mul_ps(hi, mult_hi);
-  }
-};
-
-// Multipliers of 16 columns from their scale codes.
+// Multipliers of 16 columns from their scale codes: 2^kDecodeExp times the group scale.
+template <FpElem E>
 void group_mult(const FpGemm& g, const uint8_t* codes, __m256& lo, __m256& hi) {
   const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
   const __m256i d0 = _mm256_cvtepu8_epi32(c), d1 = _mm256_cvtepu8_epi32(_mm_srli_si128(c, 8));
-  if (g.group_scale == FpGroupScale::kE8M0) {
-    const __m256i off = _mm256_set1_epi32(e8m0_offset(g.elem));
+  if (g.group_scale == FpGroupScale::kE8M0) {  // f32 exponent field code + kDecodeExp (checked at process)
+    const __m256i off = _mm256_set1_epi32(kDecodeExp<E>);
     lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(d0, off), 23));
     hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(d1, off), 23));
     return;
   }
   // NVFP4: E4M3 scale (float trick, 2^120) times the E2M1 table's 2^-1.
   const __m256i mag = _mm256_set1_epi32(0x7F), sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-  const __m256 k = _mm256_set1_ps(pow2(119));
+  const __m256 k = _mm256_set1_ps(pow2(120 + kDecodeExp<E>));
   auto one = [&](__m256i d) {
     const __m256i b = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(d, mag), 20),
                                       _mm256_and_si256(_mm256_slli_epi32(d, 24), sign));
@@ -143,21 +131,32 @@ void group_mult(const FpGemm& g, const uint8_t* codes, __m256& lo, __m256& hi) {
   hi = one(d1);
 }
 
-// Decodes records [k0, k0 + len) of panel p into buf[len][16].
-void decode_tile(const FpGemm& g, const Decoder& dec, int64_t p, int64_t k0, int64_t len, float* buf) {
-  const int rb = record_bytes(g.elem);
-  const uint8_t* rec = g.packed + p * g.k_pad * rb + k0 * rb;
+// Calls f(k, mult_lo, mult_hi) for records [k0, k0 + len) of panel p, with the multipliers of their groups.
+template <FpElem E, class F>
+void for_each_record(const FpGemm& g, int64_t p, int64_t k0, int64_t len, F&& f) {
   if (g.group_scale == FpGroupScale::kNone) {
-    const __m256 m = _mm256_set1_ps(is_lut(g.elem) ? pow2(-lut_shift(g.elem)) : pow2(127 - exp_bias(g.elem)));
-    for (int64_t k = 0; k < len; ++k) dec.decode(load_codes(rec + k * rb, g.elem), m, m, buf + k * 16);
+    const __m256 m = _mm256_set1_ps(pow2(kDecodeExp<E>));
+    for (int64_t k = 0; k < len; ++k) f(k, m, m);
     return;
   }
   const int64_t groups = g.k_pad / g.group;
   for (int64_t k = 0; k < len; k += g.group) {
     __m256 lo, hi;
-    group_mult(g, g.grp + (p * groups + (k0 + k) / g.group) * 16, lo, hi);
-    for (int64_t i = k; i < k + g.group; ++i) dec.decode(load_codes(rec + i * rb, g.elem), lo, hi, buf + i * 16);
+    group_mult<E>(g, g.grp + (p * groups + (k0 + k) / g.group) * 16, lo, hi);
+    for (int64_t i = k; i < k + g.group; ++i) f(i, lo, hi);
   }
+}
+
+// Decodes records [k0, k0 + len) of panel p into buf[len][16].
+template <FpElem E>
+void decode_tile(const FpGemm& g, int64_t p, int64_t k0, int64_t len, float* buf) {
+  const uint8_t* rec = g.packed + (p * g.k_pad + k0) * kRecordBytes<E>;
+  for_each_record<E>(g, p, k0, len, [&](int64_t k, __m256 ml, __m256 mh) {
+    __m256 lo, hi;
+    decode<E>(load_codes<E>(rec + k * kRecordBytes<E>), ml, mh, lo, hi);
+    _mm256_store_ps(buf + k * 16, lo);
+    _mm256_store_ps(buf + k * 16 + 8, hi);
+  });
 }
 
 // c[r][0..15] += acc[r] (* s[r]): a chunk's partial sums into the C tile (scaled for 128x128 blocks).
@@ -205,50 +204,117 @@ void run_rows(int mr, const float* a, int64_t lda, const float* buf, int64_t len
 }
 
 // Small M (at most kFusedMaxRows rows): each record decoded into registers and used at once, no tile. The
-// decode's integer work then overlaps the rows' FMA chains (with one row, two chains of FMAs would otherwise
-// wait on each other's latency after a tile pass), and the codes stream without a store/reload. The same
-// operations in the same order as decode_tile + ukernel: outputs are bit-identical to the tiled path, so
-// a row's result does not depend on M or on the thread count.
+// decode's integer work then overlaps the rows' FMA chains, and the codes stream without a store/reload.
+// With one row a panel gives only two FMA chains, each waiting on its own latency, so PANELS panels run
+// side by side (their records interleaved): more independent chains, each column's sum still in the same
+// order. The same operations in the same order as decode_tile + ukernel: outputs are bit-identical to the
+// tiled path, so a row's result does not depend on M or on the thread count.
 constexpr int kFusedMaxRows = 3;
+constexpr int fused_panels(int64_t rows) { return rows == 1 ? 4 : rows == 2 ? 2 : 1; }
 
-template <int MR, bool kScaled>
-void fused_chunk(const FpGemm& g, const Decoder& dec, int64_t p, int64_t k0, int64_t len, const float* a, int64_t lda,
-                 float* c, const float* s) {
-  const int rb = record_bytes(g.elem);
-  const uint8_t* rec = g.packed + p * g.k_pad * rb + k0 * rb;
-  __m256 acc[MR][2];
-  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  auto step = [&](int64_t k, __m256 ml, __m256 mh) {
+// One step of fused_chunk: record k of every panel into the accumulators. Plain unrolled loops, no lambda:
+// GCC keeps acc in registers only so (with a capturing lambda it spilled them on every step).
+template <FpElem E, int MR, int PANELS>
+__attribute__((always_inline)) inline void fused_step(const uint8_t* const (&rec)[PANELS], int64_t k,
+                                                      const float* a, int64_t lda, const __m256 (&ml)[PANELS],
+                                                      const __m256 (&mh)[PANELS], __m256 (&acc)[PANELS][MR][2]) {
+  __m256 av[MR];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) av[r] = _mm256_broadcast_ss(a + r * lda + k);
+#pragma GCC unroll 4
+  for (int j = 0; j < PANELS; ++j) {
     __m256 w0, w1;
-    dec.decode_regs(load_codes(rec + k * rb, g.elem), ml, mh, w0, w1);
+    decode<E>(load_codes<E>(rec[j] + k * kRecordBytes<E>), ml[j], mh[j], w0, w1);
+#pragma GCC unroll 4
     for (int r = 0; r < MR; ++r) {
-      const __m256 av = _mm256_broadcast_ss(a + r * lda + k);
-      acc[r][0] = _mm256_fmadd_ps(av, w0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(av, w1, acc[r][1]);
+      acc[j][r][0] = _mm256_fmadd_ps(av[r], w0, acc[j][r][0]);
+      acc[j][r][1] = _mm256_fmadd_ps(av[r], w1, acc[j][r][1]);
     }
-  };
+  }
+}
+
+template <FpElem E, int MR, int PANELS, bool kScaled>
+void fused_chunk(const FpGemm& g, int64_t p0, int64_t k0, int64_t len, const float* a, float* c, int64_t c_panel,
+                 const float* s) {
+  const uint8_t* rec[PANELS];
+  __m256 acc[PANELS][MR][2];
+  __m256 ml[PANELS], mh[PANELS];
+#pragma GCC unroll 4
+  for (int j = 0; j < PANELS; ++j) {
+    rec[j] = g.packed + ((p0 + j) * g.k_pad + k0) * kRecordBytes<E>;
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) acc[j][r][0] = acc[j][r][1] = _mm256_setzero_ps();
+  }
+  const int64_t lda = g.lda;
   if (g.group_scale == FpGroupScale::kNone) {
-    const __m256 m = _mm256_set1_ps(is_lut(g.elem) ? pow2(-lut_shift(g.elem)) : pow2(127 - exp_bias(g.elem)));
-    for (int64_t k = 0; k < len; ++k) step(k, m, m);
+#pragma GCC unroll 4
+    for (int j = 0; j < PANELS; ++j) ml[j] = mh[j] = _mm256_set1_ps(pow2(kDecodeExp<E>));
+    for (int64_t k = 0; k < len; ++k) fused_step<E, MR, PANELS>(rec, k, a, lda, ml, mh, acc);
   } else {
     const int64_t groups = g.k_pad / g.group;
     for (int64_t k = 0; k < len; k += g.group) {
-      __m256 lo, hi;
-      group_mult(g, g.grp + (p * groups + (k0 + k) / g.group) * 16, lo, hi);
-      for (int64_t i = k; i < k + g.group; ++i) step(i, lo, hi);
+#pragma GCC unroll 4
+      for (int j = 0; j < PANELS; ++j) {
+        group_mult<E>(g, g.grp + ((p0 + j) * groups + (k0 + k) / g.group) * 16, ml[j], mh[j]);
+      }
+      for (int64_t i = k; i < k + g.group; ++i) fused_step<E, MR, PANELS>(rec, i, a, lda, ml, mh, acc);
     }
   }
-  add_partials<MR, kScaled>(acc, c, s);
+#pragma GCC unroll 4
+  for (int j = 0; j < PANELS; ++j) add_partials<MR, kScaled>(acc[j], c + j * c_panel, s + j * kMr);
 }
 
-template <bool kScaled>
-void run_fused(int mr, const FpGemm& g, const Decoder& dec, int64_t p, int64_t k0, int64_t len, const float* a,
-               float* c, const float* s) {
-  switch (mr) {
-    case 3: fused_chunk<3, kScaled>(g, dec, p, k0, len, a, g.lda, c, s); break;
-    case 2: fused_chunk<2, kScaled>(g, dec, p, k0, len, a, g.lda, c, s); break;
-    default: fused_chunk<1, kScaled>(g, dec, p, k0, len, a, g.lda, c, s); break;
+void epilogue(const FpGemm& g, const float* c, int64_t m0, int64_t rows, int64_t n0);
+
+// One work item: rows [m_begin, m_end) of panels [p0, p0 + panels), C tiles c[panel][rows][16].
+template <FpElem E, bool kScaled>
+void run_item(const FpGemm& g, int64_t p0, int panels, int64_t m_begin, int64_t m_end, float* buf, float* c) {
+  const int64_t rows = m_end - m_begin;
+  std::memset(c, 0, static_cast<size_t>(panels * rows * 16) * sizeof(float));
+  const int64_t chunk = kScaled ? 128 : kChunk;
+  float s[4 * kMr];  // [panel][row] block scales
+  const bool fused = rows <= kFusedMaxRows;  // one row block, decoded in registers
+  for (int64_t k0 = 0; k0 < g.k_pad; k0 += chunk) {
+    const int64_t len = min64(chunk, g.k_pad - k0);
+    if (fused) {
+      const float* a = g.act + m_begin * g.lda + k0;
+      if (kScaled) {
+        for (int j = 0; j < panels; ++j) {
+          const int64_t kb = k0 / 128;
+          const float ws = g.block_scale[((p0 + j) * 16 / 128) * g.block_cols + kb];
+          for (int r = 0; r < rows; ++r) {
+            s[j * kMr + r] = g.act_block_scale ? g.act_block_scale[(m_begin + r) * g.block_cols + kb] * ws : ws;
+          }
+        }
+      }
+      const int64_t cp = rows * 16;
+      int j = 0;
+      if (rows == 1) {
+        for (; j + 4 <= panels; j += 4) fused_chunk<E, 1, 4, kScaled>(g, p0 + j, k0, len, a, c + j * cp, cp, s + j * kMr);
+        for (; j < panels; ++j) fused_chunk<E, 1, 1, kScaled>(g, p0 + j, k0, len, a, c + j * cp, cp, s + j * kMr);
+      } else if (rows == 2) {
+        for (; j + 2 <= panels; j += 2) fused_chunk<E, 2, 2, kScaled>(g, p0 + j, k0, len, a, c + j * cp, cp, s + j * kMr);
+        for (; j < panels; ++j) fused_chunk<E, 2, 1, kScaled>(g, p0 + j, k0, len, a, c + j * cp, cp, s + j * kMr);
+      } else {
+        for (; j < panels; ++j) fused_chunk<E, 3, 1, kScaled>(g, p0 + j, k0, len, a, c + j * cp, cp, s + j * kMr);
+      }
+      continue;
+    }
+    // Tiled: one panel per item (panels == 1).
+    decode_tile<E>(g, p0, k0, len, buf);
+    for (int64_t m0 = m_begin; m0 < m_end; m0 += kMr) {
+      const int mr = static_cast<int>(min64(kMr, m_end - m0));
+      if (kScaled) {
+        const int64_t kb = k0 / 128;
+        const float ws = g.block_scale[(p0 * 16 / 128) * g.block_cols + kb];
+        for (int r = 0; r < mr; ++r) {
+          s[r] = g.act_block_scale ? g.act_block_scale[(m0 + r) * g.block_cols + kb] * ws : ws;
+        }
+      }
+      run_rows<kScaled>(mr, g.act + m0 * g.lda + k0, g.lda, buf, len, c + (m0 - m_begin) * 16, s);
+    }
   }
+  for (int j = 0; j < panels; ++j) epilogue(g, c + j * rows * 16, m_begin, rows, (p0 + j) * 16);
 }
 
 uint16_t f32_to_bf16_rne(float y) {
@@ -312,40 +378,12 @@ void epilogue(const FpGemm& g, const float* c, int64_t m0, int64_t rows, int64_t
   }
 }
 
-void run_item(const FpGemm& g, const Decoder& dec, int64_t p, int64_t m_begin, int64_t m_end, float* buf,
-              float* c) {
-  const int64_t rows = m_end - m_begin;
-  std::memset(c, 0, static_cast<size_t>(rows * 16) * sizeof(float));
-  const bool blocks = g.block_scale != nullptr;
-  const int64_t chunk = blocks ? 128 : kChunk;
-  float s[kMr];
-  const bool fused = rows <= kFusedMaxRows;  // one row block, decoded in registers
-  for (int64_t k0 = 0; k0 < g.k_pad; k0 += chunk) {
-    const int64_t len = min64(chunk, g.k_pad - k0);
-    if (!fused) decode_tile(g, dec, p, k0, len, buf);
-    for (int64_t m0 = m_begin; m0 < m_end; m0 += kMr) {
-      const int mr = static_cast<int>(min64(kMr, m_end - m0));
-      const float* a = g.act + m0 * g.lda + k0;
-      float* cr = c + (m0 - m_begin) * 16;
-      if (blocks) {
-        const int64_t kb = k0 / 128;
-        const float ws = g.block_scale[(p * 16 / 128) * g.block_cols + kb];
-        for (int r = 0; r < mr; ++r) {
-          s[r] = g.act_block_scale ? g.act_block_scale[(m0 + r) * g.block_cols + kb] * ws : ws;
-        }
-      }
-      if (fused && blocks) run_fused<true>(mr, g, dec, p, k0, len, a, cr, s);
-      else if (fused) run_fused<false>(mr, g, dec, p, k0, len, a, cr, s);
-      else if (blocks) run_rows<true>(mr, a, g.lda, buf, len, cr, s);
-      else run_rows<false>(mr, a, g.lda, buf, len, cr, s);
-    }
-  }
-  epilogue(g, c, m_begin, rows, p * 16);
-}
-
 }  // namespace
 
-void fp_gemm_avx2(const FpGemm& g) {
+namespace {
+
+template <FpElem E, bool kScaled>
+void run_gemm(const FpGemm& g) {
   const int64_t panels = g.n_pad / 16;
   const int64_t work = g.m * g.n_pad * g.k_pad;
   const int nt = work < (int64_t{1} << 18) ? 1 : g.threads;
@@ -356,19 +394,34 @@ void fp_gemm_avx2(const FpGemm& g) {
   }
   const int64_t mb = ((g.m + mblocks - 1) / mblocks + kMr - 1) / kMr * kMr;
   mblocks = (g.m + mb - 1) / mb;
-  const Decoder dec(g.elem);
+  // An item covers `per_item` panels: several for the register path of 1-2 rows (fused_panels).
+  const int per_item = g.m <= kFusedMaxRows ? fused_panels(g.m) : 1;
+  const int64_t groups = (panels + per_item - 1) / per_item;
 #pragma omp parallel num_threads(nt)
   {
-    const size_t bytes = static_cast<size_t>((kChunk * 16 + mb * 16) * 4 + 63) / 64 * 64;
+    const size_t bytes = static_cast<size_t>((kChunk * 16 + 4 * mb * 16) * 4 + 63) / 64 * 64;
     float* buf = static_cast<float*>(std::aligned_alloc(64, bytes));
     float* c = buf + kChunk * 16;
 #pragma omp for schedule(static)
-    for (int64_t item = 0; item < panels * mblocks; ++item) {
-      const int64_t p = item / mblocks, mbk = item % mblocks;
+    for (int64_t item = 0; item < groups * mblocks; ++item) {
+      const int64_t pg = item / mblocks, mbk = item % mblocks;
       const int64_t m0 = mbk * mb, m1 = min64(g.m, m0 + mb);
-      if (m0 < m1) run_item(g, dec, p, m0, m1, buf, c);
+      const int64_t p0 = pg * per_item;
+      if (m0 < m1) run_item<E, kScaled>(g, p0, static_cast<int>(min64(per_item, panels - p0)), m0, m1, buf, c);
     }
     std::free(buf);
+  }
+}
+
+}  // namespace
+
+void fp_gemm_avx2(const FpGemm& g) {
+  const bool blocks = g.block_scale != nullptr;  // 128x128 FP8 blocks: E4M3 only
+  switch (g.elem) {
+    case FpElem::kE4M3: return blocks ? run_gemm<FpElem::kE4M3, true>(g) : run_gemm<FpElem::kE4M3, false>(g);
+    case FpElem::kE3M2: return run_gemm<FpElem::kE3M2, false>(g);
+    case FpElem::kE2M3: return run_gemm<FpElem::kE2M3, false>(g);
+    case FpElem::kE2M1: return run_gemm<FpElem::kE2M1, false>(g);
   }
 }
 

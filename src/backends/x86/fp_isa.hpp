@@ -16,11 +16,13 @@
 //     FP4 (E2M1):       8 bytes of nibbles (byte i: column 2i low, 2i+1 high nibble)
 //   panel p at byte p * k_pad * record_bytes, record k at k * record_bytes within it.
 //
-// Decoding, exact (every code value is an f32):
-//   E4M3, E3M2: the magnitude bits shifted under an f32 exponent (as_float(mag << (23 - mbits)), an f32
-//       whose value is the code's times 2^(bias - 127)), sign or'ed in, times a multiplier 2^(127 - bias) * s.
-//   E2M1, E2M3: a vpshufb table of the code's value times 2^p (integers: E2M1 x2, E2M3 x8), to f32, times
-//       2^-p * s.
+// Decoding, exact (every code value is an f32): a decoded code is its value times 2^-kFpDecodeExp[elem],
+// times a multiplier 2^kFpDecodeExp[elem] * s:
+//   E4M3: the code as an FP16 bit pattern (sign to bit 15, the other bits under it), widened by F16C:
+//       value * 2^-8 (FP16's exponent bias is 15, E4M3's 7; subnormals map to subnormals).
+//   E3M2: the magnitude bits shifted under an f32 exponent (as_float(mag << 21)), sign or'ed in: value *
+//       2^(3 - 127).
+//   E2M1, E2M3: a vpshufb table of the code's value times 2^p (integers: E2M1 x2, E2M3 x8), to f32.
 // s is the weight's per-group scale where it is folded (MX E8M0 per 1x32, NVFP4 E4M3 per 1x16): each
 // decoded weight is then exactly value * s, which process checks (the layer otherwise takes the
 // reference). Per-tensor / per-channel f32 scales are applied once in the epilogue, 128x128 f32 block
@@ -32,6 +34,10 @@
 namespace qlinear::x86 {
 
 enum class FpElem : uint8_t { kE4M3, kE3M2, kE2M3, kE2M1 };
+
+// By FpElem: the power of two a decoded code lacks (above); MX multipliers 2^(e8m0 - 127 + this) must be
+// normal f32 (checked at process, fp_common.cpp).
+constexpr int kFpDecodeExp[4] = {8, 124, -3, -1};
 
 // How the per-group multiplier of a panel is made from its scale bytes grp[p][group][16].
 enum class FpGroupScale : uint8_t {
