@@ -46,7 +46,7 @@ float pow2(int e) {  // 2^e for e in [-149, 127]
   return f;
 }
 
-// 16 codes of one record as bytes (FP6: 6-bit codes, FP4: 4-bit codes).
+// 16 codes of one record as bytes (E4M3, FP6; FP4 records are read by decode itself).
 template <FpElem E>
 __m128i load_codes(const uint8_t* rec) {
   if constexpr (E == FpElem::kE4M3) {
@@ -55,22 +55,36 @@ __m128i load_codes(const uint8_t* rec) {
     const __m128i lo4 = _mm_set1_epi8(0x0F);
     const __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec));
     const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(b8, lo4), _mm_and_si128(_mm_srli_epi16(b8, 4), lo4));
-    if constexpr (E == FpElem::kE2M1) {
-      return nib;
-    } else {
-      int32_t top;
-      std::memcpy(&top, rec + 8, 4);
-      // Dword q (columns 4q..4q+3) shifted right by 2q puts byte b's bits 2q..2q+1 at bits 0..1 of byte b.
-      __m128i t = _mm_srlv_epi32(_mm_set1_epi32(top), _mm_setr_epi32(0, 2, 4, 6));
-      t = _mm_and_si128(t, _mm_set1_epi8(0x03));
-      return _mm_or_si128(nib, _mm_slli_epi16(t, 4));  // values <= 3 << 4: no carry across bytes
-    }
+    int32_t top;
+    std::memcpy(&top, rec + 8, 4);
+    // Dword q (columns 4q..4q+3) shifted right by 2q puts byte b's bits 2q..2q+1 at bits 0..1 of byte b.
+    __m128i t = _mm_srlv_epi32(_mm_set1_epi32(top), _mm_setr_epi32(0, 2, 4, 6));
+    t = _mm_and_si128(t, _mm_set1_epi8(0x03));
+    return _mm_or_si128(nib, _mm_slli_epi16(t, 4));  // values <= 3 << 4: no carry across bytes
   }
 }
 
+// The multipliers of 16 columns for one group of records (E2M1 also adds a constant, fp_isa.hpp).
+struct Mult {
+  __m256 lo, hi;
+  __m256 add_lo, add_hi;  // E2M1: -12 * lo, -12 * hi
+};
+
 // Two f32 vectors (columns 0-7, 8-15) of one record: value(code) * 2^-kDecodeExp * mult (exact, fp_isa.hpp).
 template <FpElem E>
-void decode(__m128i c, __m256 mult_lo, __m256 mult_hi, __m256& out_lo, __m256& out_hi) {
+__attribute__((always_inline)) inline void decode(const uint8_t* rec, const Mult& m, __m256& out_lo, __m256& out_hi) {
+  if constexpr (E == FpElem::kE2M1) {
+    // Table entry s: 2 * value(s ^ 0xF) + 12, in both 128-bit lanes; index 0 (-6) gives 0.
+    const __m256i table = _mm256_setr_epi8(0, 4, 6, 8, 9, 10, 11, 12, 24, 20, 18, 16, 15, 14, 13, 12,
+                                           0, 4, 6, 8, 9, 10, 11, 12, 24, 20, 18, 16, 15, 14, 13, 12);
+    const __m256i d = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec)));
+    const __m256i a = _mm256_shuffle_epi8(table, _mm256_and_si256(d, _mm256_set1_epi32(0x0F)));
+    const __m256i b = _mm256_shuffle_epi8(table, _mm256_srli_epi32(d, 4));
+    out_lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), m.lo, m.add_lo);
+    out_hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(b), m.hi, m.add_hi);
+    return;
+  }
+  const __m128i c = load_codes<E>(rec);
   __m256 lo, hi;
   if constexpr (E == FpElem::kE4M3) {
     // The code as an FP16 bit pattern: sign to bit 15, exponent and mantissa to bits 13..7 (sign-extended
@@ -89,61 +103,70 @@ void decode(__m128i c, __m256 mult_lo, __m256 mult_hi, __m256& out_lo, __m256& o
     hi = _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(d1, mag), 21),
                                              _mm256_and_si256(_mm256_slli_epi32(d1, 26), sign)));
   } else {
-    // vpshufb tables of the value times 2^p, small integers (E2M1: x2, sign in the table; E2M3: x8).
-    __m128i v;
-    if constexpr (E == FpElem::kE2M1) {
-      v = _mm_shuffle_epi8(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12), c);
-    } else {
-      const __m128i t0 = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-      const __m128i t1 = _mm_setr_epi8(16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44, 48, 52, 56, 60);
-      const __m128i mag = _mm_and_si128(c, _mm_set1_epi8(0x1F));
-      const __m128i big = _mm_cmpgt_epi8(mag, _mm_set1_epi8(15));
-      v = _mm_blendv_epi8(_mm_shuffle_epi8(t0, mag), _mm_shuffle_epi8(t1, mag), big);
-      v = _mm_sign_epi8(v, _mm_slli_epi16(c, 2));  // bit 5 (sign) to bit 7; c = 0 only when v = 0
-    }
+    // E2M3: vpshufb tables of the value times 8 (magnitudes 0..15, 16..31), sign applied on the bytes.
+    const __m128i t0 = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m128i t1 = _mm_setr_epi8(16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44, 48, 52, 56, 60);
+    const __m128i mag = _mm_and_si128(c, _mm_set1_epi8(0x1F));
+    const __m128i big = _mm_cmpgt_epi8(mag, _mm_set1_epi8(15));
+    __m128i v = _mm_blendv_epi8(_mm_shuffle_epi8(t0, mag), _mm_shuffle_epi8(t1, mag), big);
+    v = _mm_sign_epi8(v, _mm_slli_epi16(c, 2));  // bit 5 (sign) to bit 7; c = 0 only when v = 0
     lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
     hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)));
   }
-  out_lo = _mm256_mul_ps(lo, mult_lo);
-  out_hi = _mm256_mul_ps(hi, mult_hi);
+  out_lo = _mm256_mul_ps(lo, m.lo);
+  out_hi = _mm256_mul_ps(hi, m.hi);
+}
+
+// The multipliers of a constant multiplier (no group scales).
+template <FpElem E>
+Mult constant_mult() {
+  const __m256 v = _mm256_set1_ps(pow2(kDecodeExp<E>));
+  const __m256 add = _mm256_mul_ps(v, _mm256_set1_ps(-12.0f));
+  return {v, v, add, add};
 }
 
 // Multipliers of 16 columns from their scale codes: 2^kDecodeExp times the group scale.
 template <FpElem E>
-void group_mult(const FpGemm& g, const uint8_t* codes, __m256& lo, __m256& hi) {
+Mult group_mult(const FpGemm& g, const uint8_t* codes) {
   const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
   const __m256i d0 = _mm256_cvtepu8_epi32(c), d1 = _mm256_cvtepu8_epi32(_mm_srli_si128(c, 8));
+  Mult m;
   if (g.group_scale == FpGroupScale::kE8M0) {  // f32 exponent field code + kDecodeExp (checked at process)
     const __m256i off = _mm256_set1_epi32(kDecodeExp<E>);
-    lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(d0, off), 23));
-    hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(d1, off), 23));
-    return;
+    m.lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(d0, off), 23));
+    m.hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(d1, off), 23));
+  } else {
+    // NVFP4: E4M3 scale (float trick, 2^120) times the E2M1 decode's 2^-1.
+    const __m256i mag = _mm256_set1_epi32(0x7F), sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+    const __m256 k = _mm256_set1_ps(pow2(120 + kDecodeExp<E>));
+    auto one = [&](__m256i d) {
+      const __m256i b = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(d, mag), 20),
+                                        _mm256_and_si256(_mm256_slli_epi32(d, 24), sign));
+      return _mm256_mul_ps(_mm256_castsi256_ps(b), k);
+    };
+    m.lo = one(d0);
+    m.hi = one(d1);
   }
-  // NVFP4: E4M3 scale (float trick, 2^120) times the E2M1 table's 2^-1.
-  const __m256i mag = _mm256_set1_epi32(0x7F), sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-  const __m256 k = _mm256_set1_ps(pow2(120 + kDecodeExp<E>));
-  auto one = [&](__m256i d) {
-    const __m256i b = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(d, mag), 20),
-                                      _mm256_and_si256(_mm256_slli_epi32(d, 24), sign));
-    return _mm256_mul_ps(_mm256_castsi256_ps(b), k);
-  };
-  lo = one(d0);
-  hi = one(d1);
+  if constexpr (E == FpElem::kE2M1) {
+    const __m256 neg12 = _mm256_set1_ps(-12.0f);
+    m.add_lo = _mm256_mul_ps(m.lo, neg12);
+    m.add_hi = _mm256_mul_ps(m.hi, neg12);
+  }
+  return m;
 }
 
-// Calls f(k, mult_lo, mult_hi) for records [k0, k0 + len) of panel p, with the multipliers of their groups.
+// Calls f(k, mult) for records [k0, k0 + len) of panel p, with the multipliers of their groups.
 template <FpElem E, class F>
 void for_each_record(const FpGemm& g, int64_t p, int64_t k0, int64_t len, F&& f) {
   if (g.group_scale == FpGroupScale::kNone) {
-    const __m256 m = _mm256_set1_ps(pow2(kDecodeExp<E>));
-    for (int64_t k = 0; k < len; ++k) f(k, m, m);
+    const Mult m = constant_mult<E>();
+    for (int64_t k = 0; k < len; ++k) f(k, m);
     return;
   }
   const int64_t groups = g.k_pad / g.group;
   for (int64_t k = 0; k < len; k += g.group) {
-    __m256 lo, hi;
-    group_mult<E>(g, g.grp + (p * groups + (k0 + k) / g.group) * 16, lo, hi);
-    for (int64_t i = k; i < k + g.group; ++i) f(i, lo, hi);
+    const Mult m = group_mult<E>(g, g.grp + (p * groups + (k0 + k) / g.group) * 16);
+    for (int64_t i = k; i < k + g.group; ++i) f(i, m);
   }
 }
 
@@ -151,9 +174,9 @@ void for_each_record(const FpGemm& g, int64_t p, int64_t k0, int64_t len, F&& f)
 template <FpElem E>
 void decode_tile(const FpGemm& g, int64_t p, int64_t k0, int64_t len, float* buf) {
   const uint8_t* rec = g.packed + (p * g.k_pad + k0) * kRecordBytes<E>;
-  for_each_record<E>(g, p, k0, len, [&](int64_t k, __m256 ml, __m256 mh) {
+  for_each_record<E>(g, p, k0, len, [&](int64_t k, const Mult& m) {
     __m256 lo, hi;
-    decode<E>(load_codes<E>(rec + k * kRecordBytes<E>), ml, mh, lo, hi);
+    decode<E>(rec + k * kRecordBytes<E>, m, lo, hi);
     _mm256_store_ps(buf + k * 16, lo);
     _mm256_store_ps(buf + k * 16 + 8, hi);
   });
@@ -216,15 +239,15 @@ constexpr int fused_panels(int64_t rows) { return rows == 1 ? 4 : rows == 2 ? 2 
 // GCC keeps acc in registers only so (with a capturing lambda it spilled them on every step).
 template <FpElem E, int MR, int PANELS>
 __attribute__((always_inline)) inline void fused_step(const uint8_t* const (&rec)[PANELS], int64_t k,
-                                                      const float* a, int64_t lda, const __m256 (&ml)[PANELS],
-                                                      const __m256 (&mh)[PANELS], __m256 (&acc)[PANELS][MR][2]) {
+                                                      const float* a, int64_t lda, const Mult (&m)[PANELS],
+                                                      __m256 (&acc)[PANELS][MR][2]) {
   __m256 av[MR];
 #pragma GCC unroll 4
   for (int r = 0; r < MR; ++r) av[r] = _mm256_broadcast_ss(a + r * lda + k);
 #pragma GCC unroll 4
   for (int j = 0; j < PANELS; ++j) {
     __m256 w0, w1;
-    decode<E>(load_codes<E>(rec[j] + k * kRecordBytes<E>), ml[j], mh[j], w0, w1);
+    decode<E>(rec[j] + k * kRecordBytes<E>, m[j], w0, w1);
 #pragma GCC unroll 4
     for (int r = 0; r < MR; ++r) {
       acc[j][r][0] = _mm256_fmadd_ps(av[r], w0, acc[j][r][0]);
@@ -238,7 +261,7 @@ void fused_chunk(const FpGemm& g, int64_t p0, int64_t k0, int64_t len, const flo
                  const float* s) {
   const uint8_t* rec[PANELS];
   __m256 acc[PANELS][MR][2];
-  __m256 ml[PANELS], mh[PANELS];
+  Mult m[PANELS];
 #pragma GCC unroll 4
   for (int j = 0; j < PANELS; ++j) {
     rec[j] = g.packed + ((p0 + j) * g.k_pad + k0) * kRecordBytes<E>;
@@ -248,16 +271,16 @@ void fused_chunk(const FpGemm& g, int64_t p0, int64_t k0, int64_t len, const flo
   const int64_t lda = g.lda;
   if (g.group_scale == FpGroupScale::kNone) {
 #pragma GCC unroll 4
-    for (int j = 0; j < PANELS; ++j) ml[j] = mh[j] = _mm256_set1_ps(pow2(kDecodeExp<E>));
-    for (int64_t k = 0; k < len; ++k) fused_step<E, MR, PANELS>(rec, k, a, lda, ml, mh, acc);
+    for (int j = 0; j < PANELS; ++j) m[j] = constant_mult<E>();
+    for (int64_t k = 0; k < len; ++k) fused_step<E, MR, PANELS>(rec, k, a, lda, m, acc);
   } else {
     const int64_t groups = g.k_pad / g.group;
     for (int64_t k = 0; k < len; k += g.group) {
 #pragma GCC unroll 4
       for (int j = 0; j < PANELS; ++j) {
-        group_mult<E>(g, g.grp + ((p0 + j) * groups + (k0 + k) / g.group) * 16, ml[j], mh[j]);
+        m[j] = group_mult<E>(g, g.grp + ((p0 + j) * groups + (k0 + k) / g.group) * 16);
       }
-      for (int64_t i = k; i < k + g.group; ++i) fused_step<E, MR, PANELS>(rec, i, a, lda, ml, mh, acc);
+      for (int64_t i = k; i < k + g.group; ++i) fused_step<E, MR, PANELS>(rec, i, a, lda, m, acc);
     }
   }
 #pragma GCC unroll 4

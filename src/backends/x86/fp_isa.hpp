@@ -13,7 +13,8 @@
 //     E4M3:             16 bytes, byte j = code of column j
 //     FP6 (E2M3, E3M2): 12 bytes: 8 bytes of low nibbles (byte i: column 2i low, 2i+1 high nibble), then
 //                       4 bytes of the top two bits (byte b, bits 2q..2q+1 = column 4q + b)
-//     FP4 (E2M1):       8 bytes of nibbles (byte i: column 2i low, 2i+1 high nibble)
+//     FP4 (E2M1):       8 bytes of nibbles (byte i: column i low, column i + 8 high nibble), each code
+//                       stored xor 0xF (kFpE2M1CodeXor: padding bytes 0xFF are +0; see Decoding)
 //   panel p at byte p * k_pad * record_bytes, record k at k * record_bytes within it.
 //
 // Decoding, exact (every code value is an f32): a decoded code is its value times 2^-kFpDecodeExp[elem],
@@ -22,7 +23,10 @@
 //       value * 2^-8 (FP16's exponent bias is 15, E4M3's 7; subnormals map to subnormals).
 //   E3M2: the magnitude bits shifted under an f32 exponent (as_float(mag << 21)), sign or'ed in: value *
 //       2^(3 - 127).
-//   E2M1, E2M3: a vpshufb table of the code's value times 2^p (integers: E2M1 x2, E2M3 x8), to f32.
+//   E2M3: a vpshufb table of the code's value times 8 (an integer), to f32.
+//   E2M1: each byte of the record widened to a 32-bit lane, its two nibbles looked up in a vpshufb table of
+//       2 * value + 12 (0..24; the lane's three zero bytes must look up 0, which is why stored codes are
+//       flipped so that index 0 is -6), to f32, then one FMA with the multiplier and -12 * multiplier.
 // s is the weight's per-group scale where it is folded (MX E8M0 per 1x32, NVFP4 E4M3 per 1x16): each
 // decoded weight is then exactly value * s, which process checks (the layer otherwise takes the
 // reference). Per-tensor / per-channel f32 scales are applied once in the epilogue, 128x128 f32 block
@@ -38,6 +42,7 @@ enum class FpElem : uint8_t { kE4M3, kE3M2, kE2M3, kE2M1 };
 // By FpElem: the power of two a decoded code lacks (above); MX multipliers 2^(e8m0 - 127 + this) must be
 // normal f32 (checked at process, fp_common.cpp).
 constexpr int kFpDecodeExp[4] = {8, 124, -3, -1};
+constexpr uint32_t kFpE2M1CodeXor = 0x0F;
 
 // How the per-group multiplier of a panel is made from its scale bytes grp[p][group][16].
 enum class FpGroupScale : uint8_t {

@@ -118,7 +118,7 @@ class FpAvx2Kernel final : public LinearKernel {
   Verdict can_implement(const LinearConfig& config) const override;
   Result<Tensor> row_major_weight(const LinearLayer& layer) const override;
   bool supports_pre_processed_weights() const override { return true; }
-  uint32_t processed_layout_version() const override { return 1; }
+  uint32_t processed_layout_version() const override { return 2; }  // 2: FP4 records (fp_isa.hpp)
 
  protected:
   Status process_impl(LinearLayer& layer) const override;
