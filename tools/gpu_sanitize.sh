@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the GPU test program under each compute-sanitizer tool and prints one line per tool.
 #   tools/gpu_sanitize.sh BUILD_DIR [LOG_DIR]
-# memcheck (with leak checking) covers the whole functional suite; racecheck, initcheck and synccheck
-# (each 10-100x slower) cover CudaSanitizer.* (small shapes of every kernel and route), the activation
+# memcheck (with leak checking) covers the whole functional suite but the planted allocation failure;
+# racecheck, initcheck and synccheck (each 10-100x slower) cover CudaSanitizer.* (small shapes of every kernel and route), the activation
 # quantizers and the pre-quantized paths. initcheck runs with QLINEAR_CUDA_POISON_SCRATCH=1 (cuda_util.cpp):
 # it does not track cuBLASLt's TMA stores, so scratch that cuBLASLt wrote would look uninitialized; poisoned
 # scratch is initialized for it, and a real unwritten read then shows as NaN outputs the tests reject.
@@ -41,7 +41,7 @@ run_tool() {  # tool filter timeout_s [extra options]
   fi
   [ "$rc" -eq 0 ] || status=1
 }
-run_tool memcheck '*' 600 --leak-check full
+run_tool memcheck '*-CudaMemory.AllocationFailureIsAnError' 600 --leak-check full  # its failing cudaMalloc is the point
 run_tool racecheck "$small" 300
 QLINEAR_CUDA_POISON_SCRATCH=1 run_tool initcheck "$small" 300
 run_tool synccheck "$small" 300

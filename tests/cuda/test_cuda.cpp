@@ -593,6 +593,18 @@ TEST(CudaKernels, ApplyRefusesHostTensors) {
   EXPECT_NE(on_host.message().find("is on cpu"), std::string::npos) << on_host.message();
 }
 
+// Device allocation failure is an error naming the size and the tensor, and leaves the device usable. (The
+// failing cudaMalloc is an API error to compute-sanitizer: tools/gpu_sanitize.sh runs this test outside it.)
+TEST(CudaMemory, AllocationFailureIsAnError) {
+  QL_REQUIRE_SM90();
+  const auto huge = cuda::empty(DType::kF32, {int64_t{1} << 40}, 0);  // 4 TiB
+  ASSERT_FALSE(huge.is_ok());
+  EXPECT_NE(huge.message().find("cudaMalloc(4398046511104 bytes for f32[1099511627776])"), std::string::npos)
+      << huge.message();
+  EXPECT_NE(huge.message().find("cudaErrorMemoryAllocation"), std::string::npos) << huge.message();
+  EXPECT_TRUE(cuda::to_device(random_normal(DType::kF32, {3, 5}, 9)).is_ok());
+}
+
 TEST(CudaMemory, RoundTripAndStreams) {
   QL_REQUIRE_SM90();
   const Tensor h = random_normal(DType::kF32, {3, 5}, 9);
@@ -606,13 +618,7 @@ TEST(CudaMemory, RoundTripAndStreams) {
   const auto no_device = cuda::empty(DType::kF32, {1}, 999);
   ASSERT_FALSE(no_device.is_ok());
   EXPECT_NE(no_device.message().find("CUDA device 999 does not exist"), std::string::npos) << no_device.message();
-  // Device allocation failure is an error naming the size and the tensor, and leaves the device usable.
-  const auto huge = cuda::empty(DType::kF32, {int64_t{1} << 40}, 0);  // 4 TiB
-  ASSERT_FALSE(huge.is_ok());
-  EXPECT_NE(huge.message().find("cudaMalloc(4398046511104 bytes for f32[1099511627776])"), std::string::npos)
-      << huge.message();
-  EXPECT_NE(huge.message().find("cudaErrorMemoryAllocation"), std::string::npos) << huge.message();
-  EXPECT_TRUE(cuda::to_device(h).is_ok());
+
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
   {
