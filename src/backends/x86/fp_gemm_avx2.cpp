@@ -46,7 +46,8 @@ float pow2(int e) {  // 2^e for e in [-149, 127]
   return f;
 }
 
-// 16 codes of one record as bytes (E4M3, FP6; FP4 records are read by decode itself).
+// 16 codes of one record as bytes: E4M3 codes; FP6 codes as s00mmmmm (sign to bit 7). FP4 records are
+// read by decode itself.
 template <FpElem E>
 __m128i load_codes(const uint8_t* rec) {
   if constexpr (E == FpElem::kE4M3) {
@@ -60,7 +61,10 @@ __m128i load_codes(const uint8_t* rec) {
     // Dword q (columns 4q..4q+3) shifted right by 2q puts byte b's bits 2q..2q+1 at bits 0..1 of byte b.
     __m128i t = _mm_srlv_epi32(_mm_set1_epi32(top), _mm_setr_epi32(0, 2, 4, 6));
     t = _mm_and_si128(t, _mm_set1_epi8(0x03));
-    return _mm_or_si128(nib, _mm_slli_epi16(t, 4));  // values <= 3 << 4: no carry across bytes
+    // Code bit 4 to bit 4, bit 5 (the sign) to bit 7: the byte is then s00mmmmm, as decode wants it.
+    const __m128i place = _mm_setr_epi8(0x00, 0x10, static_cast<char>(0x80), static_cast<char>(0x90), 0, 0, 0, 0,
+                                        0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm_or_si128(nib, _mm_shuffle_epi8(place, t));
   }
 }
 
@@ -85,34 +89,15 @@ __attribute__((always_inline)) inline void decode(const uint8_t* rec, const Mult
     return;
   }
   const __m128i c = load_codes<E>(rec);
-  __m256 lo, hi;
-  if constexpr (E == FpElem::kE4M3) {
-    // The code as an FP16 bit pattern: sign to bit 15, exponent and mantissa to bits 13..7 (sign-extended
-    // bytes shifted left 7, bit 14 cleared); FP16's bias 15 against E4M3's 7 makes it value * 2^-8,
-    // subnormals included. F16C widens 8 at a time.
-    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(c), 7),
-                                       _mm256_set1_epi16(static_cast<int16_t>(0xBFFF)));
-    lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
-    hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
-  } else if constexpr (E == FpElem::kE3M2) {
-    // Magnitude bits under an f32 exponent (value * 2^(3 - 127)), sign from bit 5 to bit 31.
-    const __m256i mag = _mm256_set1_epi32(0x1F), sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-    const __m256i d0 = _mm256_cvtepu8_epi32(c), d1 = _mm256_cvtepu8_epi32(_mm_srli_si128(c, 8));
-    lo = _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(d0, mag), 21),
-                                             _mm256_and_si256(_mm256_slli_epi32(d0, 26), sign)));
-    hi = _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(d1, mag), 21),
-                                             _mm256_and_si256(_mm256_slli_epi32(d1, 26), sign)));
-  } else {
-    // E2M3: vpshufb tables of the value times 8 (magnitudes 0..15, 16..31), sign applied on the bytes.
-    const __m128i t0 = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m128i t1 = _mm_setr_epi8(16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44, 48, 52, 56, 60);
-    const __m128i mag = _mm_and_si128(c, _mm_set1_epi8(0x1F));
-    const __m128i big = _mm_cmpgt_epi8(mag, _mm_set1_epi8(15));
-    __m128i v = _mm_blendv_epi8(_mm_shuffle_epi8(t0, mag), _mm_shuffle_epi8(t1, mag), big);
-    v = _mm_sign_epi8(v, _mm_slli_epi16(c, 2));  // bit 5 (sign) to bit 7; c = 0 only when v = 0
-    lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
-    hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)));
-  }
+  // The code as an FP16 bit pattern: sign to bit 15, the magnitude bits under it so that the code's exponent
+  // field is the low end of FP16's (sign-extended bytes shifted left; E4M3 and E2M3 then clear bit 14, where
+  // the sign also lands). FP16 subnormals are the code's subnormals, so the value is exact times
+  // 2^-kDecodeExp (FP16's exponent bias 15 less the code's: E4M3 7, E3M2 3, E2M3 1). F16C widens 8 at a time.
+  constexpr int shift = E == FpElem::kE3M2 ? 8 : 7;  // E4M3 s eeee mmm, E2M3 s00 ee mmm; E3M2 s00 eee mm
+  __m256i h = _mm256_slli_epi16(_mm256_cvtepi8_epi16(c), shift);
+  if constexpr (shift == 7) h = _mm256_and_si256(h, _mm256_set1_epi16(static_cast<int16_t>(0xBFFF)));
+  const __m256 lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+  const __m256 hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
   out_lo = _mm256_mul_ps(lo, m.lo);
   out_hi = _mm256_mul_ps(hi, m.hi);
 }

@@ -19,11 +19,9 @@
 //
 // Decoding, exact (every code value is an f32): a decoded code is its value times 2^-kFpDecodeExp[elem],
 // times a multiplier 2^kFpDecodeExp[elem] * s:
-//   E4M3: the code as an FP16 bit pattern (sign to bit 15, the other bits under it), widened by F16C:
-//       value * 2^-8 (FP16's exponent bias is 15, E4M3's 7; subnormals map to subnormals).
-//   E3M2: the magnitude bits shifted under an f32 exponent (as_float(mag << 21)), sign or'ed in: value *
-//       2^(3 - 127).
-//   E2M3: a vpshufb table of the code's value times 8 (an integer), to f32.
+//   E4M3, E3M2, E2M3: the code as an FP16 bit pattern (sign to bit 15, the other bits under it so that
+//       the code's exponent field is the low end of FP16's), widened by F16C: value * 2^-(15 - bias)
+//       (FP16's exponent bias is 15; subnormals map to subnormals).
 //   E2M1: each byte of the record widened to a 32-bit lane, its two nibbles looked up in a vpshufb table of
 //       2 * value + 12 (0..24; the lane's three zero bytes must look up 0, which is why stored codes are
 //       flipped so that index 0 is -6), to f32, then one FMA with the multiplier and -12 * multiplier.
@@ -41,7 +39,7 @@ enum class FpElem : uint8_t { kE4M3, kE3M2, kE2M3, kE2M1 };
 
 // By FpElem: the power of two a decoded code lacks (above); MX multipliers 2^(e8m0 - 127 + this) must be
 // normal f32 (checked at process, fp_common.cpp).
-constexpr int kFpDecodeExp[4] = {8, 124, -3, -1};
+constexpr int kFpDecodeExp[4] = {8, 12, 14, -1};
 constexpr uint32_t kFpE2M1CodeXor = 0x0F;
 
 // How the per-group multiplier of a panel is made from its scale bytes grp[p][group][16].
