@@ -3,8 +3,9 @@
 // quantize --ignore), checked before std::regex sees them. libstdc++'s std::regex compiles a pattern by
 // recursion, once per nesting level, so a 200 KB pattern of nested groups overflows the stack (finding R7
 // in docs/RELIABILITY.md); and it reads a brace count or back-reference number into a signed long without
-// an overflow check, undefined behaviour from 19 digits on (R5). Real patterns are under 300 characters,
-// and their counts a few digits.
+// an overflow check, undefined behaviour from 19 digits on (R5); and it matches by backtracking, so a
+// repetition of a repetition (".**", "(a+)*") takes exponential time on a name it does not match (R8).
+// Real patterns are under 300 characters, their counts a few digits, their repetition one level deep.
 #include <cstddef>
 #include <regex>
 #include <string>

@@ -153,6 +153,35 @@ TEST(Finding, R5_RegexWithAHugeCountIsRefusedBeforeStdRegex) {
 }
 
 
+// R8 (src/core/regex_limits.cpp; std::regex in quant_config.cpp's "re:" entries, --layers, --ignore): found by
+// fuzz_quant_config in session 3's 10-minute campaign (591 527 executions): a Quark "exclude" entry
+// "re:.********layers\\.0\\..*" (a quantifier on a quantifier) made std::regex backtrack exponentially on
+// every layer name it did not match: one input ran past the fuzzer's 10 s limit, and a replay did not end
+// in 10 minutes. Fixed: a repetition of a repetition (".**", "(a+)*", "(.*x){2,}") is refused before
+// std::regex sees it, naming the pattern and the position; "*?" (lazy) and one level of repetition pass.
+TEST(Finding, R8_NestedRepetitionIsRefusedBeforeStdRegex) {
+  auto quark = parse_quant_config(R"({"quantization_config": {"quant_method": "quark",
+      "global_quant_config": {"weight": {"dtype": "fp8_e4m3", "qscheme": "per_tensor", "is_dynamic": false}},
+      "exclude": ["lm_head", "re:.********layers\\.0\\..*"], "export": {"pack_method": "reorder"}}})",
+                                  "config.json");
+  ASSERT_FALSE(quark);
+  expect_contains(quark.message(), "config.json: quantization_config.exclude[1]: regex \".********layers\\.0\\..*\" "
+                                   "repeats a repetition at character 3");
+  for (const char* bad : {".**", "a+*", "x*+", "(a+)*b", "(.*x){2,}", "((ab)*c)+", "(a{2,5})*", ".*??", "a{2}{3}", "a{1}*"}) {
+    EXPECT_FALSE(check_regex_limits(bad)) << bad;
+  }
+  for (const char* ok : {".*mlp\\.gate$", "(.*\\.)?layers\\..*", ".*?x", "(?:q|k|v)_proj", "model\\.layers\\.\\d+\\.mlp",
+                         "[*+]+", "\\*\\*", "(a?)*", ".*self_attn.(k|v)_proj$", "x{3,}y*"}) {
+    EXPECT_TRUE(check_regex_limits(ok)) << ok << ": " << check_regex_limits(ok).message();
+  }
+  // --layers (the loader) goes through the same check.
+  LoadOptions o;
+  o.layer_regex = "(.*proj)+x";
+  auto model = load_checkpoint(std::string(QLINEAR_SOURCE_DIR) + "/tests/fixtures/w8a8-fp8-tensor", o);
+  ASSERT_FALSE(model);
+  expect_contains(model.message(), "layer regex (--layers): regex \"(.*proj)+x\" repeats a repetition");
+}
+
 // A copy of a real fixture whose config.json or model.safetensors is replaced by `text`.
 std::string fixture_with(const TempDir& dir, const std::string& file, const std::string& bytes) {
   const std::string ckpt = dir / "ckpt";
