@@ -263,19 +263,13 @@ TEST(X86Avx2Fp, ActivationQuantizerIsBitIdenticalToTheReference) {
 TEST(X86Avx2Fp, MxScalesOutOfFoldRangeTakeTheReference) {
   const LinearKernel& k = x86::kAvx2Mxfp4;
   QL_SKIP_UNLESS_SUPPORTED(k);
-  const Case c{5, 40, 96, DType::kBF16, DType::kF32, true};
-  LinearLayer layer = x86_test::make_layer(*find_scheme("w4a16-mxfp4"), c, 9);
-  uint8_t* e = static_cast<uint8_t*>(layer.params.at("weight_scale").raw());
-  e[0] = 1;    // 2^-126: 0.5 * 2^-126 is an f32 subnormal
-  e[5] = 140;  // 2^13: the E2M1 table's multiplier is still normal, the values too
-  LinearLayer ref_layer = layer;
-  ASSERT_TRUE(k.process_weights_after_loading(layer));
-  ASSERT_TRUE(x86_test::reference_for(Family::kMxfp4).process_weights_after_loading(ref_layer));
-  const Tensor x = random_normal(DType::kBF16, {c.m, c.k}, 10);
-  auto got = k.apply(layer, Activation::dense(x));
-  auto want = x86_test::reference_for(Family::kMxfp4).apply(ref_layer, Activation::dense(x));
-  ASSERT_TRUE(got && want);
-  EXPECT_EQ(std::memcmp(got->raw(), want->raw(), static_cast<size_t>(got->nbytes())), 0);
+  auto r = x86_test::run_with_edited_scales(k, *find_scheme("w4a16-mxfp4"), {5, 40, 96, DType::kBF16, DType::kF32, true},
+                                            9, [](uint8_t* e, int64_t) {
+                                              e[0] = 1;    // 2^-126: 0.5 * 2^-126 is an f32 subnormal
+                                              e[5] = 140;  // 2^13: the multiplier is still normal, the values too
+                                            });
+  ASSERT_TRUE(r);
+  EXPECT_EQ(std::memcmp(r->got.raw(), r->want.raw(), static_cast<size_t>(r->got.nbytes())), 0);
 }
 
 // MXFP8 scales far from 1 (2^73, 2^-107): E4M3 decodes through FP16 (value * 2^-8) with the multiplier
@@ -285,24 +279,18 @@ TEST(X86Avx2Fp, Mxfp8ScalesFarFromOneStayExact) {
   const LinearKernel& k = x86::kAvx2Mxfp8;
   QL_SKIP_UNLESS_SUPPORTED(k);
   const Case c{3, 32, 96, DType::kF32, DType::kF32, false};
-  LinearLayer layer = x86_test::make_layer(*find_scheme("w8a16-mxfp8"), c, 31);
-  uint8_t* e = static_cast<uint8_t*>(layer.params.at("weight_scale").raw());
-  for (int64_t i = 0; i < c.n * (c.k / 32); ++i) e[i] = i % 3 == 0 ? 200 : (i % 3 == 1 ? 20 : 127);
-  LinearLayer ref_layer = layer;
-  ASSERT_TRUE(k.process_weights_after_loading(layer));
-  ASSERT_TRUE(x86_test::reference_for(Family::kMxfp8).process_weights_after_loading(ref_layer));
-  const Tensor x = random_normal(DType::kF32, {c.m, c.k}, 32);
-  auto got = k.apply(layer, Activation::dense(x));
-  auto want = x86_test::reference_for(Family::kMxfp8).apply(ref_layer, Activation::dense(x));
-  ASSERT_TRUE(got && want);
-  auto wd = reference::dequantized_weight(ref_layer);
+  auto r = x86_test::run_with_edited_scales(k, *find_scheme("w8a16-mxfp8"), c, 31, [](uint8_t* e, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) e[i] = i % 3 == 0 ? 200 : (i % 3 == 1 ? 20 : 127);
+  });
+  ASSERT_TRUE(r);
+  auto wd = reference::dequantized_weight(r->ref_layer);
   ASSERT_TRUE(wd);
   for (int64_t i = 0; i < c.m; ++i) {
     for (int64_t j = 0; j < c.n; ++j) {
       double mag = 0;
-      for (int64_t kk = 0; kk < c.k; ++kk) mag += std::fabs(x.data<float>()[i * c.k + kk] * wd->data<double>()[j * c.k + kk]);
-      const double g = got->data<float>()[i * c.n + j], r = want->data<float>()[i * c.n + j];
-      EXPECT_LE(std::fabs(g - r), c.k * 0x1p-24 * mag + std::ldexp(std::fabs(r), -23)) << i << "," << j;
+      for (int64_t kk = 0; kk < c.k; ++kk) mag += std::fabs(r->x.data<float>()[i * c.k + kk] * wd->data<double>()[j * c.k + kk]);
+      const double g = r->got.data<float>()[i * c.n + j], want = r->want.data<float>()[i * c.n + j];
+      EXPECT_LE(std::fabs(g - want), c.k * 0x1p-24 * mag + std::ldexp(std::fabs(want), -23)) << i << "," << j;
     }
   }
 }

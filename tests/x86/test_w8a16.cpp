@@ -70,18 +70,14 @@ TEST(X86W8A16, MxScalesOutOfBf16RangeTakeTheExactPath) {
   const LinearKernel& k = x86::kAvx512Bf16Mxfp8W8A16;
   QL_SKIP_UNLESS_SUPPORTED(k);
   const Case c{5, 40, 96, DType::kBF16, DType::kF32, true};
-  LinearLayer layer = x86_test::make_layer(*find_scheme("w8a16-mxfp8"), c, 9);
   // 2^-125 and 2^120: folded into BF16 they would leave its normal range (row 1 then overflows f32: inf).
-  uint8_t* e = static_cast<uint8_t*>(layer.params.at("weight_scale").raw());
-  e[0] = 2;
-  e[5] = 247;
-  LinearLayer ref_layer = layer;
-  ASSERT_TRUE(k.process_weights_after_loading(layer));
-  ASSERT_TRUE(x86_test::reference_for(Family::kMxfp8).process_weights_after_loading(ref_layer));
-  const Tensor x = random_normal(DType::kBF16, {c.m, c.k}, 10);
-  auto got = k.apply(layer, Activation::dense(x));
-  auto want = x86_test::reference_for(Family::kMxfp8).apply(ref_layer, Activation::dense(x));
-  ASSERT_TRUE(got && want);
+  auto r = x86_test::run_with_edited_scales(k, *find_scheme("w8a16-mxfp8"), c, 9, [](uint8_t* e, int64_t) {
+    e[0] = 2;
+    e[5] = 247;
+  });
+  ASSERT_TRUE(r);
+  const Tensor* got = &r->got;
+  const Tensor* want = &r->want;
   for (int64_t i = 0; i < c.m * c.n; ++i) {
     const double g = element_as_double(*got, i), r = element_as_double(*want, i);
     if (g == r) continue;  // includes the rows whose 2^120-scaled weights overflow f32 in both

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -122,6 +123,40 @@ inline void expect_matches_reference(const LinearKernel& kernel, const Scheme& s
     }
   }
   EXPECT_EQ(bad, 0) << bad << " outputs out of tolerance (worst err/tol " << worst << ")";
+}
+
+// One layer of `scheme` whose weight scale codes `edit` overwrites (codes, count) before the kernel under
+// test and the reference process it, both applied to the same activation random_normal(c.in, seed + 1):
+// for scales at the edges of a kernel's exact range. Adds a failure and returns nothing if a step fails.
+struct EditedScalesRun {
+  LinearLayer ref_layer;
+  Tensor x, got, want;
+};
+template <class Edit>
+std::optional<EditedScalesRun> run_with_edited_scales(const LinearKernel& kernel, const Scheme& scheme, const Case& c,
+                                                      uint64_t seed, Edit&& edit) {
+  LinearLayer layer = make_layer(scheme, c, seed);
+  Tensor& scales = layer.params.at("weight_scale");
+  edit(static_cast<uint8_t*>(scales.raw()), scales.numel());
+  EditedScalesRun r{layer, random_normal(c.in, {c.m, c.k}, seed + 1), {}, {}};
+  const LinearKernel& ref = reference_for(scheme.family);
+  if (Status s = kernel.process_weights_after_loading(layer); !s) {
+    ADD_FAILURE() << kernel.name() << ": " << s.message();
+    return std::nullopt;
+  }
+  if (Status s = ref.process_weights_after_loading(r.ref_layer); !s) {
+    ADD_FAILURE() << ref.name() << ": " << s.message();
+    return std::nullopt;
+  }
+  auto got = kernel.apply(layer, Activation::dense(r.x));
+  auto want = ref.apply(r.ref_layer, Activation::dense(r.x));
+  if (!got || !want) {
+    ADD_FAILURE() << "apply: " << (got ? want.message() : got.message());
+    return std::nullopt;
+  }
+  r.got = *got;
+  r.want = *want;
+  return r;
 }
 
 // Many threads applying one processed layer at once give bit-identical results to one call.
