@@ -560,6 +560,63 @@ TEST(CudaSanitizer, SmallShapesOfEveryRoute) {
   check_kernel({&cuda::kSm90Mxfp4, *find_scheme("w4a16-mxfp4"), 9, 64, 64});
 }
 
+// ---- Processed weights: export, import (the weight cache) ------------------------------------------------
+
+// A layer processed by a CUDA kernel, exported to host tensors and imported into an unprocessed copy, gives
+// byte-identical outputs; a tampered layout field is refused with its name.
+TEST(CudaKernels, ProcessedWeightsRoundTrip) {
+  QL_REQUIRE_SM90();
+  struct Case {
+    const LinearKernel* kernel;
+    const char* scheme;
+    int64_t m, n, k;
+  };
+  const std::vector<Case> cases = {
+      {&cuda::kSm90Fp8ScaledMM, "w8a8-fp8-tensor", 17, 64, 256},   {&cuda::kSm90Fp8ScaledMM, "w8a8-fp8-channel", 3, 75, 999},
+      {&cuda::kSm90Fp8BlockScaled, "w8a8-fp8-block", 33, 256, 384}, {&cuda::kSm90Int8ScaledMM, "w8a8-int8-static-asym", 9, 64, 96},
+      {&cuda::kSm90Fp8WeightOnly, "w8a16-fp8", 40, 72, 256},        {&cuda::kSm90Mxfp8, "w8a16-mxfp8", 24, 40, 160},
+      {&cuda::kSm90Mxfp6, "w6a16-mxfp6-e3m2", 2, 48, 96},           {&cuda::kSm90Mxfp4, "w4a16-mxfp4", 9, 64, 64},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.kernel->name()) + " " + c.scheme);
+    ASSERT_TRUE(c.kernel->supports_pre_processed_weights());
+    MakeLayerOptions opt;
+    auto layer = quantize_layer("cache_test", *find_scheme(c.scheme), random_normal(DType::kF32, {c.n, c.k}, 41, 0.05), opt);
+    ASSERT_TRUE(layer) << layer.message();
+    Tensor& ws = layer->params["weight_scale"];
+    if (ws.dtype() == DType::kU8 && find_scheme(c.scheme)->weight_key.scale.dtype == DType::kE8M0) {
+      ws = Tensor::from_blob(ws.raw(), DType::kE8M0, ws.shape(), ws.owner());
+    }
+    LinearLayer fresh = *layer;
+    LinearLayer tampered = *layer;
+    ASSERT_TRUE(c.kernel->process_weights_after_loading(*layer));
+    auto exported = c.kernel->export_processed(*layer);
+    ASSERT_TRUE(exported) << exported.message();
+    const Status is = c.kernel->import_processed(fresh, *exported);
+    ASSERT_TRUE(is) << is.message();
+
+    const Tensor xd = cuda::to_device(to_dtype(random_normal(DType::kF32, {c.m, c.k}, 42, 1.0), DType::kBF16)).value();
+    Tensor a = cuda::empty(DType::kBF16, {c.m, c.n}).value(), b = cuda::empty(DType::kBF16, {c.m, c.n}).value();
+    ASSERT_TRUE(cuda::fill_bytes(a, 0xFF).is_ok() && cuda::fill_bytes(b, 0x7F).is_ok());  // different poisons
+    const Status sa = c.kernel->apply(*layer, Activation::dense(xd), nullptr, a);
+    const Status sb = c.kernel->apply(fresh, Activation::dense(xd), nullptr, b);
+    ASSERT_TRUE(sa && sb) << (sa ? sb.message() : sa.message());
+    const Tensor ha = cuda::to_host(a).value(), hb = cuda::to_host(b).value();
+    EXPECT_EQ(std::memcmp(ha.raw(), hb.raw(), static_cast<size_t>(ha.nbytes())), 0);
+
+    ProcessedWeights bad = *exported;
+    for (auto& [name, t] : bad.tensors) {
+      if (name == "meta") {
+        t = t.clone();
+        t.data<int64_t>()[2] += 32;  // row_bytes
+      }
+    }
+    const Status ts = c.kernel->import_processed(tampered, bad);
+    ASSERT_FALSE(ts);
+    EXPECT_NE(ts.message().find("processed field row_bytes"), std::string::npos) << ts.message();
+  }
+}
+
 // ---- Declining, with reasons -------------------------------------------------------------------------
 
 TEST(CudaKernels, DeclineWithReasons) {

@@ -11,6 +11,7 @@
 #include "backends/cuda/dequant_bf16.hpp"
 #include "backends/cuda/int8_scaled_mm.hpp"
 #include "backends/cuda/weight_stream.hpp"
+#include "core/processed_io.hpp"
 
 namespace qlinear::cuda {
 
@@ -103,6 +104,58 @@ struct LayerState {
 };
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// The device layout a layer's config implies: process_impl builds it, import_impl checks what it reads
+// against it.
+struct LayoutPlan {
+  WeightFormat format = WeightFormat::kE4M3;
+  WeightScale scale_kind = WeightScale::kRow;
+  int64_t row_bytes = 0;  // bytes of one weight row on the device
+  int64_t k_valid = 0;    // K as the GEMMs see it
+  int64_t ws_ld = 0;      // scale row length (kMx32: K / 32; kBlock128: K blocks padded to 4)
+  Shape w_shape() const { return {n, row_bytes}; }
+  Shape scale_shape() const {
+    if (scale_kind == WeightScale::kMx32) return {n, ws_ld};
+    if (scale_kind == WeightScale::kBlock128) return {(n + 127) / 128, ws_ld};
+    return {n};
+  }
+  DType scale_dtype() const { return scale_kind == WeightScale::kMx32 ? DType::kU8 : DType::kF32; }
+  int64_t n = 0;
+};
+
+LayoutPlan plan_layout(const LinearConfig& c) {
+  const QuantKey& wk = c.weight_key;
+  LayoutPlan p;
+  p.n = c.n;
+  if (wk.dtype == DType::kF8E4M3 || wk.dtype == DType::kI8) {
+    // Rows padded with zero codes to a multiple of 32: 16-byte loads, and a K cuBLASLt accepts.
+    p.format = WeightFormat::kE4M3;  // (the streaming kernels' format; INT8 only takes the cuBLASLt route)
+    p.k_valid = round_up(c.k, 32);
+    p.row_bytes = p.k_valid;
+  } else {
+    p.format = wk.dtype == DType::kF6E2M3   ? WeightFormat::kE2M3
+               : wk.dtype == DType::kF6E3M2 ? WeightFormat::kE3M2
+                                            : WeightFormat::kE2M1;
+    p.k_valid = c.k;  // MX: K is a multiple of 32 (check_config)
+    p.row_bytes = storage_bytes(wk.dtype, c.k);
+  }
+  if (wk.scale.dtype == DType::kE8M0) {
+    p.scale_kind = WeightScale::kMx32;
+    p.ws_ld = c.k / 32;
+  } else if (wk.scale.group == kBlock128x128) {
+    // Rows of K-block scales padded to a multiple of 4 (16 bytes): cuBLASLt's BLK128x128 mode reads them so
+    // (found on a real checkpoint with K = 384, 3 blocks a row: unpadded rows gave wrong outputs).
+    p.scale_kind = WeightScale::kBlock128;
+    p.ws_ld = round_up((c.k + 127) / 128, 4);
+  } else {
+    p.scale_kind = WeightScale::kRow;
+  }
+  return p;
+}
+
+bool asymmetric_int8(const LinearConfig& c) {
+  return c.weight_key.dtype == DType::kI8 && c.activation_key && !c.activation_key->symmetric;
+}
 
 // What the kDequantBf16 route needs of a layer's config (the data check, bf16_exact, comes at process).
 Verdict bf16_route_verdict(const LinearConfig& c) {
@@ -201,19 +254,21 @@ Status CudaLinearKernel::process_impl(LinearLayer& layer) const {
   QL_CUDA_CHECK(cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, st->device));
 
   const QuantKey& wk = c.weight_key;
+  const LayoutPlan plan = plan_layout(c);
+  st->format = plan.format;
+  st->scale_kind = plan.scale_kind;
+  st->row_bytes = plan.row_bytes;
+  st->k_valid = plan.k_valid;
+  st->ws_ld = plan.ws_ld;
   const Tensor wc = weight.contiguous();
-  if (wk.dtype == DType::kF8E4M3 || wk.dtype == DType::kI8) {
-    // Rows padded with zero codes to a multiple of 32: 16-byte loads, and a K cuBLASLt accepts.
-    st->format = WeightFormat::kE4M3;  // (the streaming kernels' format; INT8 only takes the cuBLASLt route)
-    st->k_valid = round_up(c.k, 32);
-    st->row_bytes = st->k_valid;
+  if (plan.format == WeightFormat::kE4M3) {
     std::vector<uint8_t> padded(static_cast<size_t>(c.n * st->row_bytes), 0);
     for (int64_t r = 0; r < c.n; ++r) {
       std::memcpy(padded.data() + r * st->row_bytes, static_cast<const uint8_t*>(wc.raw()) + r * c.k,
                   static_cast<size_t>(c.k));
     }
-    QL_ASSIGN_OR_RETURN(st->w, upload(padded.data(), padded.size(), DType::kU8, {c.n, st->row_bytes}, st->device));
-    if (wk.dtype == DType::kI8 && c.activation_key && !c.activation_key->symmetric) {
+    QL_ASSIGN_OR_RETURN(st->w, upload(padded.data(), padded.size(), DType::kU8, plan.w_shape(), st->device));
+    if (asymmetric_int8(c)) {
       // Asymmetric activations x = s (q - z): the epilogue subtracts z * sum_k w[n, k].
       std::vector<int64_t> colsum(static_cast<size_t>(c.n), 0);
       for (int64_t r = 0; r < c.n; ++r) {
@@ -224,44 +279,33 @@ Status CudaLinearKernel::process_impl(LinearLayer& layer) const {
                                                st->device));
     }
   } else {
-    st->format = wk.dtype == DType::kF6E2M3   ? WeightFormat::kE2M3
-                 : wk.dtype == DType::kF6E3M2 ? WeightFormat::kE3M2
-                                              : WeightFormat::kE2M1;
-    st->k_valid = c.k;  // MX: K is a multiple of 32 (check_config)
-    st->row_bytes = storage_bytes(wk.dtype, c.k);
-    QL_ASSIGN_OR_RETURN(st->w, upload(wc.raw(), static_cast<size_t>(wc.nbytes()), DType::kU8, {c.n, st->row_bytes},
+    QL_ASSIGN_OR_RETURN(st->w, upload(wc.raw(), static_cast<size_t>(wc.nbytes()), DType::kU8, plan.w_shape(),
                                       st->device));
   }
 
-  if (wk.scale.dtype == DType::kE8M0) {
-    st->scale_kind = WeightScale::kMx32;
-    st->ws_ld = c.k / 32;
+  if (plan.scale_kind == WeightScale::kMx32) {
     const Tensor s = scale.contiguous();
     int lo = 0, hi = 0;
     bf16_exact_mx_range(st->format, lo, hi);
     const uint8_t* b = static_cast<const uint8_t*>(s.raw());
     const auto [mn, mx] = std::minmax_element(b, b + s.nbytes());
     st->bf16_exact = s.nbytes() == 0 || (*mn >= lo && *mx <= hi);
-    QL_ASSIGN_OR_RETURN(st->w_scale, upload(s.raw(), static_cast<size_t>(s.nbytes()), DType::kU8,
-                                            {c.n, st->ws_ld}, st->device));
-  } else if (wk.scale.group == kBlock128x128) {
-    // Rows of K-block scales padded to a multiple of 4 (16 bytes): cuBLASLt's BLK128x128 mode reads them so
-    // (found on a real checkpoint with K = 384, 3 blocks a row: unpadded rows gave wrong outputs).
-    st->scale_kind = WeightScale::kBlock128;
+    QL_ASSIGN_OR_RETURN(st->w_scale, upload(s.raw(), static_cast<size_t>(s.nbytes()), DType::kU8, plan.scale_shape(),
+                                            st->device));
+  } else if (plan.scale_kind == WeightScale::kBlock128) {
     const int64_t nb = (c.n + 127) / 128, kb = (c.k + 127) / 128;
-    st->ws_ld = round_up(kb, 4);
     const Tensor sc = scale.contiguous();
     std::vector<float> padded(static_cast<size_t>(nb * st->ws_ld), 0.0f);
     for (int64_t r = 0; r < nb; ++r) {
       std::copy(sc.data<float>() + r * kb, sc.data<float>() + (r + 1) * kb, padded.begin() + r * st->ws_ld);
     }
-    QL_ASSIGN_OR_RETURN(st->w_scale, upload(padded.data(), padded.size() * sizeof(float), DType::kF32, {nb, st->ws_ld},
-                                            st->device));
+    QL_ASSIGN_OR_RETURN(st->w_scale, upload(padded.data(), padded.size() * sizeof(float), DType::kF32,
+                                            plan.scale_shape(), st->device));
   } else {
-    st->scale_kind = WeightScale::kRow;
     st->bf16_exact = wk.dtype == DType::kF8E4M3;  // codes widen exactly; the f32 row scales stay in the epilogue
     const std::vector<float> rows = row_scales(c, scale);
-    QL_ASSIGN_OR_RETURN(st->w_scale, upload(rows.data(), rows.size() * sizeof(float), DType::kF32, {c.n}, st->device));
+    QL_ASSIGN_OR_RETURN(st->w_scale, upload(rows.data(), rows.size() * sizeof(float), DType::kF32, plan.scale_shape(),
+                                            st->device));
     st->scalar_weight_scale = wk.scale.group.is_per_tensor() && scale.numel() == 1;
     QL_ASSIGN_OR_RETURN(st->w_scale_scalar, upload(rows.data(), sizeof(float), DType::kF32, {1}, st->device));
   }
@@ -279,6 +323,86 @@ Status CudaLinearKernel::process_impl(LinearLayer& layer) const {
   }
   st->bf16_route = !is_w8a8_fp8(c.family) && st->bf16_exact && bf16_route_verdict(c).ok;
   // Finish the uploads before the host staging buffers go away and before apply can run on another stream.
+  QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+  layer.kernel_state = std::move(st);
+  return Status::ok();
+}
+
+// Processed layout version 1: meta I64 [format, scale_kind, row_bytes, k_valid, ws_ld] (checked against the
+// config), flags I64 [scalar_weight_scale, bf16_exact, bf16_route, static_zero_point]; scalars F32
+// [static_input_scale]; w U8 [N, row_bytes]; w_scale (plan's dtype and shape); w_scale_scalar F32 [1] (row
+// scales); w_colsum I64 [N] (INT8 with asymmetric activations). Device buffers are copied to the host on
+// export and uploaded to the current device on import.
+namespace {
+
+constexpr const char* kCudaMetaNames[] = {"format", "scale_kind", "row_bytes", "k_valid", "ws_ld"};
+
+std::vector<int64_t> plan_meta(const LayoutPlan& p) {
+  return {static_cast<int64_t>(p.format), static_cast<int64_t>(p.scale_kind), p.row_bytes, p.k_valid, p.ws_ld};
+}
+
+Status export_device_tensor(ProcessedWeights& w, const char* name, const Tensor& t) {
+  QL_ASSIGN_OR_RETURN(Tensor host, to_host(t));
+  w.tensors.emplace_back(name, std::move(host));
+  return Status::ok();
+}
+
+Result<Tensor> import_device_tensor(const ProcessedWeights& w, const char* name, DType dtype, const Shape& shape,
+                                    int device) {
+  QL_ASSIGN_OR_RETURN(Tensor host, expect_processed_tensor(w, name, dtype, shape));
+  return upload(host.raw(), static_cast<size_t>(host.nbytes()), dtype, shape, device);
+}
+
+}  // namespace
+
+Result<ProcessedWeights> CudaLinearKernel::export_impl(const LinearLayer& layer) const {
+  namespace io = processed_io;
+  const auto* st = static_cast<const LayerState*>(layer.kernel_state.get());
+  DeviceGuard guard;
+  QL_RETURN_IF_ERROR(guard.set(st->device));
+  ProcessedWeights w;
+  LayoutPlan p;
+  p.format = st->format, p.scale_kind = st->scale_kind, p.row_bytes = st->row_bytes, p.k_valid = st->k_valid;
+  p.ws_ld = st->ws_ld;
+  w.tensors.emplace_back("meta", io::meta_tensor(plan_meta(p)));
+  w.tensors.emplace_back("flags", io::meta_tensor({st->scalar_weight_scale ? 1 : 0, st->bf16_exact ? 1 : 0,
+                                                   st->bf16_route ? 1 : 0, st->static_zero_point}));
+  w.tensors.emplace_back("scalars", io::from_vector(std::vector<float>{st->static_input_scale}, DType::kF32));
+  QL_RETURN_IF_ERROR(export_device_tensor(w, "w", st->w));
+  QL_RETURN_IF_ERROR(export_device_tensor(w, "w_scale", st->w_scale));
+  if (st->w_scale_scalar.defined()) QL_RETURN_IF_ERROR(export_device_tensor(w, "w_scale_scalar", st->w_scale_scalar));
+  if (st->w_colsum.defined()) QL_RETURN_IF_ERROR(export_device_tensor(w, "w_colsum", st->w_colsum));
+  return w;
+}
+
+Status CudaLinearKernel::import_impl(LinearLayer& layer, const ProcessedWeights& w) const {
+  namespace io = processed_io;
+  const LinearConfig& c = layer.config;
+  const LayoutPlan p = plan_layout(c);
+  QL_RETURN_IF_ERROR(io::expect_meta(w, plan_meta(p), {std::begin(kCudaMetaNames), std::end(kCudaMetaNames)}));
+  auto st = std::make_shared<LayerState>();
+  QL_CUDA_CHECK(cudaGetDevice(&st->device));
+  QL_CUDA_CHECK(cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, st->device));
+  st->format = p.format, st->scale_kind = p.scale_kind, st->row_bytes = p.row_bytes, st->k_valid = p.k_valid;
+  st->ws_ld = p.ws_ld;
+  std::vector<int64_t> flags;
+  std::vector<float> scalars;
+  QL_RETURN_IF_ERROR(io::to_vector(w, "flags", DType::kI64, 4, flags));
+  QL_RETURN_IF_ERROR(io::to_vector(w, "scalars", DType::kF32, 1, scalars));
+  st->scalar_weight_scale = flags[0] != 0;
+  st->bf16_exact = flags[1] != 0;
+  // The route follows this build's rule for the config, never the file's word alone.
+  st->bf16_route = flags[2] != 0 && !is_w8a8_fp8(c.family) && st->bf16_exact && bf16_route_verdict(c).ok;
+  st->static_zero_point = static_cast<int32_t>(flags[3]);
+  st->static_input_scale = scalars[0];
+  QL_ASSIGN_OR_RETURN(st->w, import_device_tensor(w, "w", DType::kU8, p.w_shape(), st->device));
+  QL_ASSIGN_OR_RETURN(st->w_scale, import_device_tensor(w, "w_scale", p.scale_dtype(), p.scale_shape(), st->device));
+  if (p.scale_kind == WeightScale::kRow) {
+    QL_ASSIGN_OR_RETURN(st->w_scale_scalar, import_device_tensor(w, "w_scale_scalar", DType::kF32, {1}, st->device));
+  }
+  if (asymmetric_int8(c)) {
+    QL_ASSIGN_OR_RETURN(st->w_colsum, import_device_tensor(w, "w_colsum", DType::kI64, {c.n}, st->device));
+  }
   QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
   layer.kernel_state = std::move(st);
   return Status::ok();

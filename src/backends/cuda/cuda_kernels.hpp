@@ -40,12 +40,19 @@ class CudaLinearKernel final : public LinearKernel {
   // rank's slice with scales of the full row.
   std::optional<QuantKey> input_quant_key(const LinearConfig& config) const override;
 
+  // Processed weights (the device buffers, copied to the host) can be saved and imported onto the current
+  // device (the weight cache).
+  bool supports_pre_processed_weights() const override { return true; }
+  uint32_t processed_layout_version() const override { return 1; }
+
   Route route() const { return route_; }
   int64_t stream_max_m() const { return stream_max_m_; }
 
  protected:
   Status process_impl(LinearLayer& layer) const override;
   Status apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const override;
+  Result<ProcessedWeights> export_impl(const LinearLayer& layer) const override;
+  Status import_impl(LinearLayer& layer, const ProcessedWeights& weights) const override;
 
  private:
   Family family_;
