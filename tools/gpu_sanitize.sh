@@ -2,15 +2,16 @@
 # Runs the GPU test program under each compute-sanitizer tool and prints one line per tool.
 #   tools/gpu_sanitize.sh BUILD_DIR [LOG_DIR]
 # memcheck (with leak checking) covers the whole functional suite but the planted allocation failure;
-# racecheck, initcheck and synccheck (each 10-100x slower) cover CudaSanitizer.* (small shapes of every kernel and route), the activation
-# quantizers and the pre-quantized paths. initcheck runs with QLINEAR_CUDA_POISON_SCRATCH=1 (cuda_util.cpp):
+# racecheck, initcheck and synccheck (each 10-100x slower) cover CudaSanitizer.* (small shapes of every
+# kernel and route), the activation quantizers and the pre-quantized paths.
+# initcheck runs with QLINEAR_CUDA_POISON_SCRATCH=1 (cuda_util.cpp):
 # it does not track cuBLASLt's TMA stores, so scratch that cuBLASLt wrote would look uninitialized; poisoned
 # scratch is initialized for it, and a real unwritten read then shows as NaN outputs the tests reject.
 # racecheck reports shared-memory hazards inside cuBLASLt's own FP8 GEMM (nvjet_*; 6 on the H200 with
 # CUDA 13.0, stages ordered by mbarriers that racecheck does not model). Excluding those kernels
 # (--kernel-name-exclude) makes the sanitizer itself fail, so the run keeps them and passes when every
 # hazard it reports lies in an nvjet kernel and the tests pass.
-# Exit status: 0 when every tool reports nothing.
+# Exit status: 0 when every tool is clean (racecheck: as above).
 set -u
 build=${1:?usage: tools/gpu_sanitize.sh BUILD_DIR [LOG_DIR]}
 logs=${2:-$build/sanitize}
