@@ -7,7 +7,8 @@
 // when the chunk is a 128x128 weight block. Small M therefore streams every weight once and decodes it
 // once; each output's arithmetic does not depend on how rows and panels are split, so results are the
 // same at any thread count. Items of at most 3 rows skip the tile and decode in registers (fused_chunk),
-// with the same operations in the same order.
+// with the same operations in the same order; an item of 1 or 2 rows covers 4 or 2 panels, run side by
+// side for more independent FMA chains.
 #include <immintrin.h>
 #include <omp.h>
 
