@@ -83,31 +83,12 @@ const CudaLinearKernel kSm90Int8ScaledMM(
 
 namespace {
 
-// What process_weights_after_loading leaves in layer.kernel_state.
-struct LayerState {
-  int device = 0;
-  int sm_count = 132;
-  WeightFormat format = WeightFormat::kE4M3;
-  WeightScale scale_kind = WeightScale::kRow;
-  Tensor w;                 // u8 [N, row_bytes] on the device
-  int64_t row_bytes = 0;
-  int64_t k_valid = 0;      // K rounded up to 32 (the padded K of the FP8 GEMMs)
-  Tensor w_scale;           // kRow f32 [N]; kBlock128 f32 [ceil(N/128), ceil(K/128)]; kMx32 u8 [N, K/32]
-  int64_t ws_ld = 0;
-  bool scalar_weight_scale = false;  // one scale for the whole weight: cuBLASLt SCALAR_32F
-  Tensor w_scale_scalar;             // f32 [1]
-  float static_input_scale = 1.0f;   // static per-tensor activations: the max over shards (as vLLM)
-  int32_t static_zero_point = 0;     // INT8 static asymmetric activations
-  bool bf16_exact = false;           // kDequantBf16 reproduces every weight value exactly (dequant_bf16.hpp)
-  bool bf16_route = false;           // ... and the config suits it: kAuto may switch to it above stream_max_m
-  Tensor w_colsum;                   // INT8 with asymmetric activations: i64 [N], sum over K of the codes
-};
-
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 // The device layout a layer's config implies: process_impl builds it, import_impl checks what it reads
 // against it.
 struct LayoutPlan {
+  int64_t n = 0;          // weight rows
   WeightFormat format = WeightFormat::kE4M3;
   WeightScale scale_kind = WeightScale::kRow;
   int64_t row_bytes = 0;  // bytes of one weight row on the device
@@ -120,7 +101,6 @@ struct LayoutPlan {
     return {n};
   }
   DType scale_dtype() const { return scale_kind == WeightScale::kMx32 ? DType::kU8 : DType::kF32; }
-  int64_t n = 0;
 };
 
 LayoutPlan plan_layout(const LinearConfig& c) {
@@ -153,6 +133,21 @@ LayoutPlan plan_layout(const LinearConfig& c) {
   return p;
 }
 
+// What process_weights_after_loading leaves in layer.kernel_state: the layout, then the device buffers in it.
+struct LayerState : LayoutPlan {
+  int device = 0;
+  int sm_count = 132;
+  Tensor w;                 // u8 w_shape() on the device
+  Tensor w_scale;           // scale_dtype() scale_shape()
+  bool scalar_weight_scale = false;  // one scale for the whole weight: cuBLASLt SCALAR_32F
+  Tensor w_scale_scalar;             // f32 [1]
+  float static_input_scale = 1.0f;   // static per-tensor activations: the max over shards (as vLLM)
+  int32_t static_zero_point = 0;     // INT8 static asymmetric activations
+  bool bf16_exact = false;           // kDequantBf16 reproduces every weight value exactly (dequant_bf16.hpp)
+  bool bf16_route = false;           // ... and the config suits it: kAuto may switch to it above stream_max_m
+  Tensor w_colsum;                   // INT8 with asymmetric activations: i64 [N], sum over K of the codes
+};
+
 bool asymmetric_int8(const LinearConfig& c) {
   return c.weight_key.dtype == DType::kI8 && c.activation_key && !c.activation_key->symmetric;
 }
@@ -172,6 +167,12 @@ Verdict bf16_route_verdict(const LinearConfig& c) {
 }
 
 bool is_w8a8_fp8(Family f) { return f == Family::kFp8ScaledMM || f == Family::kFp8BlockScaled; }
+
+// Whether kAuto may switch a layer to the BF16 route above stream_max_m: not W8A8 FP8 (cuBLASLt FP8 is
+// faster), weights that widen exactly, and a config the route takes.
+bool takes_bf16_route(const LinearConfig& c, bool bf16_exact) {
+  return !is_w8a8_fp8(c.family) && bf16_exact && bf16_route_verdict(c).ok;
+}
 
 Status expect_host(const Tensor& t, const std::string& what) {
   if (t.device().kind != DeviceKind::kCpu) {
@@ -254,12 +255,8 @@ Status CudaLinearKernel::process_impl(LinearLayer& layer) const {
   QL_CUDA_CHECK(cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, st->device));
 
   const QuantKey& wk = c.weight_key;
-  const LayoutPlan plan = plan_layout(c);
-  st->format = plan.format;
-  st->scale_kind = plan.scale_kind;
-  st->row_bytes = plan.row_bytes;
-  st->k_valid = plan.k_valid;
-  st->ws_ld = plan.ws_ld;
+  static_cast<LayoutPlan&>(*st) = plan_layout(c);
+  const LayoutPlan& plan = *st;
   const Tensor wc = weight.contiguous();
   if (plan.format == WeightFormat::kE4M3) {
     std::vector<uint8_t> padded(static_cast<size_t>(c.n * st->row_bytes), 0);
@@ -321,7 +318,7 @@ Status CudaLinearKernel::process_impl(LinearLayer& layer) const {
       st->static_zero_point = zp.contiguous().data<int32_t>()[0];
     }
   }
-  st->bf16_route = !is_w8a8_fp8(c.family) && st->bf16_exact && bf16_route_verdict(c).ok;
+  st->bf16_route = takes_bf16_route(c, st->bf16_exact);
   // Finish the uploads before the host staging buffers go away and before apply can run on another stream.
   QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
   layer.kernel_state = std::move(st);
@@ -329,7 +326,7 @@ Status CudaLinearKernel::process_impl(LinearLayer& layer) const {
 }
 
 // Processed layout version 1: meta I64 [format, scale_kind, row_bytes, k_valid, ws_ld] (checked against the
-// config), flags I64 [scalar_weight_scale, bf16_exact, bf16_route, static_zero_point]; scalars F32
+// config), flags I64 [scalar_weight_scale, bf16_exact, static_zero_point]; scalars F32
 // [static_input_scale]; w U8 [N, row_bytes]; w_scale (plan's dtype and shape); w_scale_scalar F32 [1] (row
 // scales); w_colsum I64 [N] (INT8 with asymmetric activations). Device buffers are copied to the host on
 // export and uploaded to the current device on import.
@@ -361,12 +358,9 @@ Result<ProcessedWeights> CudaLinearKernel::export_impl(const LinearLayer& layer)
   DeviceGuard guard;
   QL_RETURN_IF_ERROR(guard.set(st->device));
   ProcessedWeights w;
-  LayoutPlan p;
-  p.format = st->format, p.scale_kind = st->scale_kind, p.row_bytes = st->row_bytes, p.k_valid = st->k_valid;
-  p.ws_ld = st->ws_ld;
-  w.tensors.emplace_back("meta", io::meta_tensor(plan_meta(p)));
+  w.tensors.emplace_back("meta", io::meta_tensor(plan_meta(*st)));
   w.tensors.emplace_back("flags", io::meta_tensor({st->scalar_weight_scale ? 1 : 0, st->bf16_exact ? 1 : 0,
-                                                   st->bf16_route ? 1 : 0, st->static_zero_point}));
+                                                   st->static_zero_point}));
   w.tensors.emplace_back("scalars", io::from_vector(std::vector<float>{st->static_input_scale}, DType::kF32));
   QL_RETURN_IF_ERROR(export_device_tensor(w, "w", st->w));
   QL_RETURN_IF_ERROR(export_device_tensor(w, "w_scale", st->w_scale));
@@ -383,17 +377,15 @@ Status CudaLinearKernel::import_impl(LinearLayer& layer, const ProcessedWeights&
   auto st = std::make_shared<LayerState>();
   QL_CUDA_CHECK(cudaGetDevice(&st->device));
   QL_CUDA_CHECK(cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, st->device));
-  st->format = p.format, st->scale_kind = p.scale_kind, st->row_bytes = p.row_bytes, st->k_valid = p.k_valid;
-  st->ws_ld = p.ws_ld;
+  static_cast<LayoutPlan&>(*st) = p;
   std::vector<int64_t> flags;
   std::vector<float> scalars;
-  QL_RETURN_IF_ERROR(io::to_vector(w, "flags", DType::kI64, 4, flags));
+  QL_RETURN_IF_ERROR(io::to_vector(w, "flags", DType::kI64, 3, flags));
   QL_RETURN_IF_ERROR(io::to_vector(w, "scalars", DType::kF32, 1, scalars));
   st->scalar_weight_scale = flags[0] != 0;
   st->bf16_exact = flags[1] != 0;
-  // The route follows this build's rule for the config, never the file's word alone.
-  st->bf16_route = flags[2] != 0 && !is_w8a8_fp8(c.family) && st->bf16_exact && bf16_route_verdict(c).ok;
-  st->static_zero_point = static_cast<int32_t>(flags[3]);
+  st->bf16_route = takes_bf16_route(c, st->bf16_exact);  // derived, as at process
+  st->static_zero_point = static_cast<int32_t>(flags[2]);
   st->static_input_scale = scalars[0];
   QL_ASSIGN_OR_RETURN(st->w, import_device_tensor(w, "w", DType::kU8, p.w_shape(), st->device));
   QL_ASSIGN_OR_RETURN(st->w_scale, import_device_tensor(w, "w_scale", p.scale_dtype(), p.scale_shape(), st->device));

@@ -41,9 +41,10 @@ Status DeviceGuard::set(int device) {
   int count = 0;
   QL_CUDA_CHECK(cudaGetDeviceCount(&count));
   if (device < 0 || device >= count) {
-    return Status::error("CUDA device " + std::to_string(device) + " does not exist (this process sees " +
-                         std::to_string(count) + " device" + (count == 1 ? "" : "s") + ", cuda:0.." +
-                         "cuda:" + std::to_string(count - 1) + ")");
+    const std::string seen = count == 0   ? "no CUDA device"
+                             : count == 1 ? "one device, cuda:0"
+                                          : std::to_string(count) + " devices, cuda:0 to cuda:" + std::to_string(count - 1);
+    return Status::error("CUDA device " + std::to_string(device) + " does not exist (this process sees " + seen + ")");
   }
   QL_CUDA_CHECK(cudaSetDevice(device));
   previous_ = current;
