@@ -248,8 +248,8 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
   return Status::ok();
 }
 
-// Processed layout version 2 (1 had FP4 records in column pairs): meta I64 [n, k, n_pad, k_pad, wdtype, group_scale, group, block_cols];
-// flags I64 [has col_nan, use_reference]; scalars F32 [in_scale, in_global]; packed U8 [panel bytes];
+// Processed layout version 2 (1 had FP4 records in column pairs): meta I64 [n, k, n_pad, k_pad, wdtype,
+// group_scale, group, block_cols]; flags I64 [has col_nan, use_reference]; scalars F32 [in_scale, in_global]; packed U8 [panel bytes];
 // grp U8 [n_pad/16 * k_pad/group * 16] (MX, NVFP4); block_scale F32 [ceil(n/128) * block_cols] (128x128);
 // col_scale F32 [n_pad] (per-tensor / per-channel, NVFP4); col_nan F32 [n_pad] (when flagged).
 namespace {

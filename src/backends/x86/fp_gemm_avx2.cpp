@@ -219,7 +219,8 @@ void run_rows(int mr, const float* a, int64_t lda, const float* buf, int64_t len
 // order. The same operations in the same order as decode_tile + ukernel: outputs are bit-identical to the
 // tiled path, so a row's result does not depend on M or on the thread count.
 constexpr int kFusedMaxRows = 3;
-constexpr int fused_panels(int64_t rows) { return rows == 1 ? 4 : rows == 2 ? 2 : 1; }
+constexpr int kMaxFusedPanels = 4;
+constexpr int fused_panels(int64_t rows) { return rows == 1 ? kMaxFusedPanels : rows == 2 ? 2 : 1; }
 
 // One step of fused_chunk: record k of every panel into the accumulators. Plain unrolled loops, no lambda:
 // GCC keeps acc in registers only so (with a capturing lambda it spilled them on every step).
@@ -273,53 +274,55 @@ void fused_chunk(const FpGemm& g, int64_t p0, int64_t k0, int64_t len, const flo
   for (int j = 0; j < PANELS; ++j) add_partials<MR, kScaled>(acc[j], c + j * c_panel, s + j * kMr);
 }
 
+// Panels [p0, p0 + panels) of ROWS rows in the register path: fused_panels(ROWS) at a time, the rest singly.
+template <FpElem E, int ROWS, bool kScaled>
+void run_fused(const FpGemm& g, int64_t p0, int panels, int64_t k0, int64_t len, const float* a, float* c,
+               const float* s) {
+  constexpr int kPanels = fused_panels(ROWS);
+  constexpr int64_t cp = ROWS * 16;  // C tile of one panel
+  int j = 0;
+  if constexpr (kPanels > 1) {
+    for (; j + kPanels <= panels; j += kPanels) {
+      fused_chunk<E, ROWS, kPanels, kScaled>(g, p0 + j, k0, len, a, c + j * cp, cp, s + j * kMr);
+    }
+  }
+  for (; j < panels; ++j) fused_chunk<E, ROWS, 1, kScaled>(g, p0 + j, k0, len, a, c + j * cp, cp, s + j * kMr);
+}
+
+// s[r] = the 128x128 weight block's scale for panel p and K block k0 / 128, times row m0 + r's 1x128
+// activation scale where there is one, for `rows` rows.
+void block_scales(const FpGemm& g, int64_t p, int64_t m0, int64_t rows, int64_t k0, float* s) {
+  const int64_t kb = k0 / 128;
+  const float ws = g.block_scale[(p * 16 / 128) * g.block_cols + kb];
+  for (int64_t r = 0; r < rows; ++r) s[r] = g.act_block_scale ? g.act_block_scale[(m0 + r) * g.block_cols + kb] * ws : ws;
+}
+
 void epilogue(const FpGemm& g, const float* c, int64_t m0, int64_t rows, int64_t n0);
 
-// One work item: rows [m_begin, m_end) of panels [p0, p0 + panels), C tiles c[panel][rows][16].
+// One work item: rows [m_begin, m_end) of panels [p0, p0 + panels), C tiles c[panel][rows][16]. Items of
+// more than kFusedMaxRows rows have one panel.
 template <FpElem E, bool kScaled>
 void run_item(const FpGemm& g, int64_t p0, int panels, int64_t m_begin, int64_t m_end, float* buf, float* c) {
   const int64_t rows = m_end - m_begin;
   std::memset(c, 0, static_cast<size_t>(panels * rows * 16) * sizeof(float));
   const int64_t chunk = kScaled ? 128 : kChunk;
-  float s[4 * kMr];  // [panel][row] block scales
-  const bool fused = rows <= kFusedMaxRows;  // one row block, decoded in registers
+  float s[kMaxFusedPanels * kMr];  // [panel][row] block scales
   for (int64_t k0 = 0; k0 < g.k_pad; k0 += chunk) {
     const int64_t len = min64(chunk, g.k_pad - k0);
-    if (fused) {
-      const float* a = g.act + m_begin * g.lda + k0;
+    if (rows <= kFusedMaxRows) {  // decoded in registers
       if (kScaled) {
-        for (int j = 0; j < panels; ++j) {
-          const int64_t kb = k0 / 128;
-          const float ws = g.block_scale[((p0 + j) * 16 / 128) * g.block_cols + kb];
-          for (int r = 0; r < rows; ++r) {
-            s[j * kMr + r] = g.act_block_scale ? g.act_block_scale[(m_begin + r) * g.block_cols + kb] * ws : ws;
-          }
-        }
+        for (int j = 0; j < panels; ++j) block_scales(g, p0 + j, m_begin, rows, k0, s + j * kMr);
       }
-      const int64_t cp = rows * 16;
-      int j = 0;
-      if (rows == 1) {
-        for (; j + 4 <= panels; j += 4) fused_chunk<E, 1, 4, kScaled>(g, p0 + j, k0, len, a, c + j * cp, cp, s + j * kMr);
-        for (; j < panels; ++j) fused_chunk<E, 1, 1, kScaled>(g, p0 + j, k0, len, a, c + j * cp, cp, s + j * kMr);
-      } else if (rows == 2) {
-        for (; j + 2 <= panels; j += 2) fused_chunk<E, 2, 2, kScaled>(g, p0 + j, k0, len, a, c + j * cp, cp, s + j * kMr);
-        for (; j < panels; ++j) fused_chunk<E, 2, 1, kScaled>(g, p0 + j, k0, len, a, c + j * cp, cp, s + j * kMr);
-      } else {
-        for (; j < panels; ++j) fused_chunk<E, 3, 1, kScaled>(g, p0 + j, k0, len, a, c + j * cp, cp, s + j * kMr);
-      }
+      const float* a = g.act + m_begin * g.lda + k0;
+      if (rows == 1) run_fused<E, 1, kScaled>(g, p0, panels, k0, len, a, c, s);
+      else if (rows == 2) run_fused<E, 2, kScaled>(g, p0, panels, k0, len, a, c, s);
+      else run_fused<E, 3, kScaled>(g, p0, panels, k0, len, a, c, s);
       continue;
     }
-    // Tiled: one panel per item (panels == 1).
     decode_tile<E>(g, p0, k0, len, buf);
     for (int64_t m0 = m_begin; m0 < m_end; m0 += kMr) {
       const int mr = static_cast<int>(min64(kMr, m_end - m0));
-      if (kScaled) {
-        const int64_t kb = k0 / 128;
-        const float ws = g.block_scale[(p0 * 16 / 128) * g.block_cols + kb];
-        for (int r = 0; r < mr; ++r) {
-          s[r] = g.act_block_scale ? g.act_block_scale[(m0 + r) * g.block_cols + kb] * ws : ws;
-        }
-      }
+      if (kScaled) block_scales(g, p0, m0, mr, k0, s);
       run_rows<kScaled>(mr, g.act + m0 * g.lda + k0, g.lda, buf, len, c + (m0 - m_begin) * 16, s);
     }
   }
@@ -387,10 +390,6 @@ void epilogue(const FpGemm& g, const float* c, int64_t m0, int64_t rows, int64_t
   }
 }
 
-}  // namespace
-
-namespace {
-
 template <FpElem E, bool kScaled>
 void run_gemm(const FpGemm& g) {
   const int64_t panels = g.n_pad / 16;
@@ -408,7 +407,8 @@ void run_gemm(const FpGemm& g) {
   const int64_t groups = (panels + per_item - 1) / per_item;
 #pragma omp parallel num_threads(nt)
   {
-    const size_t bytes = static_cast<size_t>((kChunk * 16 + 4 * mb * 16) * 4 + 63) / 64 * 64;
+    // The decoded tile, then the C tiles: mb rows of one panel, or up to kMaxFusedPanels panels of few rows.
+    const size_t bytes = static_cast<size_t>((kChunk * 16 + kMaxFusedPanels * mb * 16) * 4 + 63) / 64 * 64;
     float* buf = static_cast<float*>(std::aligned_alloc(64, bytes));
     float* c = buf + kChunk * 16;
 #pragma omp for schedule(static)
