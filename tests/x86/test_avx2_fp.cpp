@@ -259,6 +259,17 @@ TEST(X86Avx2Fp, ActivationQuantizerIsBitIdenticalToTheReference) {
   }
 }
 
+// Whether the AVX2 FP kernel handed a processed layer to the reference: the "use_reference" flag of its
+// exported state (flags [has col_nan, use_reference], fp_common.cpp).
+bool uses_reference(const LinearKernel& k, const LinearLayer& layer) {
+  auto w = k.export_processed(layer);
+  EXPECT_TRUE(w) << w.message();
+  if (!w) return false;
+  auto flags = w->get("flags");
+  EXPECT_TRUE(flags) << flags.message();
+  return flags && flags->data<int64_t>()[1] != 0;
+}
+
 // MX scales whose folded weights would leave f32's exact range: the layer runs the reference (FP64 sums).
 TEST(X86Avx2Fp, MxScalesOutOfFoldRangeTakeTheReference) {
   const LinearKernel& k = x86::kAvx2Mxfp4;
@@ -269,6 +280,7 @@ TEST(X86Avx2Fp, MxScalesOutOfFoldRangeTakeTheReference) {
                                               e[5] = 140;  // 2^13: the multiplier is still normal, the values too
                                             });
   ASSERT_TRUE(r);
+  EXPECT_TRUE(uses_reference(k, r->layer));
   EXPECT_EQ(std::memcmp(r->got.raw(), r->want.raw(), static_cast<size_t>(r->got.nbytes())), 0);
 }
 
@@ -283,6 +295,7 @@ TEST(X86Avx2Fp, Mxfp8ScalesFarFromOneStayExact) {
     for (int64_t i = 0; i < count; ++i) e[i] = i % 3 == 0 ? 200 : (i % 3 == 1 ? 20 : 127);
   });
   ASSERT_TRUE(r);
+  EXPECT_FALSE(uses_reference(k, r->layer)) << "scales up to 2^118 fold exactly; the engine must keep the layer";
   auto wd = reference::dequantized_weight(r->ref_layer);
   ASSERT_TRUE(wd);
   for (int64_t i = 0; i < c.m; ++i) {

@@ -129,7 +129,7 @@ inline void expect_matches_reference(const LinearKernel& kernel, const Scheme& s
 // test and the reference process it, both applied to the same activation random_normal(c.in, seed + 1):
 // for scales at the edges of a kernel's exact range. Adds a failure and returns nothing if a step fails.
 struct EditedScalesRun {
-  LinearLayer ref_layer;
+  LinearLayer layer, ref_layer;  // processed by the kernel under test, by the reference
   Tensor x, got, want;
 };
 template <class Edit>
@@ -138,9 +138,9 @@ std::optional<EditedScalesRun> run_with_edited_scales(const LinearKernel& kernel
   LinearLayer layer = make_layer(scheme, c, seed);
   Tensor& scales = layer.params.at("weight_scale");
   edit(static_cast<uint8_t*>(scales.raw()), scales.numel());
-  EditedScalesRun r{layer, random_normal(c.in, {c.m, c.k}, seed + 1), {}, {}};
+  EditedScalesRun r{layer, layer, random_normal(c.in, {c.m, c.k}, seed + 1), {}, {}};
   const LinearKernel& ref = reference_for(scheme.family);
-  if (Status s = kernel.process_weights_after_loading(layer); !s) {
+  if (Status s = kernel.process_weights_after_loading(r.layer); !s) {
     ADD_FAILURE() << kernel.name() << ": " << s.message();
     return std::nullopt;
   }
@@ -148,7 +148,7 @@ std::optional<EditedScalesRun> run_with_edited_scales(const LinearKernel& kernel
     ADD_FAILURE() << ref.name() << ": " << s.message();
     return std::nullopt;
   }
-  auto got = kernel.apply(layer, Activation::dense(r.x));
+  auto got = kernel.apply(r.layer, Activation::dense(r.x));
   auto want = ref.apply(r.ref_layer, Activation::dense(r.x));
   if (!got || !want) {
     ADD_FAILURE() << "apply: " << (got ? want.message() : got.message());
