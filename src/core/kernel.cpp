@@ -7,6 +7,11 @@ namespace qlinear {
 
 std::optional<QuantKey> LinearKernel::input_quant_key(const LinearConfig&) const { return std::nullopt; }
 
+Result<QuantizedTensor> LinearKernel::quantize_input(const LinearLayer& layer, const Tensor&, const Tensor&) const {
+  return Status::error("kernel " + std::string(name()) + " (layer " + layer.name +
+                       ") does not quantize activations with given row maxima");
+}
+
 Status LinearKernel::process_weights_after_loading(LinearLayer& layer) const {
   const std::string where = "layer " + (layer.name.empty() ? std::string("<unnamed>") : layer.name);
   if (!layer.processed_by.empty()) {

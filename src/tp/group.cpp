@@ -1,5 +1,6 @@
 // The tensor-parallel group (tensor_parallel.hpp): NCCL communicators over the GPUs of one host, one
 // host thread per rank inside run(), abort on the first failure or on the watchdog's timeout.
+#include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <atomic>
@@ -11,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "backends/cuda/cuda_util.hpp"
+#include "qlinear/cuda.hpp"
 #include "qlinear/log.hpp"
 #include "qlinear/tensor_parallel.hpp"
 

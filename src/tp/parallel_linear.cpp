@@ -4,10 +4,7 @@
 #include <numeric>
 #include <string>
 
-#include "backends/cuda/act_quant.hpp"
-#include "backends/cuda/cuda_util.hpp"
-#include "backends/cuda/int8_scaled_mm.hpp"
-#include "backends/cuda/weight_stream.hpp"
+#include "qlinear/cuda.hpp"
 #include "qlinear/registry.hpp"
 #include "qlinear/tensor_parallel.hpp"
 
@@ -15,14 +12,8 @@ namespace qlinear::tp {
 
 namespace {
 
-// A device tensor from the stream-ordered pool, freed on `stream` when the last view goes away.
 Result<Tensor> stream_tensor(DType dtype, Shape shape, int device, cuda::Stream stream) {
-  Tensor probe = Tensor::from_blob(nullptr, dtype, shape, nullptr);
-  QL_ASSIGN_OR_RETURN(cuda::Scratch s, cuda::Scratch::make(static_cast<size_t>(std::max<int64_t>(probe.nbytes(), 1)),
-                                                           stream));
-  auto owner = std::make_shared<cuda::Scratch>(std::move(s));
-  void* p = owner->get();
-  return Tensor::from_blob(p, dtype, std::move(shape), std::move(owner), Device{DeviceKind::kCuda, device});
+  return cuda::empty_on_stream(dtype, std::move(shape), device, stream);
 }
 
 bool is_dynamic_per_token(const std::optional<QuantKey>& key) {
@@ -174,48 +165,15 @@ Status ParallelLinear::forward_row(int rank, const Tensor& x, Tensor& out) const
   std::optional<QuantizedTensor> pre;
   const std::optional<QuantKey> takes = kernel.input_quant_key(c);
   if (is_dynamic_per_token(c.activation_key) && takes && *takes == *c.activation_key) {
-    const QuantKey& key = *c.activation_key;
     QL_ASSIGN_OR_RETURN(Tensor amax, stream_tensor(DType::kF32, {m}, dev, stream));
-    QL_RETURN_IF_ERROR(cuda::launch_row_amax(x.raw(), x.dtype(), m, c.k, x.strides()[0], amax.data<float>(), stream));
+    QL_RETURN_IF_ERROR(cuda::row_abs_max(x, amax));
     QL_RETURN_IF_ERROR(hand_over(stream, comm));
     {
       cuda::StreamGuard on_comm(comm);
       QL_RETURN_IF_ERROR(group_->all_reduce_max(rank, amax));
     }
     QL_RETURN_IF_ERROR(hand_over(comm, stream));
-    QuantizedTensor q;
-    q.key = key;
-    q.rows = m;
-    q.cols = c.k;
-    QL_ASSIGN_OR_RETURN(q.data, stream_tensor(key.dtype, {m, c.k}, dev, stream));
-    QL_ASSIGN_OR_RETURN(q.scale, stream_tensor(DType::kF32, {m, 1}, dev, stream));
-    if (key.dtype == DType::kI8) {
-      cuda::Int8QuantArgs a;
-      a.x = x.raw();
-      a.x_dtype = x.dtype();
-      a.m = m;
-      a.k = c.k;
-      a.ld_x = x.strides()[0];
-      a.mode = cuda::Int8ActMode::kDynamicTokenSym;
-      a.codes = static_cast<int8_t*>(q.data.raw());
-      a.ld_codes = c.k;
-      a.scales = q.scale.data<float>();
-      a.row_amax = amax.data<float>();
-      QL_RETURN_IF_ERROR(cuda::launch_int8_act_quant(a, stream));
-    } else {
-      cuda::ActQuantArgs a;
-      a.x = x.raw();
-      a.x_dtype = x.dtype();
-      a.m = m;
-      a.k = c.k;
-      a.ld_x = x.strides()[0];
-      a.mode = cuda::ActQuantMode::kDynamicToken;
-      a.codes = q.data.raw();
-      a.ld_codes = c.k;
-      a.scale = {q.scale.raw(), 1, 0, false};
-      a.row_amax = amax.data<float>();
-      QL_RETURN_IF_ERROR(cuda::launch_act_quant(a, stream));
-    }
+    QL_ASSIGN_OR_RETURN(QuantizedTensor q, kernel.quantize_input(layer, x, amax));
     pre = std::move(q);
   }
 
@@ -223,7 +181,6 @@ Status ParallelLinear::forward_row(int rank, const Tensor& x, Tensor& out) const
   // overlapping chunk i+1's GEMM.
   const int64_t chunks = row_chunks(m);
   const int64_t rows_per = (m + chunks - 1) / chunks;
-  const size_t out_es = static_cast<size_t>(element_size(out_dtype_));
   for (int64_t r0 = 0; r0 < m; r0 += rows_per) {
     const int64_t rows = std::min(rows_per, m - r0);
     QL_ASSIGN_OR_RETURN(Tensor part, partial.narrow(0, r0, rows));
@@ -240,10 +197,8 @@ Status ParallelLinear::forward_row(int rank, const Tensor& x, Tensor& out) const
     QL_RETURN_IF_ERROR(hand_over(stream, comm));
     cuda::StreamGuard on_comm(comm);
     QL_RETURN_IF_ERROR(group_->all_reduce_sum(rank, part));
-    QL_RETURN_IF_ERROR(cuda::launch_bias_epilogue(part.data<float>(), bias ? bias->raw() : nullptr,
-                                                  bias ? bias->dtype() : DType::kF32,
-                                                  static_cast<uint8_t*>(out.raw()) + r0 * full_n_ * out_es, out_dtype_,
-                                                  rows, full_n_, comm));
+    QL_ASSIGN_OR_RETURN(Tensor out_rows, out.narrow(0, r0, rows));
+    QL_RETURN_IF_ERROR(cuda::add_bias_and_round(part, bias, out_rows));
   }
   // The rank's stream continues after the last epilogue (and frees the scratch only then).
   return hand_over(comm, stream);

@@ -39,6 +39,9 @@ class CudaLinearKernel final : public LinearKernel {
   // INT8 asymmetric zero points i32 [1] or [M, 1]. Tensor-parallel row layers use it to quantize every
   // rank's slice with scales of the full row.
   std::optional<QuantKey> input_quant_key(const LinearConfig& config) const override;
+  // Dynamic per-token FP8 / INT8 (symmetric) layers: the GPU quantizer with the given row maxima.
+  Result<QuantizedTensor> quantize_input(const LinearLayer& layer, const Tensor& x,
+                                         const Tensor& row_amax) const override;
 
   // Processed weights (the device buffers, copied to the host) can be saved and imported onto the current
   // device (the weight cache).

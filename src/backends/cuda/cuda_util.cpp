@@ -14,7 +14,8 @@ thread_local Stream t_current_stream = cudaStreamPerThread;
 Stream current_stream() { return t_current_stream; }
 void set_current_stream(Stream stream) { t_current_stream = stream; }
 
-Status check(cudaError_t err, const char* call) {
+Status check(int cuda_error, const char* call) {
+  const auto err = static_cast<cudaError_t>(cuda_error);
   if (err == cudaSuccess) return Status::ok();
   cudaGetLastError();  // clear a non-sticky error
   return Status::error(std::string(call) + " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
@@ -173,6 +174,41 @@ Status expect_on_device(const Tensor& t, int device, const std::string& what) {
     return Status::error(what + " " + t.describe() + " is on " + t.device().to_string() + ", expected cuda:" +
                          std::to_string(device) + " (the device the layer was processed on)");
   }
+  return Status::ok();
+}
+
+}  // namespace qlinear::cuda
+
+namespace qlinear::cuda {
+
+Result<Tensor> empty_on_stream(DType dtype, Shape shape, int device, Stream stream) {
+  DeviceGuard guard;
+  QL_RETURN_IF_ERROR(guard.set(device));
+  Tensor probe = Tensor::from_blob(nullptr, dtype, shape, nullptr);  // for nbytes() only
+  QL_ASSIGN_OR_RETURN(Scratch s, Scratch::make(static_cast<size_t>(std::max<int64_t>(probe.nbytes(), 1)), stream));
+  auto owner = std::make_shared<Scratch>(std::move(s));
+  void* p = owner->get();
+  return Tensor::from_blob(p, dtype, std::move(shape), std::move(owner), Device{DeviceKind::kCuda, device});
+}
+
+Status copy_to_device(const Tensor& host, Tensor& device_tensor) {
+  Tensor& d = device_tensor;
+  if (!host.defined() || host.device().kind != DeviceKind::kCpu) {
+    return Status::error("copy_to_device: the source " + host.describe() + " is not a host tensor");
+  }
+  if (d.device().kind != DeviceKind::kCuda || !d.is_contiguous()) {
+    return Status::error("copy_to_device: the destination " + d.describe() + " is not a contiguous device tensor");
+  }
+  if (host.dtype() != d.dtype() || host.shape() != d.shape()) {
+    return Status::error("copy_to_device: source " + host.describe() + " and destination " + d.describe() +
+                         " differ in dtype or shape");
+  }
+  const Tensor c = host.is_contiguous() ? host : host.contiguous();
+  DeviceGuard guard;
+  QL_RETURN_IF_ERROR(guard.set(d.device().index));
+  QL_CUDA_CHECK(cudaMemcpyAsync(d.raw(), c.raw(), static_cast<size_t>(c.nbytes()), cudaMemcpyHostToDevice,
+                                current_stream()));
+  QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));  // the host copy may be freed on return
   return Status::ok();
 }
 

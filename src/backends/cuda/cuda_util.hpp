@@ -10,27 +10,11 @@
 
 namespace qlinear::cuda {
 
-// An error Status naming the call and the CUDA error, or ok. Clears a non-sticky error so later calls
-// start clean (a sticky one, such as an illegal address, keeps failing: the context is lost).
-Status check(cudaError_t err, const char* call);
+// check() and DeviceGuard are public (qlinear/cuda.hpp).
 // The error of the last kernel launch, named after the kernel.
 Status check_launch(const char* kernel);
 
-#define QL_CUDA_CHECK(call) QL_RETURN_IF_ERROR(::qlinear::cuda::check((call), #call))
 #define QL_CUDA_CHECK_LAUNCH(name) QL_RETURN_IF_ERROR(::qlinear::cuda::check_launch(name))
-
-// Makes `device` current for a scope and restores the previous one.
-class DeviceGuard {
- public:
-  DeviceGuard() = default;
-  ~DeviceGuard();
-  Status set(int device);
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-};
 
 // Stream-ordered device memory for one operation (cudaMallocAsync on the current stream, freed on that
 // stream when it goes out of scope): quantized activations, scales, cuBLASLt workspace.

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "qlinear/quantize.hpp"
+
 #if QLINEAR_WITH_CUDA
-#include "backends/cuda/cuda_util.hpp"
+#include "qlinear/cuda.hpp"
 #endif
 
 namespace qlinear::reference {
@@ -155,12 +157,7 @@ Status ReferenceLinearKernel::apply_impl(const LinearLayer& layer, const Activat
       return Status::ok();
     }
     if (!out.is_contiguous()) return Status::error("reference on a CUDA device: the output must be contiguous");
-    cuda::DeviceGuard guard;
-    QL_RETURN_IF_ERROR(guard.set(out.device().index));
-    QL_CUDA_CHECK(cudaMemcpyAsync(out.raw(), hout.raw(), static_cast<size_t>(hout.nbytes()), cudaMemcpyHostToDevice,
-                                  cuda::current_stream()));
-    QL_CUDA_CHECK(cudaStreamSynchronize(cuda::current_stream()));  // hout is freed on return
-    return Status::ok();
+    return cuda::copy_to_device(hout, out);
   }
 #endif
   QL_ASSIGN_OR_RETURN(Tensor w, dequantized_weight(layer));
