@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "qlinear/quant_key.hpp"
-#include "qlinear/quantize.hpp"
 #include "qlinear/tensor.hpp"
 
 namespace qlinear {

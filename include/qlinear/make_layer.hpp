@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "qlinear/layer.hpp"
+#include "qlinear/quantize.hpp"
 #include "qlinear/scheme.hpp"
 
 namespace qlinear {

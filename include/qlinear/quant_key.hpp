@@ -8,6 +8,7 @@
 #include <string>
 
 #include "qlinear/formats.hpp"
+#include "qlinear/tensor.hpp"
 
 namespace qlinear {
 
@@ -95,5 +96,18 @@ struct NamedKey {
 std::span<const NamedKey> named_keys();
 // "kFp8DynamicTokenSym" for a named key, to_string() otherwise.
 std::string key_name(const QuantKey& key);
+
+// A quantized operand: codes, scales laid out per its key, and what it was made from (the reference
+// quantizers in quantize.hpp make them; kernels take them as pre-quantized activations).
+struct QuantizedTensor {
+  QuantKey key;
+  Tensor data;        // [rows, cols] F8E4M3 / I8, or packed U8 [rows, packed_cols] for FP6/FP4
+  Tensor scale;       // per-tensor [1]; per-row [rows, 1]; 1xG [rows, ceil(cols/G)]; 128x128 [ceil, ceil];
+                      // MX E8M0 [rows, cols/32] (U8 bytes); NVFP4 F8E4M3 [rows, cols/16]
+  Tensor scale2;      // NVFP4: f32 [1] global scale g (multiplier); undefined otherwise
+  Tensor zero_point;  // asymmetric INT8: i32 [1] (static) or [rows, 1] (dynamic); undefined otherwise
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
 
 }  // namespace qlinear

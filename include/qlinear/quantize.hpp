@@ -39,18 +39,6 @@ struct QuantizeOptions {
   std::optional<float> nvfp4_global_scale;
 };
 
-// A quantized operand: codes, scales laid out per its key, and what it was made from.
-struct QuantizedTensor {
-  QuantKey key;
-  Tensor data;        // [rows, cols] F8E4M3 / I8, or packed U8 [rows, packed_cols] for FP6/FP4
-  Tensor scale;       // per-tensor [1]; per-row [rows, 1]; 1xG [rows, ceil(cols/G)]; 128x128 [ceil, ceil];
-                      // MX E8M0 [rows, cols/32] (U8 bytes); NVFP4 F8E4M3 [rows, cols/16]
-  Tensor scale2;      // NVFP4: f32 [1] global scale g (multiplier); undefined otherwise
-  Tensor zero_point;  // asymmetric INT8: i32 [1] (static) or [rows, 1] (dynamic); undefined otherwise
-  int64_t rows = 0;
-  int64_t cols = 0;
-};
-
 // Quantizes a row-major 2-D float tensor (F32, BF16, F16 or F64) into `key`'s format.
 // Errors name the key and what did not fit (cols not a multiple of the MX block, static key without scale).
 Result<QuantizedTensor> quantize(const Tensor& x, const QuantKey& key, const QuantizeOptions& options = {});

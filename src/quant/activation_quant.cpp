@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "qlinear/quantize.hpp"
+
 namespace qlinear {
 
 namespace {
