@@ -14,7 +14,7 @@ const LinearKernel* const kX86CpuPriority[] = {
     &x86::kAmxInt8,
     &x86::kAvx512VnniInt8,
     &x86::kAvx2Int8,
-    // FP8 / MXFP8 / MXFP4 weight-only on AMX-BF16 tiles (M >= 8; below, the AVX-512 kernels' code)
+    // FP8 / MXFP8 / MXFP4 weight-only on AMX-BF16 tiles (M >= 2; M = 1, the AVX-512 kernels' code)
     &x86::kAmxBf16Fp8W8A16,
     &x86::kAmxBf16Mxfp8W8A16,
     &x86::kAmxBf16Mxfp4W4A16,

@@ -52,7 +52,7 @@ const Int8Kernel kAmxInt8("x86_amx_int8", Isa::kAmxInt8);
 
 std::string_view Int8Kernel::summary() const {
   if (isa_ == Isa::kAmxInt8) {
-    return "INT8 W8A8, AMX-INT8 tdpbusd 32x32 blocks for M >= 16 (smaller M: the AVX-512 VNNI kernel) on prepacked "
+    return "INT8 W8A8, AMX-INT8 tdpbusd 32x32 blocks for M >= 8 (smaller M: the AVX-512 VNNI kernel) on prepacked "
            "[N/16][K/4][16][4] weights, exact int32 sums";
   }
   return isa_ == Isa::kAvx512Vnni
@@ -185,7 +185,8 @@ Status Int8Kernel::apply_impl(const LinearLayer& layer, const Activation& x, con
   const LinearConfig& c = layer.config;
   const int64_t m = x.rows();
   const bool offset128 = isa_ != Isa::kAvx2;
-  const bool amx = isa_ == Isa::kAmxInt8 && m >= kAmxInt8MinM;
+  // The OS grant is asked here too (cached): a kernel applied without is_supported must not fault.
+  const bool amx = isa_ == Isa::kAmxInt8 && m >= kAmxInt8MinM && amx_tile_permission_refusal().empty();
   // AMX reads whole 16-row tiles: the rows past m are padding codes whose sums are never stored.
   const int64_t m_rows = amx ? round_up(m, 16) : m;
   AlignedBytes codes = aligned_bytes(m_rows * st.k_pad);

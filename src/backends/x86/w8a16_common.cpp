@@ -114,13 +114,13 @@ const W8A16Kernel kAmxBf16Mxfp4W4A16("x86_amx_bf16_mxfp4_w4a16", Family::kMxfp4,
 std::string_view W8A16Kernel::summary() const {
   if (isa_ == Isa::kAmxBf16) {
     return family_ == Family::kMxfp4
-               ? "MXFP4 weights x BF16 activations, AMX-BF16 tdpbf16ps for M >= 8 on weights decoded to BF16 tiles "
-                 "(E8M0 folded), f32 accumulation; smaller M: the AVX-512 BF16 kernel"
+               ? "MXFP4 weights x BF16 activations, AMX-BF16 tdpbf16ps for M >= 2 on weights decoded to BF16 tiles "
+                 "(E8M0 folded), f32 accumulation; M = 1: the AVX-512 BF16 kernel"
            : family_ == Family::kMxfp8
-               ? "MXFP8 weights x BF16 activations, AMX-BF16 tdpbf16ps for M >= 8 on weights decoded to BF16 tiles "
-                 "(E8M0 folded), f32 accumulation; smaller M: the AVX-512 BF16 kernel"
-               : "FP8 E4M3 weights (per-tensor/channel scales) x BF16 activations, AMX-BF16 tdpbf16ps for M >= 8, "
-                 "f32 accumulation; smaller M: the AVX-512 BF16 kernel";
+               ? "MXFP8 weights x BF16 activations, AMX-BF16 tdpbf16ps for M >= 2 on weights decoded to BF16 tiles "
+                 "(E8M0 folded), f32 accumulation; M = 1: the AVX-512 BF16 kernel"
+               : "FP8 E4M3 weights (per-tensor/channel scales) x BF16 activations, AMX-BF16 tdpbf16ps for M >= 2, "
+                 "f32 accumulation; M = 1: the AVX-512 BF16 kernel";
   }
   if (family_ == Family::kMxfp4) {
     return "MXFP4 weights x BF16 activations, E2M1->BF16 by vpshufb with the E8M0 scale folded, vdpbf16ps, f32 "
@@ -348,7 +348,8 @@ Status W8A16Kernel::apply_impl(const LinearLayer& layer, const Activation& x, co
   int64_t lda = xd.strides()[0];
   AlignedBytes padded;
   // AMX reads whole 16-row tiles: rows past m are zeros whose sums are never stored.
-  const bool amx = isa_ == Isa::kAmxBf16 && m >= kAmxBf16MinM && !st.exact_path;
+  // The OS grant is asked here too (cached): a kernel applied without is_supported must not fault.
+  const bool amx = isa_ == Isa::kAmxBf16 && m >= kAmxBf16MinM && !st.exact_path && amx_tile_permission_refusal().empty();
   const int64_t m_rows = amx ? round_up(m, 16) : m;
   if (st.k_pad != st.k || m_rows != m) {
     padded = aligned_bytes(m_rows * st.k_pad * 2);

@@ -5,12 +5,12 @@
 // (for AMX: and the OS's grant of the tile state).
 //
 //   registry name                 family            ISA                                   file of its SIMD code
-//   x86_amx_int8                  int8_scaled_mm    AMX-INT8 (M >= 16) + the AVX-512 VNNI kernel  amx_int8_gemm.cpp
+//   x86_amx_int8                  int8_scaled_mm    AMX-INT8 (M >= 8) + the AVX-512 VNNI kernel  amx_int8_gemm.cpp
 //   x86_avx512vnni_int8           int8_scaled_mm    AVX-512 F/BW/VL + VNNI (+AVX2 quantizer)  int8_gemm_avx512.cpp
 //   x86_avx2_int8                 int8_scaled_mm    AVX2 + FMA + F16C                      int8_gemm_avx2.cpp
-//   x86_amx_bf16_fp8_w8a16        fp8_weight_only   AMX-BF16 (M >= 8) + the AVX-512 BF16 kernel  amx_w8a16_gemm.cpp
-//   x86_amx_bf16_mxfp8_w8a16      mxfp8 (A16)       AMX-BF16 (M >= 8) + the AVX-512 BF16 kernel  amx_w8a16_gemm.cpp
-//   x86_amx_bf16_mxfp4_w4a16      mxfp4 (A16)       AMX-BF16 (M >= 8) + the AVX-512 BF16 kernel  amx_w8a16_gemm.cpp
+//   x86_amx_bf16_fp8_w8a16        fp8_weight_only   AMX-BF16 (M >= 2) + the AVX-512 BF16 kernel  amx_w8a16_gemm.cpp
+//   x86_amx_bf16_mxfp8_w8a16      mxfp8 (A16)       AMX-BF16 (M >= 2) + the AVX-512 BF16 kernel  amx_w8a16_gemm.cpp
+//   x86_amx_bf16_mxfp4_w4a16      mxfp4 (A16)       AMX-BF16 (M >= 2) + the AVX-512 BF16 kernel  amx_w8a16_gemm.cpp
 //   x86_avx512bf16_fp8_w8a16      fp8_weight_only   AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
 //   x86_avx512bf16_mxfp8_w8a16    mxfp8 (A16)       AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
 //   x86_avx512bf16_mxfp4_w4a16    mxfp4 (A16)       AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
