@@ -115,6 +115,23 @@ TEST(X86Amx, Mxfp8AndMxfp4WeightOnlyMatchReference) {
   }
 }
 
+TEST(X86Amx, Fp8W8A8MatchesReference) {
+  const LinearKernel& k = x86::kAmxBf16Fp8ScaledMM;
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  // Per-channel weights with dynamic per-token activations, per-tensor with static, per-tensor dynamic.
+  const Scheme dyn_tensor{"fp8-dyn-tensor", Family::kFp8ScaledMM, kFp8StaticChannelSym, kFp8DynamicTensorSym, ""};
+  uint64_t seed = 7300;
+  for (const Scheme* s : {find_scheme("w8a8-fp8-channel"), find_scheme("w8a8-fp8-tensor"), &dyn_tensor}) {
+    std::vector<Case> cases = bf16_sweep(false);
+    cases[3].in = DType::kF32;  // quantized first: the AMX path sees E4M3 values whatever the input dtype
+    for (const Case& c : cases) x86_test::expect_matches_reference(k, *s, c, seed += 7, f32_sum_rel(c.k));
+  }
+  x86_test::expect_matches_reference(k, *find_scheme("w8a8-fp8-tensor"),
+                                     {40, 48, 64, DType::kBF16, DType::kBF16, true, {16, 16, 16}}, 83, f32_sum_rel(64));
+  x86_test::expect_thread_safe(k, *find_scheme("w8a8-fp8-channel"), {65, 70, 300}, 84);
+  x86_test::expect_round_trip(k, *find_scheme("w8a8-fp8-channel"), {1, 35, 160}, 85);
+}
+
 TEST(X86Amx, WeightOnlyThreadsAndRoundTrip) {
   QL_SKIP_UNLESS_SUPPORTED(x86::kAmxBf16Mxfp4W4A16);
   x86_test::expect_thread_safe(x86::kAmxBf16Mxfp4W4A16, *find_scheme("w4a16-mxfp4"), {33, 130, 320}, 77);

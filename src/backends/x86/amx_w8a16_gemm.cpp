@@ -8,6 +8,8 @@
 //     several M blocks: the whole K (64 * K bytes, L2), decoded once and reused by every 32-row block;
 //   per 32-row block: C0..C3 = 0, per 32-wide k step A0, A1, B0, B1 and 4 tdpbf16ps; the 32 x 32 f32 sums
 //   then get the per-column scale and bias and are rounded to the output type while in L1.
+// FP8 W8A8 (fp8_records_gemm_amx): the same on fp_isa.hpp's E4M3 record panels, one vpermb regrouping four
+// records into a quad before the decode, activations the quantized codes' exact values as BF16.
 // Decode (AVX-512 VBMI): E4M3 byte -> the BF16 (hi, lo) bytes by two 128-entry vpermi2b tables (the sign bit
 // is OR-ed back), E2M1 nibble -> (hi, lo) by 16-entry vpshufb tables; vpunpck{l,h}bw interleaves them into the
 // two k-pair rows of a quad (the swizzle of w8a16_isa.hpp). MX: (e - 127) << 7 added to every nonzero word.
@@ -22,6 +24,30 @@
 namespace qlinear::x86 {
 
 namespace {
+
+// What both entry points describe: the weight layout, scales, activations and output.
+enum class Layout : uint8_t {
+  kQuadE4M3,    // w8a16_isa.hpp's swizzled quads of E4M3 codes
+  kQuadE2M1,    // the same quads, two E2M1 codes per byte
+  kRecordE4M3,  // fp_isa.hpp's code panels: one 16-byte record (16 columns) per k
+};
+
+struct Job {
+  const uint8_t* packed = nullptr;
+  Layout layout = Layout::kQuadE4M3;
+  int64_t n = 0, n_pad = 0, k_pad = 0;
+  const uint8_t* mx_scale = nullptr;   // [n_pad/16][k_pad/32][16] E8M0 codes, folded; or null
+  const float* col_scale = nullptr;    // [n_pad] or null (1)
+  const float* row_scale = nullptr;    // [m] or null (1)
+  const float* bias = nullptr;         // [n] or null
+  const float* col_nan = nullptr;      // [n_pad] 0 or NaN, or null
+  const uint16_t* act = nullptr;       // BF16 [round_up(m, 16), lda], zeros past k
+  int64_t lda = 0;
+  int64_t m = 0;
+  void* out = nullptr;
+  FloatKind out_kind = FloatKind::kBF16;
+  int threads = 1;
+};
 
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
@@ -80,11 +106,20 @@ struct Decoder {
   __m512i f4h = _mm512_loadu_si512(kTables.e2m1_hi), f4l = _mm512_loadu_si512(kTables.e2m1_lo);
   __m512i m80 = _mm512_set1_epi8(static_cast<char>(0x80));
   __m256i m0f = _mm256_set1_epi8(0x0F);
+  // Records -> quad swizzle: quad byte 16l + 8h + i is column 4l + i/2 at k offset 2h + i%2, which in four
+  // records (16 bytes per k) is byte 16 (2h + i%2) + 4l + i/2.
+  __m512i to_quad = [] {
+    alignas(64) uint8_t idx[64];
+    for (int l = 0; l < 4; ++l)
+      for (int h = 0; h < 2; ++h)
+        for (int i = 0; i < 8; ++i) idx[16 * l + 8 * h + i] = static_cast<uint8_t>(16 * (2 * h + i % 2) + 4 * l + i / 2);
+    return _mm512_load_si512(idx);
+  }();
 
-  // Quad q of panel p -> rows 2q (a) and 2q + 1 (b) of the panel's VNNI-2 B tile.
-  void quad(const W8A16Gemm& g, int64_t p, int64_t q, __m512i& a, __m512i& b) const {
+  // Quad q (k = 4q .. 4q + 3) of panel p -> rows 2q (a) and 2q + 1 (b) of the panel's VNNI-2 B tile.
+  void quad(const Job& g, int64_t p, int64_t q, __m512i& a, __m512i& b) const {
     __m512i hi, lo;
-    if (g.elem == W8Elem::kE2M1) {
+    if (g.layout == Layout::kQuadE2M1) {
       const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(g.packed + p * 8 * g.k_pad + q * 32));
       const __m256i lo4 = _mm256_and_si256(x, m0f);
       const __m256i hi4 = _mm256_and_si256(_mm256_srli_epi16(x, 4), m0f);
@@ -92,7 +127,8 @@ struct Decoder {
       hi = _mm512_shuffle_epi8(f4h, idx);
       lo = _mm512_shuffle_epi8(f4l, idx);
     } else {
-      const __m512i x = _mm512_load_si512(g.packed + p * 16 * g.k_pad + q * 64);
+      __m512i x = _mm512_load_si512(g.packed + p * 16 * g.k_pad + q * 64);  // both E4M3 layouts: 16 B per k
+      if (g.layout == Layout::kRecordE4M3) x = _mm512_permutexvar_epi8(to_quad, x);
       hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(h0, x, h1), x, m80, 0xF8);  // | (x & 0x80)
       lo = _mm512_permutex2var_epi8(l0, x, l1);
     }
@@ -115,8 +151,8 @@ __m512i add_exponent(__m512i w, __m512i off) {
 }
 
 // Quads [q0, q1) of panel p into dst[(q - q0) * 2 + {0, 1}][32 words].
-void decode_panel(const W8A16Gemm& g, const Decoder& dec, int64_t p, int64_t q0, int64_t q1, uint16_t* dst) {
-  const bool mx = g.mode == W8ScaleMode::kMx;
+void decode_panel(const Job& g, const Decoder& dec, int64_t p, int64_t q0, int64_t q1, uint16_t* dst) {
+  const bool mx = g.mx_scale != nullptr;
   __m512i off = _mm512_setzero_si512();
   for (int64_t q = q0; q < q1; ++q) {
     if (mx && (q % 8 == 0 || q == q0)) off = mx_offsets(g.mx_scale + (p * (g.k_pad / 32) + q / 8) * 16);
@@ -164,20 +200,28 @@ void zero_tiles() {
   _tile_zero(3);
 }
 
-// The block's sums (tiles 0..3) -> y = c * s[n] + bias[n] for rows m0.. (rows) and columns n0.. (cols).
-void store_block(const W8A16Gemm& g, float* c, int64_t m0, int64_t rows, int64_t n0, int64_t cols) {
+// The block's sums (tiles 0..3) -> y = c * (row_scale[m] * col_scale[n]) + bias[n] (+ col_nan[n]) for rows
+// m0.. (rows) and columns n0.. (cols).
+void store_block(const Job& g, float* c, int64_t m0, int64_t rows, int64_t n0, int64_t cols) {
   _tile_stored(0, c, kBlock * 4);
   _tile_stored(1, c + 16, kBlock * 4);
   _tile_stored(2, c + 16 * kBlock, kBlock * 4);
   _tile_stored(3, c + 16 * kBlock + 16, kBlock * 4);
-  const float* col_scale = g.mode == W8ScaleMode::kPerColumn ? g.col_scale : nullptr;
+  const float* col_scale = g.col_scale;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < cols; j += 16) {
       const int64_t len = cols - j < 16 ? cols - j : 16;
       const __mmask16 mask = static_cast<__mmask16>((1u << len) - 1);
       __m512 y = _mm512_load_ps(c + r * kBlock + j);
       const __m512 b = g.bias ? _mm512_maskz_loadu_ps(mask, g.bias + n0 + j) : _mm512_setzero_ps();
-      y = col_scale ? _mm512_fmadd_ps(y, _mm512_maskz_loadu_ps(mask, col_scale + n0 + j), b) : _mm512_add_ps(y, b);
+      if (g.row_scale != nullptr) {
+        const __m512 rs = _mm512_set1_ps(g.row_scale[m0 + r]);
+        const __m512 s = col_scale ? _mm512_mul_ps(rs, _mm512_maskz_loadu_ps(mask, col_scale + n0 + j)) : rs;
+        y = _mm512_fmadd_ps(y, s, b);
+      } else {
+        y = col_scale ? _mm512_fmadd_ps(y, _mm512_maskz_loadu_ps(mask, col_scale + n0 + j), b) : _mm512_add_ps(y, b);
+      }
+      if (g.col_nan != nullptr) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mask, g.col_nan + n0 + j));
       const int64_t o = (m0 + r) * g.n + n0 + j;
       switch (g.out_kind) {
         case FloatKind::kF32: _mm512_mask_storeu_ps(static_cast<float*>(g.out) + o, mask, y); break;
@@ -195,7 +239,7 @@ void store_block(const W8A16Gemm& g, float* c, int64_t m0, int64_t rows, int64_t
 
 // Rows [m_begin, m_end) (m_begin a multiple of 16) x column blocks [b_begin, b_end); scratch holds 2 panels
 // of K words (whole-K path) or of kChunkK (one-M-block path).
-void run_range(const W8A16Gemm& g, uint16_t* scratch, float* c, int64_t m_begin, int64_t m_end, int64_t b_begin,
+void run_range(const Job& g, uint16_t* scratch, float* c, int64_t m_begin, int64_t m_end, int64_t b_begin,
                int64_t b_end) {
   const Decoder dec;
   const int64_t panels = g.n_pad / 16, quads = g.k_pad / 4;
@@ -231,9 +275,7 @@ void run_range(const W8A16Gemm& g, uint16_t* scratch, float* c, int64_t m_begin,
   }
 }
 
-}  // namespace
-
-void w8a16_gemm_amx(const W8A16Gemm& g) {
+void run(const Job& g) {
   const int64_t blocks = (g.n_pad / 16 + 1) / 2;
   const int64_t work = g.m * g.n_pad * g.k_pad;
   const int threads = work < (int64_t{1} << 18) ? 1 : g.threads;
@@ -261,6 +303,64 @@ void w8a16_gemm_amx(const W8A16Gemm& g) {
       std::free(c);
     }
   }
+}
+
+}  // namespace
+
+void w8a16_gemm_amx(const W8A16Gemm& w) {
+  Job g;
+  g.packed = w.packed;
+  g.layout = w.elem == W8Elem::kE2M1 ? Layout::kQuadE2M1 : Layout::kQuadE4M3;
+  g.n = w.n;
+  g.n_pad = w.n_pad;
+  g.k_pad = w.k_pad;
+  g.mx_scale = w.mode == W8ScaleMode::kMx ? w.mx_scale : nullptr;
+  g.col_scale = w.mode == W8ScaleMode::kPerColumn ? w.col_scale : nullptr;
+  g.bias = w.bias;
+  g.act = w.act;
+  g.lda = w.lda;
+  g.m = w.m;
+  g.out = w.out;
+  g.out_kind = w.out_kind;
+  g.threads = w.threads;
+  run(g);
+}
+
+bool fp8_records_gemm_amx(const FpGemm& f) {
+  // f32 -> BF16 by dropping the low halves, which must be zero (exact); rows up to a multiple of 16 zero.
+  const int64_t m_rows = (f.m + 15) / 16 * 16;
+  uint16_t* act = static_cast<uint16_t*>(std::aligned_alloc(64, static_cast<size_t>(m_rows * f.k_pad * 2)));
+  __m512i inexact = _mm512_setzero_si512();
+  const int64_t total = f.m * f.k_pad;  // k_pad % 32 == 0
+  for (int64_t i = 0; i < total; i += 16) {
+    const __m512i v = _mm512_loadu_si512(f.act + i);
+    inexact = _mm512_or_si512(inexact, _mm512_and_si512(v, _mm512_set1_epi32(0xFFFF)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(act + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
+  }
+  std::memset(act + total, 0, static_cast<size_t>((m_rows - f.m) * f.k_pad * 2));
+  if (_mm512_test_epi32_mask(inexact, inexact) != 0) {
+    std::free(act);
+    return false;
+  }
+  Job g;
+  g.packed = f.packed;
+  g.layout = Layout::kRecordE4M3;
+  g.n = f.n;
+  g.n_pad = f.n_pad;
+  g.k_pad = f.k_pad;
+  g.col_scale = f.col_scale;
+  g.row_scale = f.row_scale;
+  g.bias = f.bias;
+  g.col_nan = f.col_nan;
+  g.act = act;
+  g.lda = f.k_pad;
+  g.m = f.m;
+  g.out = f.out;
+  g.out_kind = f.out_kind;
+  g.threads = f.threads;
+  run(g);
+  std::free(act);
+  return true;
 }
 
 }  // namespace qlinear::x86
