@@ -21,6 +21,9 @@ constexpr double kInt8Rel = 0x1p-22;
 // f32 accumulation of K exact BF16 products (tdpbf16ps), the scale and the bias.
 double f32_sum_rel(int64_t k) { return static_cast<double>(k + 16) * 0x1p-24; }
 
+// 129 rows x K = 4160 (2 bytes each) pass 1 MiB in every thread's share: the BF16 kernels' K-outer path.
+const Case kKOuter{129, 200, 4160, DType::kBF16, DType::kBF16, true};
+
 const Scheme kInt8DynAsym{"int8-dyn-asym", Family::kInt8ScaledMM, kInt8StaticChannelSym, kInt8DynamicTokenAsym, ""};
 const Scheme kFp8Tensor{"fp8-w8a16-tensor", Family::kFp8WeightOnly, kFp8StaticTensorSym, std::nullopt, ""};
 
@@ -100,6 +103,8 @@ TEST(X86Amx, Fp8WeightOnlyMatchesReference) {
   x86_test::expect_matches_reference(k, kFp8Tensor, {40, 48, 64, DType::kBF16, DType::kBF16, true, {16, 16, 16}}, 75,
                                      f32_sum_rel(64));
   x86_test::expect_matches_reference(k, *find_scheme("w8a16-fp8"), {300, 40, 1000}, 76, f32_sum_rel(1000));
+  // Activation rows over 1 MiB per thread: the K-outer path (chunks of 1024 and a tail of 64).
+  x86_test::expect_matches_reference(k, *find_scheme("w8a16-fp8"), kKOuter, 86, f32_sum_rel(kKOuter.k));
 }
 
 TEST(X86Amx, Mxfp8AndMxfp4WeightOnlyMatchReference) {
@@ -112,6 +117,7 @@ TEST(X86Amx, Mxfp8AndMxfp4WeightOnlyMatchReference) {
       x86_test::expect_matches_reference(*kernel, *find_scheme(scheme), c, seed += 7, f32_sum_rel(c.k));
     }
     x86_test::expect_matches_reference(*kernel, *find_scheme(scheme), {300, 40, 1024}, seed += 7, f32_sum_rel(1024));
+    x86_test::expect_matches_reference(*kernel, *find_scheme(scheme), kKOuter, seed += 7, f32_sum_rel(kKOuter.k));
   }
 }
 
@@ -128,6 +134,7 @@ TEST(X86Amx, Fp8W8A8MatchesReference) {
   }
   x86_test::expect_matches_reference(k, *find_scheme("w8a8-fp8-tensor"),
                                      {40, 48, 64, DType::kBF16, DType::kBF16, true, {16, 16, 16}}, 83, f32_sum_rel(64));
+  x86_test::expect_matches_reference(k, *find_scheme("w8a8-fp8-channel"), kKOuter, 87, f32_sum_rel(kKOuter.k));
   x86_test::expect_thread_safe(k, *find_scheme("w8a8-fp8-channel"), {65, 70, 300}, 84);
   x86_test::expect_round_trip(k, *find_scheme("w8a8-fp8-channel"), {1, 35, 160}, 85);
 }

@@ -169,6 +169,8 @@ void decode_panel(const Job& g, const Decoder& dec, int64_t p, int64_t q0, int64
 
 constexpr int64_t kBlock = 32;        // rows and columns of one output block
 constexpr int64_t kChunkK = 256;      // one-M-block path: k per decoded chunk
+constexpr int64_t kOuterChunkK = 1024;  // K-outer path: k per decoded chunk
+constexpr int64_t kActL2Bytes = int64_t{1} << 20;  // activation rows beyond this (half the L2): K outer
 
 // Accumulates k in [0, kk) of one block: a (BF16 rows, stride lda elements), w0 / w1 (VNNI-2 rows of the
 // two panels, 32 words each). Tiles 0..3 hold the sums across calls.
@@ -200,19 +202,30 @@ void zero_tiles() {
   _tile_zero(3);
 }
 
-// The block's sums (tiles 0..3) -> y = c * (row_scale[m] * col_scale[n]) + bias[n] (+ col_nan[n]) for rows
-// m0.. (rows) and columns n0.. (cols).
-void store_block(const Job& g, float* c, int64_t m0, int64_t rows, int64_t n0, int64_t cols) {
-  _tile_stored(0, c, kBlock * 4);
-  _tile_stored(1, c + 16, kBlock * 4);
-  _tile_stored(2, c + 16 * kBlock, kBlock * 4);
-  _tile_stored(3, c + 16 * kBlock + 16, kBlock * 4);
+// Tiles 0..3 to / from a 32 x 32 block of f32 sums at c (row stride ldc floats).
+void store_tiles(float* c, int64_t ldc) {
+  _tile_stored(0, c, ldc * 4);
+  _tile_stored(1, c + 16, ldc * 4);
+  _tile_stored(2, c + 16 * ldc, ldc * 4);
+  _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+}
+
+void load_tiles(const float* c, int64_t ldc) {
+  _tile_loadd(0, c, ldc * 4);
+  _tile_loadd(1, c + 16, ldc * 4);
+  _tile_loadd(2, c + 16 * ldc, ldc * 4);
+  _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
+}
+
+// Sums c (row stride ldc) -> y = c * (row_scale[m] * col_scale[n]) + bias[n] (+ col_nan[n]) for rows m0..
+// (rows) and columns n0.. (cols).
+void epilogue(const Job& g, const float* c, int64_t ldc, int64_t m0, int64_t rows, int64_t n0, int64_t cols) {
   const float* col_scale = g.col_scale;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < cols; j += 16) {
       const int64_t len = cols - j < 16 ? cols - j : 16;
       const __mmask16 mask = static_cast<__mmask16>((1u << len) - 1);
-      __m512 y = _mm512_load_ps(c + r * kBlock + j);
+      __m512 y = _mm512_load_ps(c + r * ldc + j);
       const __m512 b = g.bias ? _mm512_maskz_loadu_ps(mask, g.bias + n0 + j) : _mm512_setzero_ps();
       if (g.row_scale != nullptr) {
         const __m512 rs = _mm512_set1_ps(g.row_scale[m0 + r]);
@@ -260,7 +273,8 @@ void run_range(const Job& g, uint16_t* scratch, float* c, int64_t m_begin, int64
         if (two_cols) decode_panel(g, dec, p0 + 1, q0, q1, w1);
         mul(g.act + m_begin * g.lda + q0 * 4, g.lda, scratch, w1, (q1 - q0) * 4);
       }
-      store_block(g, c, m_begin, rows, n0, cols);
+      store_tiles(c, kBlock);
+      epilogue(g, c, kBlock, m_begin, rows, n0, cols);
       continue;
     }
     uint16_t* w1 = scratch + g.k_pad * 16;
@@ -270,7 +284,46 @@ void run_range(const Job& g, uint16_t* scratch, float* c, int64_t m_begin, int64
       const int64_t rows = m_end - m0 < kBlock ? m_end - m0 : kBlock;
       zero_tiles();
       pick(rows > 16, two_cols)(g.act + m0 * g.lda, g.lda, scratch, w1, g.k_pad);
-      store_block(g, c, m0, rows, n0, cols);
+      store_tiles(c, kBlock);
+      epilogue(g, c, kBlock, m0, rows, n0, cols);
+    }
+  }
+}
+
+// Activations too large for L2 (many rows x long K): K outer, in chunks of kOuterChunkK, so that a chunk of
+// the activation rows stays in L2 across every column block; each block's f32 sums live in `sums`
+// ([round_up(rows, 32)][blocks * 32]) between chunks. scratch holds 2 panels of kOuterChunkK.
+void run_k_outer(const Job& g, uint16_t* scratch, float* sums, int64_t m_begin, int64_t m_end, int64_t b_begin,
+                 int64_t b_end) {
+  const Decoder dec;
+  const int64_t panels = g.n_pad / 16, quads = g.k_pad / 4;
+  const int64_t ldsum = (b_end - b_begin) * kBlock;
+  uint16_t* w1 = scratch + kOuterChunkK * 16;
+  for (int64_t q0 = 0; q0 < quads; q0 += kOuterChunkK / 4) {
+    const int64_t q1 = q0 + kOuterChunkK / 4 < quads ? q0 + kOuterChunkK / 4 : quads;
+    for (int64_t blk = b_begin; blk < b_end; ++blk) {
+      const int64_t p0 = blk * 2;
+      const bool two_cols = p0 + 1 < panels;
+      decode_panel(g, dec, p0, q0, q1, scratch);
+      if (two_cols) decode_panel(g, dec, p0 + 1, q0, q1, w1);
+      for (int64_t m0 = m_begin; m0 < m_end; m0 += kBlock) {
+        float* s = sums + (m0 - m_begin) * ldsum + (blk - b_begin) * kBlock;
+        if (q0 == 0) {
+          zero_tiles();
+        } else {
+          load_tiles(s, ldsum);
+        }
+        pick(m_end - m0 > 16, two_cols)(g.act + m0 * g.lda + q0 * 4, g.lda, scratch, w1, (q1 - q0) * 4);
+        store_tiles(s, ldsum);
+      }
+    }
+  }
+  for (int64_t blk = b_begin; blk < b_end; ++blk) {
+    const int64_t n0 = blk * kBlock;
+    const int64_t cols = g.n - n0 < kBlock ? g.n - n0 : kBlock;
+    for (int64_t m0 = m_begin; m0 < m_end; m0 += kBlock) {
+      const int64_t rows = m_end - m0 < kBlock ? m_end - m0 : kBlock;
+      epilogue(g, sums + (m0 - m_begin) * ldsum + (blk - b_begin) * kBlock, ldsum, m0, rows, n0, cols);
     }
   }
 }
@@ -293,11 +346,17 @@ void run(const Job& g) {
       m1 = m1 < g.m ? m1 : g.m;
     }
     if (m1 > m0 && b1 > b0) {
-      const int64_t k_words = m1 - m0 <= kBlock ? kChunkK : g.k_pad;
+      const bool k_outer = m1 - m0 > kBlock && (m1 - m0) * g.k_pad * 2 > kActL2Bytes;
+      const int64_t k_words = m1 - m0 <= kBlock ? kChunkK : k_outer ? kOuterChunkK : g.k_pad;
       uint16_t* scratch = static_cast<uint16_t*>(std::aligned_alloc(64, static_cast<size_t>(2 * k_words * 32)));
-      float* c = static_cast<float*>(std::aligned_alloc(64, kBlock * kBlock * 4));
+      const int64_t c_floats = k_outer ? (m1 - m0 + kBlock - 1) / kBlock * kBlock * (b1 - b0) * kBlock : kBlock * kBlock;
+      float* c = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(c_floats * 4)));
       configure_tiles();
-      run_range(g, scratch, c, m0, m1, b0, b1);
+      if (k_outer) {
+        run_k_outer(g, scratch, c, m0, m1, b0, b1);
+      } else {
+        run_range(g, scratch, c, m0, m1, b0, b1);
+      }
       _tile_release();
       std::free(scratch);
       std::free(c);
