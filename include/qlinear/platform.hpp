@@ -22,6 +22,7 @@ struct CpuFeatures {
   bool avx512dq = false;
   bool avx512vnni = false;
   bool avx512bf16 = false;
+  bool avx512vbmi = false;
   bool avx512fp16 = false;
   bool avx_vnni = false;
   bool amx_tile = false;
@@ -58,6 +59,9 @@ struct Platform {
 
 // CPUID of the running machine, unmasked.
 CpuFeatures detect_cpu_features();
+// Linux keeps the AMX tile data state (XTILEDATA) off until a process asks for it: asks the OS once
+// (arch_prctl ARCH_REQ_XCOMP_PERM) and remembers the answer. Empty when granted, else why not.
+const std::string& amx_tile_permission_refusal();
 // True when qlinear was compiled with its CUDA backend.
 bool built_with_cuda();
 

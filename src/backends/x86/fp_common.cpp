@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "backends/reference/reference_kernels.hpp"
+#include "backends/x86/amx_isa.hpp"
 #include "backends/x86/fp_isa.hpp"
 #include "backends/x86/x86_kernels.hpp"
 #include "core/processed_io.hpp"
@@ -129,8 +130,13 @@ const FpAvx2Kernel kAvx2Mxfp8("x86_avx2_mxfp8", Family::kMxfp8);
 const FpAvx2Kernel kAvx2Mxfp6("x86_avx2_mxfp6", Family::kMxfp6);
 const FpAvx2Kernel kAvx2Mxfp4("x86_avx2_mxfp4", Family::kMxfp4);
 const FpAvx2Kernel kAvx2Nvfp4("x86_avx2_nvfp4", Family::kNvfp4);
+const FpAvx2Kernel kAmxBf16Fp8ScaledMM("x86_amx_bf16_fp8_scaled_mm", Family::kFp8ScaledMM, Isa::kAmxBf16);
 
 std::string_view FpAvx2Kernel::summary() const {
+  if (isa_ == Isa::kAmxBf16) {
+    return "FP8 W8A8 (per-tensor/channel weights, activations quantized as the reference), AMX-BF16 tdpbf16ps for "
+           "M >= 2 on E4M3 decoded to BF16 tiles (products exact), f32 accumulation; M = 1: the AVX2 code";
+  }
   switch (family_) {
     case Family::kFp8ScaledMM:
       return "FP8 W8A8 (per-tensor/channel weights, static or dynamic activations quantized as the reference), "
@@ -447,7 +453,9 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   g.out = out.raw();
   g.out_kind = static_cast<FloatKind>(float_kind_of(out.dtype()));
   g.threads = omp_get_max_threads();
-  fp_gemm_avx2(g);
+  // AMX: the OS grant is asked here too (cached), so a kernel applied without is_supported never faults.
+  const bool amx = isa_ == Isa::kAmxBf16 && m >= kAmxBf16MinM && amx_tile_permission_refusal().empty();
+  if (!amx || !fp8_records_gemm_amx(g)) fp_gemm_avx2(g);
   return Status::ok();
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 
+#include "backends/x86/amx_isa.hpp"
 #include "backends/x86/int8_isa.hpp"
 #include "core/processed_io.hpp"
 #include "backends/x86/x86_kernels.hpp"
@@ -47,8 +48,13 @@ const Int8State* state_of(const LinearLayer& layer) { return static_cast<const I
 
 const Int8Kernel kAvx512VnniInt8("x86_avx512vnni_int8", Isa::kAvx512Vnni);
 const Int8Kernel kAvx2Int8("x86_avx2_int8", Isa::kAvx2);
+const Int8Kernel kAmxInt8("x86_amx_int8", Isa::kAmxInt8);
 
 std::string_view Int8Kernel::summary() const {
+  if (isa_ == Isa::kAmxInt8) {
+    return "INT8 W8A8, AMX-INT8 tdpbusd 32x32 blocks for M >= 8 (smaller M: the AVX-512 VNNI kernel) on prepacked "
+           "[N/16][K/4][16][4] weights, exact int32 sums";
+  }
   return isa_ == Isa::kAvx512Vnni
              ? "INT8 W8A8, AVX-512 VNNI vpdpbusd on prepacked [N/16][K/4][16][4] weights, exact int32 sums"
              : "INT8 W8A8, AVX2 vpmaddwd on prepacked [N/16][K/4][16][4] weights, exact int32 sums";
@@ -70,7 +76,7 @@ Status Int8Kernel::process_impl(LinearLayer& layer) const {
   st->n = c.n;
   st->k = c.k;
   st->n_pad = round_up(c.n, 16);
-  st->k_pad = round_up(c.k, 4);
+  st->k_pad = round_up(c.k, k_align());
   const Tensor w = layer.params.at("weight").contiguous();
   const int8_t* wp = w.data<int8_t>();
   st->packed = aligned_bytes(st->n_pad * st->k_pad);
@@ -144,7 +150,7 @@ Status Int8Kernel::import_impl(LinearLayer& layer, const ProcessedWeights& w) co
   st->n = c.n;
   st->k = c.k;
   st->n_pad = round_up(c.n, 16);
-  st->k_pad = round_up(c.k, 4);
+  st->k_pad = round_up(c.k, k_align());
   QL_RETURN_IF_ERROR(io::expect_meta(w, {st->n, st->k, st->n_pad, st->k_pad}, {"n", "k", "n_pad", "k_pad"}));
   QL_ASSIGN_OR_RETURN(Tensor packed, expect_processed_tensor(w, "packed", DType::kI8, {st->n_pad * st->k_pad}));
   st->packed = aligned_bytes(st->n_pad * st->k_pad);
@@ -178,8 +184,13 @@ Status Int8Kernel::apply_impl(const LinearLayer& layer, const Activation& x, con
   const Int8State& st = *state_of(layer);
   const LinearConfig& c = layer.config;
   const int64_t m = x.rows();
-  const bool offset128 = isa_ == Isa::kAvx512Vnni;
-  AlignedBytes codes = aligned_bytes(m * st.k_pad);
+  const bool offset128 = isa_ != Isa::kAvx2;
+  // The OS grant is asked here too (cached): a kernel applied without is_supported must not fault.
+  const bool amx = isa_ == Isa::kAmxInt8 && m >= kAmxInt8MinM && amx_tile_permission_refusal().empty();
+  // AMX reads whole 16-row tiles: the rows past m are padding codes whose sums are never stored.
+  const int64_t m_rows = amx ? round_up(m, 16) : m;
+  AlignedBytes codes = aligned_bytes(m_rows * st.k_pad);
+  if (m_rows > m) std::memset(codes.get() + m * st.k_pad, 0x80, static_cast<size_t>((m_rows - m) * st.k_pad));
   std::vector<float> a_scale(static_cast<size_t>(m));
   std::vector<int32_t> a_zp(static_cast<size_t>(m), 0);
 
@@ -241,7 +252,9 @@ Status Int8Kernel::apply_impl(const LinearLayer& layer, const Activation& x, con
   g.epi.out = out.raw();
   g.epi.out_kind = static_cast<FloatKind>(float_kind_of(out.dtype()));
   g.epi.n = c.n;
-  if (isa_ == Isa::kAvx512Vnni) {
+  if (amx) {
+    int8_gemm_amx(g);
+  } else if (isa_ != Isa::kAvx2) {
     int8_gemm_avx512vnni(g);
   } else {
     int8_gemm_avx2(g);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 
+#include "backends/x86/amx_isa.hpp"
 #include "backends/x86/w8a16_isa.hpp"
 #include "backends/x86/x86_kernels.hpp"
 #include "core/processed_io.hpp"
@@ -106,8 +107,21 @@ void exact_apply(const W8A16State& st, const uint16_t* x, int64_t lda, int64_t m
 const W8A16Kernel kAvx512Bf16Fp8W8A16("x86_avx512bf16_fp8_w8a16", Family::kFp8WeightOnly);
 const W8A16Kernel kAvx512Bf16Mxfp8W8A16("x86_avx512bf16_mxfp8_w8a16", Family::kMxfp8);
 const W8A16Kernel kAvx512Bf16Mxfp4W4A16("x86_avx512bf16_mxfp4_w4a16", Family::kMxfp4);
+const W8A16Kernel kAmxBf16Fp8W8A16("x86_amx_bf16_fp8_w8a16", Family::kFp8WeightOnly, Isa::kAmxBf16);
+const W8A16Kernel kAmxBf16Mxfp8W8A16("x86_amx_bf16_mxfp8_w8a16", Family::kMxfp8, Isa::kAmxBf16);
+const W8A16Kernel kAmxBf16Mxfp4W4A16("x86_amx_bf16_mxfp4_w4a16", Family::kMxfp4, Isa::kAmxBf16);
 
 std::string_view W8A16Kernel::summary() const {
+  if (isa_ == Isa::kAmxBf16) {
+    return family_ == Family::kMxfp4
+               ? "MXFP4 weights x BF16 activations, AMX-BF16 tdpbf16ps for M >= 2 on weights decoded to BF16 tiles "
+                 "(E8M0 folded), f32 accumulation; M = 1: the AVX-512 BF16 kernel"
+           : family_ == Family::kMxfp8
+               ? "MXFP8 weights x BF16 activations, AMX-BF16 tdpbf16ps for M >= 2 on weights decoded to BF16 tiles "
+                 "(E8M0 folded), f32 accumulation; M = 1: the AVX-512 BF16 kernel"
+               : "FP8 E4M3 weights (per-tensor/channel scales) x BF16 activations, AMX-BF16 tdpbf16ps for M >= 2, "
+                 "f32 accumulation; M = 1: the AVX-512 BF16 kernel";
+  }
   if (family_ == Family::kMxfp4) {
     return "MXFP4 weights x BF16 activations, E2M1->BF16 by vpshufb with the E8M0 scale folded, vdpbf16ps, f32 "
            "accumulation";
@@ -119,7 +133,7 @@ std::string_view W8A16Kernel::summary() const {
 }
 
 Verdict W8A16Kernel::is_supported(const Platform& platform) const {
-  return isa_supported(platform, Isa::kAvx512Bf16);
+  return isa_supported(platform, isa_);
 }
 
 Verdict W8A16Kernel::can_implement(const LinearConfig& c) const {
@@ -131,6 +145,10 @@ Verdict W8A16Kernel::can_implement(const LinearConfig& c) const {
   if (c.input_dtype != DType::kBF16) {
     return Verdict::no("input dtype is " + std::string(qlinear::name(c.input_dtype)) +
                        ", not bf16 (vdpbf16ps multiplies bf16; rounding the input to bf16 would change the numerics)");
+  }
+  if (isa_ == Isa::kAmxBf16 && c.weight_key.scale.dtype != DType::kE8M0 && c.weight_key.scale.group == kBlock128x128) {
+    return Verdict::no("128x128 block weight scales (the AMX kernel takes per-tensor/channel or MX scales; the "
+                       "AVX-512 kernel runs them)");
   }
   return Verdict::yes();  // any N and K: padded at prepack
 }
@@ -329,13 +347,18 @@ Status W8A16Kernel::apply_impl(const LinearLayer& layer, const Activation& x, co
   const uint16_t* act = xd.data<uint16_t>();
   int64_t lda = xd.strides()[0];
   AlignedBytes padded;
-  if (st.k_pad != st.k) {
-    padded = aligned_bytes(m * st.k_pad * 2);
+  // AMX reads whole 16-row tiles: rows past m are zeros whose sums are never stored.
+  // The OS grant is asked here too (cached): a kernel applied without is_supported must not fault.
+  const bool amx = isa_ == Isa::kAmxBf16 && m >= kAmxBf16MinM && !st.exact_path && amx_tile_permission_refusal().empty();
+  const int64_t m_rows = amx ? round_up(m, 16) : m;
+  if (st.k_pad != st.k || m_rows != m) {
+    padded = aligned_bytes(m_rows * st.k_pad * 2);
     uint16_t* p = reinterpret_cast<uint16_t*>(padded.get());
     for (int64_t i = 0; i < m; ++i) {
       std::memcpy(p + i * st.k_pad, act + i * lda, static_cast<size_t>(st.k) * 2);
       std::memset(p + i * st.k_pad + st.k, 0, static_cast<size_t>(st.k_pad - st.k) * 2);
     }
+    std::memset(p + m * st.k_pad, 0, static_cast<size_t>((m_rows - m) * st.k_pad * 2));
     act = p;
     lda = st.k_pad;
   }
@@ -361,7 +384,11 @@ Status W8A16Kernel::apply_impl(const LinearLayer& layer, const Activation& x, co
   g.out = out.raw();
   g.out_kind = static_cast<FloatKind>(float_kind_of(out.dtype()));
   g.threads = omp_get_max_threads();
-  w8a16_gemm_avx512bf16(g);
+  if (amx) {
+    w8a16_gemm_amx(g);
+  } else {
+    w8a16_gemm_avx512bf16(g);
+  }
   return Status::ok();
 }
 
