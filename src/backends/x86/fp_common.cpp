@@ -14,6 +14,7 @@
 #include "backends/x86/fp_isa.hpp"
 #include "backends/x86/x86_kernels.hpp"
 #include "core/processed_io.hpp"
+#include "qlinear/quantize.hpp"
 
 namespace qlinear::x86 {
 
@@ -143,7 +144,8 @@ std::string_view FpAvx2Kernel::summary() const {
     case Family::kMxfp8: return "MXFP8 weights (E8M0 folded) x f32/bf16/f16 or MXFP8 activations, AVX2 FMA, f32 sums";
     case Family::kMxfp6:
       return "MXFP6 E2M3/E3M2 weights (E8M0 folded) x f32/bf16/f16 or MX activations, AVX2 FMA, f32 sums";
-    case Family::kMxfp4: return "MXFP4 weights (vpshufb, E8M0 folded) x f32/bf16/f16 or MX activations, AVX2 FMA";
+    case Family::kMxfp4:
+      return "MXFP4 weights (vpshufb, E8M0 folded) x f32/bf16/f16, MX or static FP8 activations, AVX2 FMA";
     default: return "NVFP4 weights (E4M3 block scales folded, global in the epilogue) x dense or NVFP4 activations, AVX2 FMA";
   }
 }
@@ -394,19 +396,20 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   q.ldx = xd.strides()[0];
   if (c.activation_key) {
     const QuantKey& ak = *c.activation_key;
-    if (c.family == Family::kFp8ScaledMM) {
-      q.mode = ak.scale.is_static ? FpActMode::kFp8Static
-               : ak.scale.group.is_per_token() ? FpActMode::kFp8DynToken
-                                               : FpActMode::kFp8DynTensor;
-      q.static_scale = st.in_scale;
-    } else if (c.family == Family::kFp8BlockScaled) {
+    if (c.family == Family::kFp8BlockScaled) {
       q.mode = FpActMode::kFp8Dyn1x128;
     } else if (c.family == Family::kNvfp4) {
       q.mode = FpActMode::kNvfp4Dyn;
       q.global_scale = st.in_global;
-    } else {
+    } else if (ak.scale.dtype == DType::kE8M0) {
       q.mode = FpActMode::kMxDyn;
       q.elem = elem_of(ak.dtype);
+      q.mx_rule = default_mx_rule(ak) == MxScaleRule::kQuarkEven ? FpMxRule::kQuarkEven : FpMxRule::kCeilOverMax;
+    } else {  // FP8 per tensor / per token (fp8_scaled_mm, and MXFP4 weights with static FP8 input)
+      q.mode = ak.scale.is_static ? FpActMode::kFp8Static
+               : ak.scale.group.is_per_token() ? FpActMode::kFp8DynToken
+                                               : FpActMode::kFp8DynTensor;
+      q.static_scale = st.in_scale;
     }
   }
   AlignedBytes act = aligned_bytes(m * st.k_pad * 4);
