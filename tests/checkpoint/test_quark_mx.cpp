@@ -9,6 +9,7 @@
 
 #include "backends/reference/reference_kernels.hpp"
 #include "qlinear/loader.hpp"
+#include "qlinear/random.hpp"
 #include "qlinear/registry.hpp"
 
 namespace qlinear {
@@ -73,6 +74,61 @@ TEST(QuarkMx, EveryRecipeLoadsAsItsSchemeAndMatchesQuarkFakeQuant) {
         if (std::getenv("QLINEAR_PRINT_ERR")) std::printf("%s %s %s %.3e\n", scheme, name, std::string(k->name()).c_str(), err);
       }
     }
+  }
+}
+
+// Tensor parallelism over 2 ranks: column slices (q_proj) give the full output's columns, row slices
+// (o_proj, K = 64: one MX block per rank) give partial sums that add up to the full output (each rank
+// quantizes its own whole 32-blocks of the activation, the same blocks as the full row); a row split that
+// would cut an MX block (down_proj, K = 96) is refused naming the block.
+TEST(QuarkMx, TensorParallelSlicesAddUpToTheFullLayer) {
+  for (const char* scheme : kSchemes) {
+    SCOPED_TRACE(scheme);
+    auto load = [&](int rank, int size, const std::string& regex) {
+      LoadOptions o;
+      o.fuse = false;
+      o.out_dtype = DType::kF32;
+      o.input_dtype = DType::kF32;
+      o.tp_rank = rank;
+      o.tp_size = size;
+      o.layer_regex = regex;
+      return load_checkpoint(kRoot + scheme, o);
+    };
+    auto run = [](const LoadedLayer& l, const Tensor& x) {
+      LinearLayer layer = l.layer;
+      const LinearKernel& k = *select_kernel(layer.config, Platform::host_cpu()).value();
+      EXPECT_TRUE(k.process_weights_after_loading(layer));
+      return k.apply(layer, Activation::dense(x), l.bias.defined() ? &l.bias : nullptr).value();
+    };
+    auto full = load(0, 1, "self_attn\\.(q|o)_proj$");
+    ASSERT_TRUE(full) << full.message();
+    const Tensor x = random_normal(DType::kF32, {3, 64}, 77, 1.0);
+    for (const char* name : {"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.o_proj"}) {
+      const LoadedLayer* whole = find(*full, name);
+      ASSERT_NE(whole, nullptr) << name;
+      const Tensor want = run(*whole, x);
+      const int64_t n = whole->layer.config.n;
+      std::vector<double> got(static_cast<size_t>(3 * n), 0.0);
+      for (int rank = 0; rank < 2; ++rank) {
+        auto part = load(rank, 2, "self_attn\\.(q|o)_proj$");
+        ASSERT_TRUE(part) << part.message();
+        const LoadedLayer* l = find(*part, name);
+        ASSERT_NE(l, nullptr);
+        const bool column = l->parallelism == Parallelism::kColumn;
+        const Tensor xr = column ? x : x.narrow(1, rank * 32, 32).value().contiguous();
+        const Tensor y = run(*l, xr);
+        const int64_t ln = l->layer.config.n;
+        for (int64_t r = 0; r < 3; ++r) {
+          for (int64_t c = 0; c < ln; ++c) got[r * n + (column ? rank * ln + c : c)] += y.data<float>()[r * ln + c];
+        }
+      }
+      Tensor g = Tensor::empty(DType::kF32, {3, n});
+      for (int64_t i = 0; i < 3 * n; ++i) g.data<float>()[i] = static_cast<float>(got[i]);
+      EXPECT_LT(worst_row_err(g, want, 3, n), 80 * 0x1p-24) << name;
+    }
+    auto cut = load(0, 2, "mlp\\.down_proj$");
+    ASSERT_FALSE(cut);
+    EXPECT_NE(cut.message().find("1x32 scale block"), std::string::npos) << cut.message();
   }
 }
 

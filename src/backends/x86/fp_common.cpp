@@ -380,20 +380,54 @@ Status FpAvx2Kernel::reference_apply(const LinearLayer& layer, const Activation&
   return ref->apply(copy, x, bias, out);
 }
 
+std::optional<QuantKey> FpAvx2Kernel::input_quant_key(const LinearConfig& c) const {
+  if (c.activation_key && c.activation_key->scale.dtype == DType::kE8M0) return c.activation_key;
+  return std::nullopt;
+}
+
+namespace {
+
+// A pre-quantized MX activation (input_quant_key) as the f32 values code * 2^(e - 127), what
+// fp_prepare_activations_avx2 makes of dense input; *inexact when one is not an f32 (or a scale is NaN).
+void decode_mx_activation(const QuantizedTensor& xq, int64_t k_pad, float* act, uint8_t* inexact) {
+  const DType elem = xq.key.dtype;
+  const Tensor data = xq.data.contiguous(), scale = xq.scale.contiguous();
+  const uint8_t* codes = static_cast<const uint8_t*>(data.raw());
+  const uint8_t* e8m0 = static_cast<const uint8_t*>(scale.raw());
+  const int64_t k = xq.cols, blocks = k / 32;
+  const int64_t row_bytes = is_packed(elem) ? storage_bytes(elem, k) : k;
+  for (int64_t r = 0; r < xq.rows; ++r) {
+    const uint8_t* row = codes + r * row_bytes;
+    float* out = act + r * k_pad;
+    for (int64_t i = 0; i < k; ++i) {
+      const uint8_t e = e8m0[r * blocks + i / 32];
+      const uint32_t code = is_packed(elem) ? unpack_code(elem, row, i) : row[i];
+      const double v = std::ldexp(decode(elem, code), static_cast<int>(e) - 127);
+      out[i] = static_cast<float>(v);
+      if (e == 0xFF || static_cast<double>(out[i]) != v) *inexact = 1;
+    }
+    std::fill(out + k, out + k_pad, 0.0f);
+  }
+}
+
+}  // namespace
+
 Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const {
   const FpState& st = *state_of(layer);
   const LinearConfig& c = layer.config;
   if (st.use_reference) return reference_apply(layer, x, bias, out);
-  const Tensor& xd = x.dense_tensor();
-  const int64_t m = xd.size(0);
+  const int64_t m = x.rows();
   const int64_t block_cols = (c.k + 127) / 128;
 
   FpActQuant q;
-  q.x = xd.raw();
-  q.x_kind = static_cast<FloatKind>(float_kind_of(xd.dtype()));
   q.m = m;
   q.k = c.k;
-  q.ldx = xd.strides()[0];
+  if (!x.is_quantized()) {
+    const Tensor& xd = x.dense_tensor();
+    q.x = xd.raw();
+    q.x_kind = static_cast<FloatKind>(float_kind_of(xd.dtype()));
+    q.ldx = xd.strides()[0];
+  }
   if (c.activation_key) {
     const QuantKey& ak = *c.activation_key;
     if (c.family == Family::kFp8BlockScaled) {
@@ -422,7 +456,11 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   q.block_scale = act_block.data();
   q.bad_input = &bad;
   q.inexact = &inexact;
-  fp_prepare_activations_avx2(q);
+  if (x.is_quantized()) {
+    decode_mx_activation(x.quantized_tensor(), st.k_pad, q.act, &inexact);
+  } else {
+    fp_prepare_activations_avx2(q);
+  }
   if (bad) return Status::error(std::string(name()) + ": the activation holds Inf or NaN (it cannot be quantized)");
   if (inexact) return reference_apply(layer, x, bias, out);  // MX / NVFP4 activation scales beyond f32's range
 
