@@ -86,8 +86,9 @@ def quantize_layer(name: str, scheme: str, weight: Any, *, bias: Any = None, inp
                    input_dtype: str = "bf16", out_dtype: str = "bf16") -> Layer:
     """Quantizes a dense weight [N, K] (float32/float64/float16/bf16, host) into a layer of `scheme`.
 
-    Static activation scales are calibrated from [input_min, input_max]; mx_rule is the MX shared-exponent rule
-    ("ceil_over_max", "floor_log2", "ocp"); logical_widths splits N into fused shards.
+    Static activation scales are calibrated from [input_min, input_max]; mx_rule is the weights' MX
+    shared-exponent rule ("ceil_over_max", "floor_log2", "ocp", "quark_even"; dynamic MX activations follow
+    their key's rule, docs/FORMATS.md); logical_widths splits N into fused shards.
     """
     weight = _host_contiguous(weight)
     if bias is not None:

@@ -16,7 +16,8 @@ MxScaleRule parse_mx_rule(const std::string& text) {
   if (text == "ceil_over_max") return MxScaleRule::kCeilOverMax;
   if (text == "floor_log2") return MxScaleRule::kFloorLog2;
   if (text == "ocp") return MxScaleRule::kOcp;
-  throw Error("quantize_layer: unknown mx_rule '" + text + "'; expected ceil_over_max, floor_log2 or ocp");
+  if (text == "quark_even") return MxScaleRule::kQuarkEven;
+  throw Error("quantize_layer: unknown mx_rule '" + text + "'; expected ceil_over_max, floor_log2, ocp or quark_even");
 }
 }  // namespace
 

@@ -81,10 +81,36 @@ Json ct_config(const Scheme& s, const std::vector<std::string>& ignore) {
           {"kv_cache_scheme", nullptr}};
 }
 
+const char* quark_dtype(DType d) {
+  switch (d) {
+    case DType::kF6E2M3: return "fp6_e2m3";
+    case DType::kF6E3M2: return "fp6_e3m2";
+    case DType::kF4E2M1: return "fp4";
+    default: return "fp8_e4m3";
+  }
+}
+
+// Quark's FP8 E4M3 per-tensor static spec (the input of its mxfp4_fp8 scheme).
+Json quark_fp8_tensor_spec() {
+  return {{"dtype", "fp8_e4m3"}, {"qscheme", "per_tensor"}, {"group_size", nullptr}, {"ch_axis", nullptr},
+          {"scale_format", nullptr}, {"is_dynamic", false}, {"symmetric", true}, {"round_method", "half_even"},
+          {"scale_type", "float"}};
+}
+
+// Quark writes the OCP-MX schemes with quantized activations and every MXFP6 one; compressed-tensors the rest.
+bool written_as_quark(const Scheme& s) {
+  if (s.family == Family::kMxfp6) return true;
+  return s.family == Family::kMxfp4 && s.activation_key && *s.activation_key != kMxfp8Dynamic;
+}
+
 Json quark_config(const Scheme& s, const std::vector<std::string>& ignore) {
-  const char* dtype = s.weight_key.dtype == DType::kF6E2M3 ? "fp6_e2m3" : "fp6_e3m2";
-  Json global = {{"weight", quark_mx_spec(dtype, false)}, {"input_tensors", nullptr}, {"output_tensors", nullptr},
-                 {"bias", nullptr}, {"target_device", nullptr}};
+  Json input = nullptr;
+  if (s.activation_key) {
+    input = s.activation_key->scale.dtype == DType::kE8M0 ? quark_mx_spec(quark_dtype(s.activation_key->dtype), true)
+                                                           : quark_fp8_tensor_spec();
+  }
+  Json global = {{"weight", quark_mx_spec(quark_dtype(s.weight_key.dtype), false)}, {"input_tensors", input},
+                 {"output_tensors", nullptr}, {"bias", nullptr}, {"target_device", nullptr}};
   return {{"quant_method", "quark"},
           {"export", {{"kv_cache_group", Json::array()}, {"pack_method", "reorder"}}},
           {"global_quant_config", global},
@@ -95,11 +121,12 @@ Json quark_config(const Scheme& s, const std::vector<std::string>& ignore) {
 }
 
 Json config_for(const Scheme& s, const std::vector<std::string>& ignore) {
-  return s.family == Family::kMxfp6 ? quark_config(s, ignore) : ct_config(s, ignore);
+  return written_as_quark(s) ? quark_config(s, ignore) : ct_config(s, ignore);
 }
 
-// compressed-tensors names packed FP4 codes weight_packed; every other scheme keeps "weight".
+// compressed-tensors names packed FP4 codes weight_packed; Quark and every other scheme keep "weight".
 std::string weight_name(const Scheme& s) {
+  if (written_as_quark(s)) return "weight";
   return (s.family == Family::kMxfp4 || s.family == Family::kNvfp4) ? "weight_packed" : "weight";
 }
 

@@ -23,7 +23,7 @@ constexpr std::array kMxfp8ActKeys = {kMxfp8Dynamic};
 constexpr std::array kMxfp6WeightKeys = {kMxfp6E2M3Static, kMxfp6E3M2Static};
 constexpr std::array kMxfp6ActKeys = {kMxfp8Dynamic, kMxfp6E2M3Dynamic, kMxfp6E3M2Dynamic, kMxfp4Dynamic};
 constexpr std::array kMxfp4WeightKeys = {kMxfp4Static};
-constexpr std::array kMxfp4ActKeys = {kMxfp8Dynamic, kMxfp4Dynamic};
+constexpr std::array kMxfp4ActKeys = {kMxfp8Dynamic, kMxfp6E2M3Dynamic, kMxfp4Dynamic, kFp8StaticTensorSym};
 constexpr std::array kNvfp4WeightKeys = {kNvfp4Static};
 constexpr std::array kNvfp4ActKeys = {kNvfp4Dynamic};
 

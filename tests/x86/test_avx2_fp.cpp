@@ -47,10 +47,7 @@ const Scheme kFp8WoBlock{"fp8-w8a16-block", Family::kFp8WeightOnly, kFp8Static12
 const Scheme kFp8DynTensor{"fp8-dyn-tensor", Family::kFp8ScaledMM, kFp8StaticChannelSym, kFp8DynamicTensorSym, ""};
 const Scheme kFp8TensorTensor{"fp8-tensor-dyn-token", Family::kFp8ScaledMM, kFp8StaticTensorSym,
                               kFp8DynamicTokenSym, ""};
-const Scheme kMxfp6A6{"mxfp6-a6", Family::kMxfp6, kMxfp6E2M3Static, kMxfp6E2M3Dynamic, ""};
 const Scheme kMxfp6A8{"mxfp6-e3m2-a8", Family::kMxfp6, kMxfp6E3M2Static, kMxfp8Dynamic, ""};
-const Scheme kMxfp6A6E3M2{"mxfp6-e3m2-a6", Family::kMxfp6, kMxfp6E3M2Static, kMxfp6E3M2Dynamic, ""};
-const Scheme kMxfp4A4{"mxfp4-a4", Family::kMxfp4, kMxfp4Static, kMxfp4Dynamic, ""};
 const Scheme kMxfp4A8{"mxfp4-a8", Family::kMxfp4, kMxfp4Static, kMxfp8Dynamic, ""};
 const Scheme kNvfp4A16{"nvfp4-a16", Family::kNvfp4, kNvfp4Static, std::nullopt, ""};
 
@@ -64,9 +61,13 @@ std::vector<FamilyCase> families() {
   return {
       {&x86::kAvx2Mxfp8, {find_scheme("w8a16-mxfp8"), find_scheme("w8a8-mxfp8")}, KRule::kMx},
       {&x86::kAvx2Fp8WeightOnly, {find_scheme("w8a16-fp8"), &kFp8WoTensor, &kFp8WoBlock}, KRule::kBlock128},
-      {&x86::kAvx2Mxfp4, {find_scheme("w4a16-mxfp4"), &kMxfp4A4, &kMxfp4A8}, KRule::kMx},
+      {&x86::kAvx2Mxfp4,
+       {find_scheme("w4a16-mxfp4"), find_scheme("w4a4-mxfp4"), find_scheme("w4a6-mxfp4-mxfp6-e2m3"),
+        find_scheme("w4a8-mxfp4-fp8"), &kMxfp4A8},
+       KRule::kMx},
       {&x86::kAvx2Mxfp6,
-       {find_scheme("w6a16-mxfp6-e2m3"), find_scheme("w6a16-mxfp6-e3m2"), &kMxfp6A6, &kMxfp6A8, &kMxfp6A6E3M2},
+       {find_scheme("w6a16-mxfp6-e2m3"), find_scheme("w6a16-mxfp6-e3m2"), find_scheme("w6a6-mxfp6-e2m3"), &kMxfp6A8,
+        find_scheme("w6a6-mxfp6-e3m2")},
        KRule::kMx},
       {&x86::kAvx2Fp8ScaledMM,
        {find_scheme("w8a8-fp8-tensor"), find_scheme("w8a8-fp8-channel"), &kFp8DynTensor, &kFp8TensorTensor},
@@ -162,6 +163,7 @@ TEST(X86Avx2Fp, ActivationQuantizerIsBitIdenticalToTheReference) {
   struct Mode {
     x86::FpActMode mode;
     QuantKey key;
+    std::optional<MxScaleRule> rule = std::nullopt;  // none: the key's default (default_mx_rule)
   };
   const Mode modes[] = {
       {x86::FpActMode::kFp8DynToken, kFp8DynamicTokenSym}, {x86::FpActMode::kFp8DynTensor, kFp8DynamicTensorSym},
@@ -169,6 +171,8 @@ TEST(X86Avx2Fp, ActivationQuantizerIsBitIdenticalToTheReference) {
       {x86::FpActMode::kMxDyn, kMxfp8Dynamic},             {x86::FpActMode::kMxDyn, kMxfp6E2M3Dynamic},
       {x86::FpActMode::kMxDyn, kMxfp6E3M2Dynamic},         {x86::FpActMode::kMxDyn, kMxfp4Dynamic},
       {x86::FpActMode::kNvfp4Dyn, kNvfp4Dynamic},
+      {x86::FpActMode::kMxDyn, kMxfp4Dynamic, MxScaleRule::kCeilOverMax},
+      {x86::FpActMode::kMxDyn, kMxfp6E3M2Dynamic, MxScaleRule::kCeilOverMax},
   };
   for (DType in : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (int variant = 0; variant < 2; ++variant) {
@@ -184,6 +188,9 @@ TEST(X86Avx2Fp, ActivationQuantizerIsBitIdenticalToTheReference) {
         SCOPED_TRACE(key_name(md.key) + " in=" + std::string(name(in)) + " variant " + std::to_string(variant));
         QuantizeOptions qo;
         x86::FpActQuant q;
+        qo.mx_rule = md.rule;
+        q.mx_rule = md.rule.value_or(default_mx_rule(md.key)) == MxScaleRule::kQuarkEven ? x86::FpMxRule::kQuarkEven
+                                                                                          : x86::FpMxRule::kCeilOverMax;
         if (md.mode == x86::FpActMode::kFp8Static) {
           q.static_scale = 0.0173f;
           qo.static_scale = Tensor::scalar_f32(q.static_scale).reshape({1}).value();

@@ -15,6 +15,7 @@
 #include "backends/x86/fp_isa.hpp"
 #include "backends/x86/x86_kernels.hpp"
 #include "core/processed_io.hpp"
+#include "qlinear/quantize.hpp"
 
 namespace qlinear::x86 {
 
@@ -149,7 +150,8 @@ std::string_view FpAvx2Kernel::summary() const {
     case Family::kMxfp8: return "MXFP8 weights (E8M0 folded) x f32/bf16/f16 or MXFP8 activations, AVX2 FMA, f32 sums";
     case Family::kMxfp6:
       return "MXFP6 E2M3/E3M2 weights (E8M0 folded) x f32/bf16/f16 or MX activations, AVX2 FMA, f32 sums";
-    case Family::kMxfp4: return "MXFP4 weights (vpshufb, E8M0 folded) x f32/bf16/f16 or MX activations, AVX2 FMA";
+    case Family::kMxfp4:
+      return "MXFP4 weights (vpshufb, E8M0 folded) x f32/bf16/f16, MX or static FP8 activations, AVX2 FMA";
     default: return "NVFP4 weights (E4M3 block scales folded, global in the epilogue) x dense or NVFP4 activations, AVX2 FMA";
   }
 }
@@ -384,35 +386,70 @@ Status FpAvx2Kernel::reference_apply(const LinearLayer& layer, const Activation&
   return ref->apply(copy, x, bias, out);
 }
 
+std::optional<QuantKey> FpAvx2Kernel::input_quant_key(const LinearConfig& c) const {
+  if (c.activation_key && c.activation_key->scale.dtype == DType::kE8M0) return c.activation_key;
+  return std::nullopt;
+}
+
+namespace {
+
+// A pre-quantized MX activation (input_quant_key) as the f32 values code * 2^(e - 127), what
+// fp_prepare_activations_avx2 makes of dense input; *inexact when one is not an f32 (or a scale is NaN).
+void decode_mx_activation(const QuantizedTensor& xq, int64_t k_pad, float* act, uint8_t* inexact) {
+  const DType elem = xq.key.dtype;
+  const Tensor data = xq.data.contiguous(), scale = xq.scale.contiguous();
+  const uint8_t* codes = static_cast<const uint8_t*>(data.raw());
+  const uint8_t* e8m0 = static_cast<const uint8_t*>(scale.raw());
+  const int64_t k = xq.cols, blocks = k / 32;
+  const int64_t row_bytes = is_packed(elem) ? storage_bytes(elem, k) : k;
+  for (int64_t r = 0; r < xq.rows; ++r) {
+    const uint8_t* row = codes + r * row_bytes;
+    float* out = act + r * k_pad;
+    for (int64_t i = 0; i < k; ++i) {
+      const uint8_t e = e8m0[r * blocks + i / 32];
+      const uint32_t code = is_packed(elem) ? unpack_code(elem, row, i) : row[i];
+      const double v = std::ldexp(decode(elem, code), static_cast<int>(e) - 127);
+      out[i] = static_cast<float>(v);
+      if (e == 0xFF || static_cast<double>(out[i]) != v) *inexact = 1;
+    }
+    std::fill(out + k, out + k_pad, 0.0f);
+  }
+}
+
+}  // namespace
+
 Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const {
   const FpState& st = *state_of(layer);
   const LinearConfig& c = layer.config;
   if (st.use_reference) return reference_apply(layer, x, bias, out);
-  const Tensor& xd = x.dense_tensor();
-  const int64_t m = xd.size(0);
+  const int64_t m = x.rows();
   const int64_t block_cols = (c.k + 127) / 128;
 
   FpActQuant q;
-  q.x = xd.raw();
-  q.x_kind = static_cast<FloatKind>(float_kind_of(xd.dtype()));
   q.m = m;
   q.k = c.k;
-  q.ldx = xd.strides()[0];
+  if (!x.is_quantized()) {
+    const Tensor& xd = x.dense_tensor();
+    q.x = xd.raw();
+    q.x_kind = static_cast<FloatKind>(float_kind_of(xd.dtype()));
+    q.ldx = xd.strides()[0];
+  }
   if (c.activation_key) {
     const QuantKey& ak = *c.activation_key;
-    if (c.family == Family::kFp8ScaledMM) {
-      q.mode = ak.scale.is_static ? FpActMode::kFp8Static
-               : ak.scale.group.is_per_token() ? FpActMode::kFp8DynToken
-                                               : FpActMode::kFp8DynTensor;
-      q.static_scale = st.in_scale;
-    } else if (c.family == Family::kFp8BlockScaled) {
+    if (c.family == Family::kFp8BlockScaled) {
       q.mode = FpActMode::kFp8Dyn1x128;
     } else if (c.family == Family::kNvfp4) {
       q.mode = FpActMode::kNvfp4Dyn;
       q.global_scale = st.in_global;
-    } else {
+    } else if (ak.scale.dtype == DType::kE8M0) {
       q.mode = FpActMode::kMxDyn;
       q.elem = elem_of(ak.dtype);
+      q.mx_rule = default_mx_rule(ak) == MxScaleRule::kQuarkEven ? FpMxRule::kQuarkEven : FpMxRule::kCeilOverMax;
+    } else {  // FP8 per tensor / per token (fp8_scaled_mm, and MXFP4 weights with static FP8 input)
+      q.mode = ak.scale.is_static ? FpActMode::kFp8Static
+               : ak.scale.group.is_per_token() ? FpActMode::kFp8DynToken
+                                               : FpActMode::kFp8DynTensor;
+      q.static_scale = st.in_scale;
     }
   }
   AlignedBytes act = aligned_bytes(m * st.k_pad * 4);
@@ -425,7 +462,11 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   q.block_scale = act_block.data();
   q.bad_input = &bad;
   q.inexact = &inexact;
-  fp_prepare_activations_avx2(q);
+  if (x.is_quantized()) {
+    decode_mx_activation(x.quantized_tensor(), st.k_pad, q.act, &inexact);
+  } else {
+    fp_prepare_activations_avx2(q);
+  }
   if (bad) return Status::error(std::string(name()) + ": the activation holds Inf or NaN (it cannot be quantized)");
   if (inexact) return reference_apply(layer, x, bias, out);  // MX / NVFP4 activation scales beyond f32's range
 

@@ -133,6 +133,8 @@ class FpAvx2Kernel final : public LinearKernel {
   std::string_view summary() const override;
   Verdict is_supported(const Platform& platform) const override { return isa_supported(platform, isa_); }
   Verdict can_implement(const LinearConfig& config) const override;
+  // MX activation keys (E8M0 per 1x32) may arrive pre-quantized; every other key is quantized inside apply.
+  std::optional<QuantKey> input_quant_key(const LinearConfig& config) const override;
   Result<Tensor> row_major_weight(const LinearLayer& layer) const override;
   bool supports_pre_processed_weights() const override { return true; }
   uint32_t processed_layout_version() const override { return 2; }  // 2: FP4 records (fp_isa.hpp)
