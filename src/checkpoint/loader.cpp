@@ -6,9 +6,8 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <regex>
 
-#include "qlinear/regex_limits.hpp"
+#include "qlinear/name_pattern.hpp"
 #include <set>
 #include <sstream>
 
@@ -388,14 +387,11 @@ Result<LoadedModel> load_checkpoint(const std::string& path, const LoadOptions& 
   model.path = path;
   QL_ASSIGN_OR_RETURN(ModelDims dims, read_model_config((dir / "config.json").string(), &model.config));
   QL_ASSIGN_OR_RETURN(model.checkpoint, Checkpoint::open(path));
-  std::optional<std::regex> filter;
+  std::optional<NamePattern> filter;
   if (!opt.layer_regex.empty()) {
-    if (Status s = check_regex_limits(opt.layer_regex); !s) return s.with_context("layer regex (--layers)");
-    try {
-      filter.emplace(opt.layer_regex);
-    } catch (const std::regex_error& e) {
-      return Status::error("layer regex '" + opt.layer_regex + "' is invalid: " + e.what());
-    }
+    auto compiled = NamePattern::compile(opt.layer_regex, NamePattern::Anchor::kSearch);
+    if (!compiled) return compiled.status().with_context("layer regex (--layers)");
+    filter = std::move(*compiled);
   }
 
   // Linear modules: a 2-D weight (or weight_packed) tensor; quantized ones carry a weight_scale.
@@ -441,7 +437,7 @@ Result<LoadedModel> load_checkpoint(const std::string& path, const LoadOptions& 
     if (!quantized.count(m)) model.unquantized.push_back(m);
   }
   for (const auto& [name, shards] : layers) {
-    if (filter && !std::regex_search(name, *filter)) continue;
+    if (filter && !filter->matches(name)) continue;
     QL_ASSIGN_OR_RETURN(const Scheme* scheme, scheme_for_layer(model.config, name, shards));
     if (scheme == nullptr) {
       model.unquantized.push_back(name);

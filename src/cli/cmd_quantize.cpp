@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <sstream>
 
 #include "cli/args.hpp"
@@ -14,7 +13,7 @@
 #include "qlinear/checkpoint_writer.hpp"
 #include "qlinear/kernel.hpp"
 #include "qlinear/make_layer.hpp"
-#include "qlinear/regex_limits.hpp"
+#include "qlinear/name_pattern.hpp"
 #include "qlinear/safetensors.hpp"
 
 namespace qlinear::cli {
@@ -104,12 +103,12 @@ int cmd_quantize(int argc, char** argv) {
                  std::string(scheme->name).c_str());
     return 2;
   }
-  auto ignore_re = compile_regex(args->get_or("--ignore", "lm_head|embed|norm"));
+  auto ignore_re = NamePattern::compile(args->get_or("--ignore", "lm_head|embed|norm"), NamePattern::Anchor::kSearch);
   if (!ignore_re) {
     std::fprintf(stderr, "qlinear quantize: --ignore: %s\n", ignore_re.message().c_str());
     return 2;
   }
-  const std::regex ignore = std::move(*ignore_re);
+  const NamePattern ignore = std::move(*ignore_re);
   namespace fs = std::filesystem;
   const std::string in = args->positional()[0], out = args->positional()[1];
   if (fs::exists(out) && !fs::is_empty(out)) {
@@ -135,7 +134,7 @@ int cmd_quantize(int argc, char** argv) {
   for (const std::string& name : ckpt->names()) {
     auto e = ckpt->entry(name);
     const bool is_weight = name.size() > 7 && name.ends_with(".weight");
-    if (is_weight && e && e->shape.size() == 2 && is_float_tensor(e->dtype) && !std::regex_search(name, ignore)) {
+    if (is_weight && e && e->shape.size() == 2 && is_float_tensor(e->dtype) && !ignore.matches(name)) {
       linear.push_back(name.substr(0, name.size() - 7));
     } else {
       dense.emplace_back(name, ckpt->tensor(name).value());

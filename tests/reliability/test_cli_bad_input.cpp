@@ -60,7 +60,7 @@ std::vector<BadInvocation> bad_invocations() {
       {"path", {"inspect", std::string(QLINEAR_TEST_DATA) + "/safetensors/python_dtypes.safetensors"}, 1,
        {"config.json: cannot open"}},
       {"path", {"run", std::string(QLINEAR_TEST_DATA) + "/formats/decode_bf16.f32"}, 1, {"formats/config.json: cannot open"}},
-      {"regex", {"run", ckpt, "--layers", "(", "--m", "1"}, 1, {"layer regex '(' is invalid"}},
+      {"regex", {"run", ckpt, "--layers", "(", "--m", "1"}, 1, {"layer regex (--layers): regex \"(\" does not compile: missing )"}},
       {"regex", {"run", ckpt, "--layers", "no_such_layer", "--m", "1"}, 1,
        {"no quantized linear layer matches --layers 'no_such_layer'"}},
       {"quantize", {"quantize", "in.safetensors"}, 2, {"expected IN and OUT"}},
