@@ -382,7 +382,17 @@ Result<LoadedModel> load_checkpoint(const std::string& path, const LoadOptions& 
   std::error_code ec;
   const fs::path p(path);
   if (!fs::exists(p, ec)) return Status::error(path + ": no such file or directory");
-  const fs::path dir = fs::is_directory(p, ec) ? p : p.parent_path();
+  const bool is_dir = fs::is_directory(p, ec);
+  const fs::path dir = is_dir ? p : p.parent_path();
+  // Named by the path given, not by the config.json it lacks (the user may not know one is needed).
+  if (!is_dir && p.extension() != ".safetensors") {
+    return Status::error(path + " is not a checkpoint: expected a model directory (config.json and *.safetensors) "
+                         "or a .safetensors file with config.json beside it");
+  }
+  if (!fs::exists(dir / "config.json", ec)) {
+    return Status::error(path + " is not a checkpoint: " + (is_dir ? "the directory" : "the file's directory") +
+                         " has no config.json (" + (dir / "config.json").string() + ": cannot open)");
+  }
   LoadedModel model;
   model.path = path;
   QL_ASSIGN_OR_RETURN(ModelDims dims, read_model_config((dir / "config.json").string(), &model.config));

@@ -247,7 +247,7 @@ LoadOptions tp(int rank, int size) {
 TEST(Loader, BadCheckpointsAreRefusedWithReasons) {
   const std::vector<BadCase> cases = {
       {"no config.json", [](const std::string& d) { write_one(d, "w8a8-mxfp8"); fs::remove(d + "/config.json"); }, {},
-       "config.json: cannot open"},
+       "is not a checkpoint: the directory has no config.json"},
       {"config without quantization_config",
        [](const std::string& d) { write_one(d, "w8a8-mxfp8"); std::ofstream(d + "/config.json") << "{}"; }, {},
        "quantization_config"},
