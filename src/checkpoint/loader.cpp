@@ -361,6 +361,23 @@ Result<ModelDims> read_model_config(const std::string& path, QuantConfig* quant)
   return dims;
 }
 
+// Whether every shard but the last of a fused layer has a row count (per tensor-parallel rank) that is a
+// multiple of the scheme's weight-block rows; true for schemes without row blocks. Shapes that cannot be read
+// here pass, so that the layer loader reports them.
+bool shards_fit_the_row_blocks(const Checkpoint& ckpt, const Scheme& scheme, const std::vector<std::string>& shards,
+                               int tp_size) {
+  const int64_t block_rows = scheme.weight_key.scale.group.row;
+  if (block_rows <= 1) return true;
+  for (size_t i = 0; i + 1 < shards.size(); ++i) {
+    auto e = ckpt.entry(shards[i] + ".weight");
+    if (!e || e->shape.size() != 2) return true;
+    const int64_t rows = e->shape[0];
+    if (tp_size > 1 && rows % tp_size != 0) return true;
+    if ((rows / tp_size) % block_rows != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Parallelism parallelism_of(std::string_view module_name) {
@@ -454,6 +471,16 @@ Result<LoadedModel> load_checkpoint(const std::string& path, const LoadOptions& 
       continue;
     }
     LayerLoader loader(model.checkpoint, *scheme, opt, dims);
+    if (shards.size() > 1 && !shards_fit_the_row_blocks(model.checkpoint, *scheme, shards, opt.tp_size)) {
+      // A shard other than the last ends in a partial weight block (fp8 128x128 blocks of q/k/v or gate/up
+      // with row counts like 576 or 192): the fused layer's block grid would put one scale row across two
+      // shards, so each shard loads as its own layer (vLLM refuses these checkpoints).
+      for (const std::string& shard : shards) {
+        QL_ASSIGN_OR_RETURN(LoadedLayer layer, loader.load(shard, {shard}));
+        model.layers.push_back(std::move(layer));
+      }
+      continue;
+    }
     QL_ASSIGN_OR_RETURN(LoadedLayer layer, loader.load(name, shards));
     model.layers.push_back(std::move(layer));
   }
