@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/safetensors_internal.hpp"
+#include "checkpoint/staged_files.hpp"
 #include "qlinear/safetensors.hpp"
 
 namespace qlinear {
@@ -130,24 +131,6 @@ std::string weight_name(const Scheme& s) {
   return (s.family == Family::kMxfp4 || s.family == Family::kNvfp4) ? "weight_packed" : "weight";
 }
 
-// Hidden, unique per process and call, never ending in ".safetensors": a loader that lists the directory
-// (every *.safetensors file when there is no index) does not see a staged file.
-std::string staged_name(const std::string& dir, const char* file) {
-  static std::atomic<uint64_t> counter{0};
-  return dir + "/." + file + "." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1)) +
-         ".staged";
-}
-
-Status sync_directory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::error(dir + ": cannot open the directory to sync it: " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return Status::error(dir + ": fsync of the directory failed: " + std::strerror(err));
-  return Status::ok();
-}
-
 }  // namespace
 
 std::string quantization_config_json(const Scheme& scheme, const std::vector<std::string>& ignore) {
@@ -184,6 +167,7 @@ Status write_quantized_checkpoint(const std::string& dir, const Scheme& scheme,
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::error(dir + ": cannot create directory: " + ec.message());
+  detail::remove_stale_temporaries(dir);
 
   // A loader accepts the directory only with config.json in it, so config.json is what commits the write:
   //   1. both files are written completely, fsync'ed, under hidden staged names (a failure here leaves a
@@ -192,8 +176,8 @@ Status write_quantized_checkpoint(const std::string& dir, const Scheme& scheme,
   //   3. the weights are renamed into place;
   //   4. the config is renamed into place, and the directory synced.
   // A failure or a kill during 2-4 leaves no config.json: never new weights read with an old config.
-  const std::string weights_staged = staged_name(dir, "model.safetensors");
-  const std::string config_staged = staged_name(dir, "config.json");
+  const std::string weights_staged = detail::staged_name(dir, "model.safetensors");
+  const std::string config_staged = detail::staged_name(dir, "config.json");
   auto cleanup = [&](Status s) {
     ::unlink(weights_staged.c_str());
     ::unlink(config_staged.c_str());
@@ -210,14 +194,14 @@ Status write_quantized_checkpoint(const std::string& dir, const Scheme& scheme,
   if (::unlink(config_path.c_str()) != 0 && errno != ENOENT) {
     return cleanup(Status::error(config_path + ": cannot remove the old config: " + std::strerror(errno)));
   }
-  if (Status s = sync_directory(dir); !s) return cleanup(s);
+  if (Status s = detail::sync_directory(dir); !s) return cleanup(s);
   if (::rename(weights_staged.c_str(), weights_path.c_str()) != 0) {
     return cleanup(Status::error(weights_path + ": cannot rename the staged file into place: " + std::strerror(errno)));
   }
   if (::rename(config_staged.c_str(), config_path.c_str()) != 0) {
     return cleanup(Status::error(config_path + ": cannot rename the staged file into place: " + std::strerror(errno)));
   }
-  return sync_directory(dir);
+  return detail::sync_directory(dir);
 }
 
 }  // namespace qlinear
