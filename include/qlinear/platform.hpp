@@ -57,6 +57,12 @@ struct Platform {
   static Platform synthetic_cuda(int compute_capability);
 };
 
+// The most threads one CPU kernel call uses (a call with little work uses fewer, down to the calling thread
+// alone): set_cpu_threads(n) for n > 0, else QLINEAR_NUM_THREADS, else OMP_NUM_THREADS, else the CPUs this
+// process may use (its affinity mask, lowered by a cgroup CPU quota). set_cpu_threads(0) restores that.
+int cpu_threads();
+void set_cpu_threads(int n);
+
 // CPUID of the running machine, unmasked.
 CpuFeatures detect_cpu_features();
 // Linux keeps the AMX tile data state (XTILEDATA) off until a process asks for it: asks the OS once

@@ -34,6 +34,9 @@ NB_MODULE(_qlinear, m) {
 
   nb::exception<Error>(m, "Error", PyExc_Exception);
 
+  m.def("cpu_threads", &cpu_threads, "The most threads one CPU kernel call uses (platform.hpp)");
+  m.def("set_cpu_threads", &set_cpu_threads, "n"_a,
+        "Cap the threads of CPU kernel calls; 0 restores QLINEAR_NUM_THREADS / the CPUs this process may use");
   m.def("built_with_cuda", &built_with_cuda, "True when the library was compiled with its CUDA backend");
   m.def("formats", [] {
     std::vector<std::string> names;

@@ -1,14 +1,18 @@
 #include "qlinear/platform.hpp"
 
 #include <cpuid.h>
-#include <omp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <string>
 
+#include "core/threads.hpp"
+
 namespace qlinear {
+
+int cpu_threads() { return threads::max_threads(); }
+void set_cpu_threads(int n) { threads::set_max_threads(n); }
 
 std::string_view platform_kind_name(PlatformKind kind) {
   return kind == PlatformKind::kX86Cpu ? "x86_cpu" : "cuda";
@@ -111,7 +115,7 @@ Platform Platform::host_cpu() {
   Platform p;
   p.kind = PlatformKind::kX86Cpu;
   p.cpu = mask_features(detect_cpu_features());
-  p.num_threads = omp_get_max_threads();
+  p.num_threads = threads::max_threads();
   return p;
 }
 

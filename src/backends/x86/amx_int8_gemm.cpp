@@ -8,11 +8,11 @@
 // The weight block (32 x K bytes) stays in L2 across the row blocks, so each weight byte comes from DRAM
 // once per call. Layout and numerics: amx_isa.hpp.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cstring>
 
 #include "backends/x86/amx_isa.hpp"
+#include "core/threads.hpp"
 
 namespace qlinear::x86 {
 
@@ -95,10 +95,10 @@ void run_range(const Int8Gemm& g, int64_t m_begin, int64_t m_end, int64_t b_begi
 void int8_gemm_amx(const Int8Gemm& g) {
   const int64_t blocks = (g.n_pad / 16 + 1) / 2;
   const int64_t work = g.m * g.n_pad * g.k_pad;
-  const int threads = work < (int64_t{1} << 20) ? 1 : g.threads;
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+  const int n_threads = work < (int64_t{1} << 20) ? 1 : g.threads;
+  // One item per thread's share (the pool may run several items on one thread; each configures its tiles).
+  const int64_t nt = n_threads;
+  threads::parallel_for(nt, n_threads, [&](int64_t t) {
     int64_t m0 = 0, m1 = g.m, b0 = 0, b1 = blocks;
     if (blocks >= 2 * nt || g.m < 2 * kBlockRows * nt) {
       // Split the column blocks: every thread streams its own share of the weights once.
@@ -116,7 +116,7 @@ void int8_gemm_amx(const Int8Gemm& g) {
       run_range(g, m0, m1, b0, b1);
       _tile_release();
     }
-  }
+  });
 }
 
 }  // namespace qlinear::x86

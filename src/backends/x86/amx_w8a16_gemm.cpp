@@ -14,12 +14,12 @@
 // is OR-ed back), E2M1 nibble -> (hi, lo) by 16-entry vpshufb tables; vpunpck{l,h}bw interleaves them into the
 // two k-pair rows of a quad (the swizzle of w8a16_isa.hpp). MX: (e - 127) << 7 added to every nonzero word.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cstdlib>
 #include <cstring>
 
 #include "backends/x86/amx_isa.hpp"
+#include "core/threads.hpp"
 
 namespace qlinear::x86 {
 
@@ -331,10 +331,10 @@ void run_k_outer(const Job& g, uint16_t* scratch, float* sums, int64_t m_begin, 
 void run(const Job& g) {
   const int64_t blocks = (g.n_pad / 16 + 1) / 2;
   const int64_t work = g.m * g.n_pad * g.k_pad;
-  const int threads = work < (int64_t{1} << 18) ? 1 : g.threads;
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+  const int n_threads = work < (int64_t{1} << 18) ? 1 : g.threads;
+  // One item per thread's share (the pool may run several items on one thread; each configures its tiles).
+  const int64_t nt = n_threads;
+  threads::parallel_for(nt, n_threads, [&](int64_t t) {
     int64_t m0 = 0, m1 = g.m, b0 = 0, b1 = blocks;
     if (blocks >= 2 * nt || g.m < 2 * kBlock * nt) {
       b0 = blocks * t / nt;
@@ -361,7 +361,7 @@ void run(const Job& g) {
       std::free(scratch);
       std::free(c);
     }
-  }
+  });
 }
 
 }  // namespace

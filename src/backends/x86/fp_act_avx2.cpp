@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "backends/x86/fp_isa.hpp"
+#include "core/threads.hpp"
 #include "backends/x86/act_load_avx2.hpp"
 
 namespace qlinear::x86 {
@@ -200,17 +201,16 @@ void fp_prepare_activations_avx2(const FpActQuant& q) {
     const double s = to_f32(amax / 448.0);
     tensor_scale = s > 0 ? s : kMinScale;
   }
-  uint8_t bad = 0, inexact = 0;
-  FpActQuant local = q;
-#pragma omp parallel for schedule(static) if (q.m > 1) firstprivate(local) reduction(| : bad, inexact)
-  for (int64_t r = 0; r < q.m; ++r) {
+  uint8_t bad = 0, inexact = 0;  // set by any row: __atomic builtins (no std::atomic code compiled here)
+  threads::parallel_for(q.m, q.threads, [&](int64_t r) {
+    FpActQuant local = q;
     uint8_t b = 0, x = 0;
     local.bad_input = &b;
     local.inexact = &x;
     prepare_row(local, r, tensor_scale);
-    bad |= b;
-    inexact |= x;
-  }
+    if (b) __atomic_store_n(&bad, 1, __ATOMIC_RELAXED);
+    if (x) __atomic_store_n(&inexact, 1, __ATOMIC_RELAXED);
+  });
   if (bad) q.bad_input[0] = 1;
   if (inexact) q.inexact[0] = 1;
 }

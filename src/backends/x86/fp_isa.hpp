@@ -71,7 +71,7 @@ struct FpGemm {
   int64_t m = 0;
   void* out = nullptr;               // [m, n]
   FloatKind out_kind = FloatKind::kBF16;
-  int threads = 1;
+  int threads = 1;  // threads::threads_for(weight bytes, flops): small layers run on the calling thread
 };
 
 void fp_gemm_avx2(const FpGemm& g);
@@ -113,6 +113,7 @@ struct FpActQuant {
   // value would not be exact in f32 (the layer then takes the reference for this call).
   uint8_t* bad_input = nullptr;
   uint8_t* inexact = nullptr;
+  int threads = 1;  // rows are prepared on up to this many threads (threads::threads_for)
 };
 
 void fp_prepare_activations_avx2(const FpActQuant& q);

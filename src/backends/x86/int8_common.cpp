@@ -1,7 +1,5 @@
 // INT8 W8A8 kernels (x86_avx512vnni_int8, x86_avx2_int8): checks, weight prepacking and the apply
 // driver, baseline flags. The layout and the u8 x s8 correction are described in int8_isa.hpp.
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -10,8 +8,9 @@
 
 #include "backends/x86/amx_isa.hpp"
 #include "backends/x86/int8_isa.hpp"
-#include "core/processed_io.hpp"
 #include "backends/x86/x86_kernels.hpp"
+#include "core/processed_io.hpp"
+#include "core/threads.hpp"
 
 namespace qlinear::x86 {
 
@@ -83,8 +82,7 @@ Status Int8Kernel::process_impl(LinearLayer& layer) const {
   int8_t* dst = reinterpret_cast<int8_t*>(st->packed.get());
   std::memset(dst, 0, static_cast<size_t>(st->n_pad * st->k_pad));
   st->colsum.assign(static_cast<size_t>(st->n_pad), 0);
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < c.n; ++n) {
+  threads::parallel_for(c.n, threads::threads_for(2 * c.n * c.k, 0), [&](int64_t n) {
     int32_t sum = 0;
     for (int64_t k = 0; k < c.k; ++k) {
       const int8_t v = wp[n * c.k + k];
@@ -92,7 +90,7 @@ Status Int8Kernel::process_impl(LinearLayer& layer) const {
       sum += v;
     }
     st->colsum[n] = sum;
-  }
+  });
   for (int32_t s : st->colsum) st->colsum_absmax = std::max(st->colsum_absmax, s < 0 ? -s : s);
 
   // Weight scales, one per output column: per-channel as stored, per-tensor from the column's shard.
@@ -228,6 +226,7 @@ Status Int8Kernel::apply_impl(const LinearLayer& layer, const Activation& x, con
     q.scale = a_scale.data();
     q.zp = a_zp.data();
     q.bad_row = bad.data();
+    q.threads = threads::threads_for(0, m * c.k * 2, 1.0);  // ~2 ns per element (amax pass, then round)
     int8_quantize_activations_avx2(q);
     for (int64_t r = 0; r < m; ++r) {
       if (bad[r]) return Status::error("activation row " + std::to_string(r) + " holds Inf or NaN");
@@ -241,7 +240,8 @@ Status Int8Kernel::apply_impl(const LinearLayer& layer, const Activation& x, con
   g.k_pad = st.k_pad;
   g.act = codes.get();
   g.m = m;
-  g.threads = omp_get_max_threads();
+  // The int8 kernels multiply ~4x faster than f32 FMA (vpmaddwd / vpdpbusd).
+  g.threads = threads::threads_for(st.n_pad * st.k_pad, 2 * m * st.n_pad * st.k_pad, 4 * threads::kF32FlopsPerNs);
   g.epi.w_scale = st.w_scale.data();
   g.epi.colsum = st.colsum.data();
   g.epi.colsum_absmax = st.colsum_absmax;
