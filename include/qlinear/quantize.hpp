@@ -35,7 +35,7 @@ struct QuantizeOptions {
   std::optional<float> scale_ub;
   MxScaleRule mx_rule = MxScaleRule::kCeilOverMax;
   // NVFP4: the per-tensor global scale as a multiplier g (compressed-tensors' *_global_scale); computed as
-  // 448*6/amax(x) when absent.
+  // 448*6/amax(x) when absent. A key whose scale2 is dynamic (kNvfp4DynamicGlobal) always computes it.
   std::optional<float> nvfp4_global_scale;
 };
 
