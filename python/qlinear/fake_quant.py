@@ -113,7 +113,7 @@ def fake_quant_weight(w: torch.Tensor, scheme: str) -> torch.Tensor:
     if key.dtype == "i8":
         s = _f32(_rows_amax(w) / 127.0) if key.group == "per_channel" else _f32(w.abs().max() / 127.0)
         return _int8(w, torch.where(s > 0, s, torch.ones_like(s)))
-    if key.scale_dtype == "e8m0":
+    if key.scale_dtype.startswith("e8m0"):
         return _mx(w, _ELEM[key.dtype])
     if key.dtype == "f4e2m1fn":
         return _nvfp4(w, _nvfp4_global(float(w.abs().max())))
@@ -150,7 +150,7 @@ def fake_quant_activation(x: torch.Tensor, scheme: str, static=None) -> torch.Te
     if s.family == "nvfp4":
         g = static if static is not None else _nvfp4_global(float(x.abs().max()) if x.numel() else 0.0)
         return _nvfp4(x, g)
-    if key.scale_dtype == "e8m0":
+    if key.scale_dtype.startswith("e8m0"):
         return _mx(x, _ELEM[key.dtype])
     if key.is_static:
         scale, zp = static

@@ -26,17 +26,19 @@ SCHEMES = [s.name for s in qlinear.schemes()]
 STATIC = ["w8a8-fp8-tensor", "w8a8-int8-static", "w8a8-int8-static-asym"]
 NOT_LM_HEAD = lambda name, linear: name != "lm_head"  # noqa: E731  (as `qlinear quantize` ignores it)
 
-# Logits against the dense model, f32, activations of any magnitude: the format's own error on this model
-# (measured: the largest over the sweep, about half of each bound). A clipped layer is off by 70% or more.
+# Logits against the dense model, f32, activations of any magnitude: the format's own error on this random
+# model (the reference's too: both measured the same, to 1e-6, at 1 and 1e4), with a margin of about 1.6x
+# the largest measured. A layer that clips its inputs is off by 70% to 97%.
 BOUND_VS_DENSE = {
-    "w8a8-fp8-tensor": 0.08, "w8a8-fp8-channel": 0.08, "w8a8-fp8-block": 0.08, "w8a16-fp8": 0.06,
-    "w8a8-int8-dynamic": 0.03, "w8a8-int8-static": 0.05, "w8a8-int8-static-asym": 0.05,
-    "w8a8-mxfp8": 0.12, "w8a16-mxfp8": 0.08, "w6a16-mxfp6-e2m3": 0.12, "w6a16-mxfp6-e3m2": 0.25,
-    "w4a16-mxfp4": 0.5, "w4a4-nvfp4": 0.5,
+    "w8a8-fp8-tensor": 0.25, "w8a8-fp8-channel": 0.25, "w8a8-fp8-block": 0.25, "w8a16-fp8": 0.16,
+    "w8a8-int8-dynamic": 0.07, "w8a8-int8-static": 0.1, "w8a8-int8-static-asym": 0.1,
+    "w8a8-mxfp8": 0.25, "w8a16-mxfp8": 0.17, "w6a16-mxfp6-e2m3": 0.18, "w6a16-mxfp6-e3m2": 0.32,
+    "w4a16-mxfp4": 0.65, "w4a4-nvfp4": 0.65,
 }
-# Against the fake-quant reference of the same scheme: the kernels' f32 accumulation (the reference is
-# f64) and the rare activation code that flips with it in the next layer.
-BOUND_VS_REFERENCE = 2e-3
+# Against the fake-quant reference of the same scheme: 1e-7 to 1e-6 measured (the kernels accumulate in f32,
+# the reference in f64), once 1.4e-3 where that difference moved one INT8 activation code across a rounding
+# boundary in the next layer.
+BOUND_VS_REFERENCE = 5e-3
 
 
 def tokens(seed, batch=2, length=16, vocab=96):
@@ -44,24 +46,28 @@ def tokens(seed, batch=2, length=16, vocab=96):
 
 
 def calibration_samples():
-    return [tokens(100 + i) for i in range(3)]
+    return [tokens(100), tokens(101)]
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
-def test_quantize_linears_matches_the_fake_quant_reference_across_magnitudes(scheme):
-    for scale in (1.0, 1e2, 1e4):
+# Every scheme, calibrated; NVFP4 also without calibration (its input global scale then dynamic).
+MODEL_CASES = [(s, True) for s in SCHEMES] + [("w4a4-nvfp4", False)]
+
+
+@pytest.mark.parametrize("scheme,calibrated", MODEL_CASES)
+def test_quantize_linears_matches_the_fake_quant_reference_across_magnitudes(scheme, calibrated):
+    for scale in (1.0, 1e4):
         dense = TinyLlama(seed=1, scale=scale)
         x = tokens(7)
         with torch.no_grad():
             want = dense(x)
-        samples = calibration_samples() + [x]  # the range covers what is measured: no saturation here
-        cal = calibrate(dense, samples)
+        # the range covers what is measured: nothing saturates here
+        cal = calibrate(dense, calibration_samples() + [x]) if calibrated else None
         q = quantize_linears(copy.deepcopy(dense), scheme, include=NOT_LM_HEAD, calibration=cal)
         ref = fake_quantize_linears(copy.deepcopy(dense), scheme, include=NOT_LM_HEAD, calibration=cal)
         assert isinstance(q.model.layers[0].self_attn.q_proj, QuantLinear)
         with torch.no_grad():
             got, expect = q(x), ref(x)
-        where = f"{scheme} scale={scale:g}"
+        where = f"{scheme} calibrated={calibrated} scale={scale:g}"
         assert rel_err(got.numpy(), expect.numpy()) < BOUND_VS_REFERENCE, where
         assert rel_err(got.numpy(), want.numpy()) < BOUND_VS_DENSE[scheme], where
 
