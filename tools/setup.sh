@@ -4,7 +4,11 @@
 # ccache, OpenMP, Python's headers and venv.
 # Python packages: ml_dtypes and numpy, the independent oracles the format and quantizer tests are
 # generated from (tools/gen_*.py), so `make test` can re-derive the committed tables; nanobind (the Python
-# extension's bindings, python/), scikit-build-core (`pip install .`) and pytest (tests/python).
+# extension's bindings, python/), scikit-build-core (`pip install .`) and pytest (tests/python); PyTorch for
+# the PyTorch tests (tests/python/test_torch*.py: QuantLinear, calibration, checkpoints loaded into a model).
+# PyPI's Linux torch wheel brings its CUDA libraries: about 5.4 GB installed, 5.5 minutes measured on the project's
+# Debian machines (2 cores), once per machine (then skipped). QLINEAR_SKIP_TORCH=1 leaves it out (those tests
+# then skip with their reason).
 set -euo pipefail
 
 debs=(cmake g++ make ninja-build libgtest-dev nlohmann-json3-dev libre2-dev time ccache libomp-dev clang libclang-rt-14-dev
@@ -24,7 +28,9 @@ fi
 PYTHON=${PYTHON:-python3}
 # module name to import -> PyPI name
 py_missing=()
-for pair in ml_dtypes:ml_dtypes numpy:numpy nanobind:nanobind scikit_build_core:scikit-build-core pytest:pytest; do
+py_wanted="ml_dtypes:ml_dtypes numpy:numpy nanobind:nanobind scikit_build_core:scikit-build-core pytest:pytest"
+[ "${QLINEAR_SKIP_TORCH:-0}" = "1" ] || py_wanted+=" torch:torch"
+for pair in $py_wanted; do
   "$PYTHON" -c "import ${pair%%:*}" 2>/dev/null || py_missing+=("${pair##*:}")
 done
 if [ ${#py_missing[@]} -gt 0 ]; then

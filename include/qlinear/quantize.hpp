@@ -46,7 +46,7 @@ struct QuantizeOptions {
   // MX keys: the shared-exponent rule; none = default_mx_rule(key).
   std::optional<MxScaleRule> mx_rule;
   // NVFP4: the per-tensor global scale as a multiplier g (compressed-tensors' *_global_scale); computed as
-  // 448*6/amax(x) when absent.
+  // 448*6/amax(x) when absent. A key whose scale2 is dynamic (kNvfp4DynamicGlobal) always computes it.
   std::optional<float> nvfp4_global_scale;
 };
 

@@ -96,7 +96,10 @@ int cmd_quantize(int argc, char** argv) {
     return 2;
   }
   MakeLayerOptions mo;
-  const bool static_input = scheme->activation_key && scheme->activation_key->scale.is_static;
+  // Static input scales, and NVFP4's input global scale (a checkpoint stores it as input_global_scale), are
+  // made from the activations' range; none is assumed.
+  const bool static_input = scheme->activation_key &&
+                            (scheme->activation_key->scale.is_static || scheme->activation_key->scale2.has_value());
   if (auto range = args->get("--input-range")) {
     auto r = parse_range(*range);
     if (!r) {
@@ -107,8 +110,9 @@ int cmd_quantize(int argc, char** argv) {
     mo.input_max = r->second;
   } else if (static_input) {
     std::fprintf(stderr,
-                 "qlinear quantize: %s has static input scales: give the activations' range with "
-                 "--input-range MIN,MAX (qlinear does not read calibration data)\n",
+                 "qlinear quantize: %s stores static activation scales (input_scale, or NVFP4's "
+                 "input_global_scale): give the activations' range with --input-range MIN,MAX (qlinear does not "
+                 "read calibration data; the Python package's qlinear.torch.calibrate observes it)\n",
                  std::string(scheme->name).c_str());
     return 2;
   }

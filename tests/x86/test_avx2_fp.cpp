@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backends/x86/fp_isa.hpp"
+#include "qlinear/make_layer.hpp"
 #include "backends/x86/x86_kernels.hpp"
 #include "x86_test_util.hpp"
 
@@ -326,6 +327,46 @@ TEST(X86Avx2Fp, NanWeightCodeGivesNanColumn) {
   for (int64_t i = 0; i < 3; ++i) {
     for (int64_t j = 0; j < 20; ++j) EXPECT_EQ(std::isnan(element_as_double(*y, i * 20 + j)), j == 5) << i << "," << j;
   }
+}
+
+// NVFP4 activations whose global scale each call computes (kNvfp4DynamicGlobal: a layer made from a float
+// model without calibration): the engine takes g from the whole activation as the reference quantizer does,
+// and ignores a stored input_global_scale (make_layer stores one for this synthetic scheme).
+TEST(X86Avx2Fp, Nvfp4DynamicGlobalScaleMatchesTheReference) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAvx2Nvfp4);
+  const Scheme dynamic_global{"nvfp4-dynamic-global", Family::kNvfp4, kNvfp4Static, kNvfp4DynamicGlobal, ""};
+  const std::vector<Case> cases = {{1, 64, 96}, {2, 67, 160, DType::kF32, DType::kF32, true},
+                                   {17, 67, 96, DType::kF16, DType::kBF16, false, {16, 24, 27}}};
+  uint64_t seed = 60;
+  for (const Case& c : cases) x86_test::expect_matches_reference(x86::kAvx2Nvfp4, dynamic_global, c, ++seed, f32_sum_rel(c.k));
+}
+
+// Made without an input range, an NVFP4 layer stores no input global scale and clips nothing: activations
+// of 1e4 (far beyond any default range) keep NVFP4's own error against the dense product.
+TEST(X86Avx2Fp, Nvfp4WithoutInputRangeClipsNothing) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAvx2Nvfp4);
+  MakeLayerOptions o;
+  o.dynamic_input_global_scale = true;
+  o.input_dtype = o.out_dtype = DType::kF32;
+  const Tensor w = random_normal(DType::kF32, {64, 256}, 71, 0.1);
+  LinearLayer layer = quantize_layer("nvfp4", *find_scheme("w4a4-nvfp4"), w, o).value();
+  EXPECT_EQ(layer.params.count("input_global_scale"), 0u);
+  EXPECT_TRUE(*layer.config.activation_key == kNvfp4DynamicGlobal);
+  ASSERT_TRUE(x86::kAvx2Nvfp4.process_weights_after_loading(layer));
+  Tensor x = random_normal(DType::kF32, {5, 256}, 72, 1e4);
+  auto y = x86::kAvx2Nvfp4.apply(layer, Activation::dense(x));
+  ASSERT_TRUE(y) << y.message();
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < 5; ++i) {
+    for (int64_t j = 0; j < 64; ++j) {
+      double dense = 0;
+      for (int64_t k = 0; k < 256; ++k) dense += double(x.data<float>()[i * 256 + k]) * w.data<float>()[j * 256 + k];
+      const double d = element_as_double(*y, i * 64 + j) - dense;
+      num += d * d;
+      den += dense * dense;
+    }
+  }
+  EXPECT_LT(std::sqrt(num / den), 0.2);  // NVFP4 weights and activations: about 0.14; clipped at 4: 0.99
 }
 
 TEST(X86Avx2Fp, InfiniteActivationIsAnErrorWhenQuantized) {

@@ -109,7 +109,8 @@ Result<Tensor> effective_activation(const LinearLayer& layer, const Activation& 
     options.static_scale = Tensor::scalar_f32(max_of(layer.params.at("input_scale"))).reshape({1}).value();
     if (!key.symmetric) options.static_zero_point = layer.params.at("input_zero_point");
   }
-  if (key.scale2) options.nvfp4_global_scale = max_of(layer.params.at("input_global_scale"));
+  // A dynamic global scale (kNvfp4DynamicGlobal) is computed by the quantizer from this call's activation.
+  if (key.scale2 && key.scale2->is_static) options.nvfp4_global_scale = max_of(layer.params.at("input_global_scale"));
   QL_ASSIGN_OR_RETURN(QuantizedTensor q, quantize(dense, key, options));
   return dequantize(q, DType::kF64);
 }

@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backends/x86/fp_isa.hpp"
 #include "core/threads.hpp"
@@ -202,8 +203,22 @@ void fp_prepare_activations_avx2(const FpActQuant& q) {
     tensor_scale = s > 0 ? s : kMinScale;
   }
   uint8_t bad = 0, inexact = 0;  // set by any row: __atomic builtins (no std::atomic code compiled here)
+  FpActQuant base = q;
+  if (q.mode == FpActMode::kNvfp4Dyn && q.dynamic_global) {
+    bool finite = true;
+    double amax = 0;
+    for (int64_t r = 0; r < q.m; ++r) {
+      const double a = amax_of(row_ptr(q, r), q.x_kind, 0, q.k, &finite);
+      amax = a > amax ? a : amax;
+    }
+    if (!finite) q.bad_input[0] = 1;
+    // nvfp4_quant.cpp: g = f32(448 * 6 / amax), 1 for zeros, the largest f32 where the quotient overflows.
+    double g = amax > 0 ? to_f32(448.0 * 6.0 / amax) : 1.0;
+    if (!std::isfinite(g)) g = static_cast<double>(std::numeric_limits<float>::max());
+    base.global_scale = static_cast<float>(g);
+  }
   threads::parallel_for(q.m, q.threads, [&](int64_t r) {
-    FpActQuant local = q;
+    FpActQuant local = base;
     uint8_t b = 0, x = 0;
     local.bad_input = &b;
     local.inexact = &x;

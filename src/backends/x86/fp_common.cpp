@@ -249,7 +249,9 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
     st->col_scale = per_column(c, ws, st->n_pad, g.is_per_channel());
   }
   if (c.activation_key && c.activation_key->scale.is_static) st->in_scale = max_of(layer.params.at("input_scale"));
-  if (c.activation_key && c.activation_key->scale2) st->in_global = max_of(layer.params.at("input_global_scale"));
+  if (c.activation_key && c.activation_key->scale2 && c.activation_key->scale2->is_static) {
+    st->in_global = max_of(layer.params.at("input_global_scale"));
+  }
   layer.kernel_state = st;
   layer.params.erase("weight");  // the panels replace it; row_major_weight rebuilds it
   return Status::ok();
@@ -440,6 +442,7 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
     } else if (c.family == Family::kNvfp4) {
       q.mode = FpActMode::kNvfp4Dyn;
       q.global_scale = st.in_global;
+      q.dynamic_global = ak.scale2 && !ak.scale2->is_static;
     } else if (ak.scale.dtype == DType::kE8M0) {
       q.mode = FpActMode::kMxDyn;
       q.elem = elem_of(ak.dtype);

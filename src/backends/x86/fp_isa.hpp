@@ -104,6 +104,9 @@ struct FpActQuant {
   FpMxRule mx_rule = FpMxRule::kCeilOverMax;  // kMxDyn
   float static_scale = 1.0f;    // kFp8Static
   float global_scale = 1.0f;    // kNvfp4Dyn: g
+  // kNvfp4Dyn with a dynamic global scale (kNvfp4DynamicGlobal): g = 448*6/amax over all m rows (f32; 1 for
+  // zeros), computed here per call as the reference quantizer does; global_scale is then unused.
+  bool dynamic_global = false;
   // Outputs.
   float* act = nullptr;          // [m, k_pad], columns k.. zero
   int64_t k_pad = 0;
