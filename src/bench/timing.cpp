@@ -1,0 +1,59 @@
+#include "bench/timing.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+namespace qlinear::bench {
+
+int64_t last_level_cache_bytes() {
+  int64_t best = 0;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  best = std::max<int64_t>(best, ::sysconf(_SC_LEVEL3_CACHE_SIZE));
+#endif
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  best = std::max<int64_t>(best, ::sysconf(_SC_LEVEL2_CACHE_SIZE));
+#endif
+  return best > 0 ? best : int64_t{32} << 20;
+}
+
+int64_t cold_set_bytes() { return std::max<int64_t>(int64_t{256} << 20, 2 * last_level_cache_bytes()); }
+
+int cold_copies_for(int64_t bytes) {
+  const int64_t want = cold_set_bytes();
+  return static_cast<int>(std::clamp<int64_t>((want + bytes - 1) / std::max<int64_t>(bytes, 1), 1, 64));
+}
+
+Result<Timing> time_host(const TimedCall& call, int reps) {
+  if (reps < 1) return Status::error("timing: at least one repetition is needed, got " + std::to_string(reps));
+  QL_RETURN_IF_ERROR(call(0));  // warm-up (and first-call allocations)
+  std::vector<double> t;
+  t.reserve(static_cast<size_t>(reps));
+  for (int i = 1; i <= reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    QL_RETURN_IF_ERROR(call(i));
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  Timing r;
+  r.median_ms = t[t.size() / 2];
+  r.min_ms = t.front();
+  r.reps = reps;
+  return r;
+}
+
+int DeviceTimer::device_copies_for(int64_t bytes) const {
+  const int64_t l2 = l2_bytes();
+  if (bytes >= l2) return 1;
+  return static_cast<int>(std::clamp<int64_t>((2 * l2 + bytes - 1) / std::max<int64_t>(bytes, 1), 2, 64));
+}
+
+#if !QLINEAR_WITH_CUDA
+Result<std::unique_ptr<DeviceTimer>> DeviceTimer::create(int) {
+  return Status::error("device timing: qlinear was built without its CUDA backend (configure with -DQLINEAR_CUDA=ON)");
+}
+#endif
+
+}  // namespace qlinear::bench
