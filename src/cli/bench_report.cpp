@@ -86,31 +86,42 @@ std::vector<std::string> schemes_of(const std::vector<const BenchRow*>& rows) {
   return out;
 }
 
-// Speed-up over `anchor` against M (log2 axis), one line per scheme.
+// Speed-up over `anchor` against M (log2 axis), one line per scheme; the speed-up on a log axis too, so that
+// 2x faster and 2x slower are the same distance from the 1.0 line.
 std::string speedup_svg(const BenchRun& run, const std::vector<const BenchRow*>& rows, const std::string& shape,
                         const std::string& anchor) {
-  std::string anchor_name;
-  double lo = 1e30, hi = 0, ymax = 1.2;
+  std::set<std::string> anchor_names;
+  double lo = 1e30, hi = 0, qlo = 1, qhi = 1;
   for (const BenchRow* r : rows) {
     lo = std::min(lo, std::log2(static_cast<double>(r->ours.m)));
     hi = std::max(hi, std::log2(static_cast<double>(r->ours.m)));
     const double q = r->ratio(anchor);
     if (q > 0) {
-      ymax = std::max(ymax, q * 1.1);
-      anchor_name = r->compare.at(anchor).name;
+      qlo = std::min(qlo, q);
+      qhi = std::max(qhi, q);
+      anchor_names.insert(r->compare.at(anchor).name);
     }
   }
   if (hi <= lo) {
     lo -= 1;
     hi += 1;
   }
+  const double ylo = std::log10(qlo / 1.25), yhi = std::log10(qhi * 1.25);
   auto px = [&](double m) { return kLeft + (kRight - kLeft) * (std::log2(m) - lo) / (hi - lo); };
-  auto py = [&](double q) { return kBottom - (kBottom - kTop) * q / ymax; };
+  auto py = [&](double q) { return kBottom - (kBottom - kTop) * (std::log10(q) - ylo) / (yhi - ylo); };
   std::ostringstream o;
-  o << svg_open("speedup", shape + ": speed-up over " + anchor + (anchor_name.empty() ? "" : " (" + anchor_name + ")"));
-  // Grid and ticks: y in steps of a round number, x at each measured M.
-  const double step = ymax > 8 ? 2 : ymax > 4 ? 1 : ymax > 2 ? 0.5 : 0.25;
-  for (double q = 0; q <= ymax + 1e-9; q += step) {
+  const std::string named = anchor_names.size() == 1 ? " (" + *anchor_names.begin() + ")" : "";
+  o << svg_open("speedup", shape + ": speed-up over " + anchor + named);
+  // Ticks at 1, 2, 5 x 10^e inside the range (only the powers of ten when the range is wide).
+  std::vector<double> ticks;
+  const bool wide = yhi - ylo > 2.5;
+  for (int e = static_cast<int>(std::floor(ylo)); e <= static_cast<int>(std::ceil(yhi)); ++e) {
+    for (double f : {1.0, 2.0, 5.0}) {
+      const double v = f * std::pow(10, e);
+      if ((f == 1.0 || !wide) && std::log10(v) >= ylo && std::log10(v) <= yhi) ticks.push_back(v);
+    }
+  }
+  for (double q : ticks) {
     o << "<line x1='" << kLeft << "' y1='" << py(q) << "' x2='" << kRight << "' y2='" << py(q)
       << "' stroke='#e4e4e4'/><text x='" << kLeft - 6 << "' y='" << py(q) + 4 << "' text-anchor='end'>"
       << fmt("%g", q) << "</text>\n";
@@ -121,7 +132,7 @@ std::string speedup_svg(const BenchRun& run, const std::vector<const BenchRow*>&
     o << "<text x='" << px(static_cast<double>(m)) << "' y='" << kBottom + 16 << "' text-anchor='middle'>" << m
       << "</text>\n";
   }
-  o << axes("M (tokens per call, log scale)", "speed-up (anchor time / qlinear time)");
+  o << axes("M (tokens per call, log scale)", "speed-up: anchor time / qlinear time (log)");
   o << "<line class='parity' x1='" << kLeft << "' y1='" << py(1) << "' x2='" << kRight << "' y2='" << py(1)
     << "' stroke='#555' stroke-dasharray='6 4'/><text x='" << kRight - 4 << "' y='" << py(1) - 5
     << "' text-anchor='end' fill='#555'>1.0 = as fast as the anchor</text>\n";
@@ -268,7 +279,7 @@ Status write_report_html(const std::string& path, const BenchRun& run) {
   o << "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>qlinear bench</title>\n<style>"
        "body{font-family:sans-serif;margin:16px;color:#111}table{border-collapse:collapse;margin:8px 0 28px}"
        "td,th{border:1px solid #ccc;padding:2px 6px;font-size:12px;text-align:right}td:first-child,th{text-align:left}"
-       "td.err{color:#a00;text-align:left}pre{background:#f4f4f4;padding:6px}.charts{display:flex;flex-wrap:wrap;gap:12px}"
+       "td.err{color:#a00;text-align:left}table.machine td{text-align:left}pre{background:#f4f4f4;padding:6px}.charts{display:flex;flex-wrap:wrap;gap:12px}"
        "</style></head><body>\n<h1>qlinear bench</h1>\n<table class='machine'>";
   for (const auto& [key, value] : run.machine) o << "<tr><th>" << esc(key) << "</th><td>" << esc(value) << "</td></tr>";
   if (run.have_roofline) o << "<tr><th>roofline</th><td>" << esc(run.roofline.describe()) << "</td></tr>";
