@@ -13,6 +13,7 @@ row and writes the pairs as JSON (--out); a pair more than --tolerance apart is 
 import argparse
 import json
 import sys
+import time
 
 import torch
 import triton.testing
@@ -28,12 +29,19 @@ def main():
     ap.add_argument("--write-flush", help="the same run with QLINEAR_BENCH_L2_FLUSH=write (triton's flush)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--tolerance", type=float, default=0.05)
+    ap.add_argument("--schemes", help="comma-separated: time QuantLinear only for these (quantizing a model's "
+                    "weights in Python takes seconds per scheme)")
+    ap.add_argument("--budget-s", type=float, default=1e9, help="stop timing QuantLinear after this many seconds")
     args = ap.parse_args()
     run = json.load(open(args.bench))
-    write_rows = {}
+    write_rows, write_bf16 = {}, {}
     if args.write_flush:
         for r in json.load(open(args.write_flush))["rows"]:
             write_rows[(r["scheme"], r["shape"], r["m"])] = r
+            if "median_ms" in r.get("compare", {}).get("bf16", {}):
+                write_bf16[(r["shape"], r["m"])] = r["compare"]["bf16"]["median_ms"]
+    only = set(args.schemes.split(",")) if args.schemes else None
+    started = time.monotonic()
     try:
         import torch.nn as nn
         from qlinear.torch import QuantLinear
@@ -58,11 +66,11 @@ def main():
             rec["cublas_bf16_ms"] = bf16["median_ms"]
             rec["torch_mm_do_bench_ms"] = mm_ms[(n, k, m)]
             rec["bf16_agreement"] = bf16["median_ms"] / mm_ms[(n, k, m)]
-            wr = write_rows.get((r["scheme"], r["shape"], m))
-            if wr and "median_ms" in wr.get("compare", {}).get("bf16", {}):
-                rec["cublas_bf16_write_flush_ms"] = wr["compare"]["bf16"]["median_ms"]
+            if (r["shape"], m) in write_bf16:
+                rec["cublas_bf16_write_flush_ms"] = write_bf16[(r["shape"], m)]
                 rec["bf16_write_flush_agreement"] = rec["cublas_bf16_write_flush_ms"] / mm_ms[(n, k, m)]
-        if QuantLinear is not None:
+        if QuantLinear is not None and (only is None or r["scheme"] in only) and \
+                time.monotonic() - started < args.budget_s:
             key = (r["scheme"], n, k)
             try:
                 if key not in modules:

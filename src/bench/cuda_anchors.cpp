@@ -51,13 +51,20 @@ class CudaAnchorImpl final : public CudaAnchor {
 
   Status init() {
     const DType wt = kind_ == Kind::kBf16 ? DType::kBF16 : kind_ == Kind::kInt8 ? DType::kI8 : DType::kF8E4M3;
-    // The bf16 anchor's weights are the benchmark's unquantized ones (the same seed and scale as
-    // qlinear bench quantizes); the vendor's are random valid codes.
-    const Tensor host = kind_ == Kind::kBf16 ? random_normal(DType::kBF16, {n_, k_}, 7, 0.02)
-                                              : random_codes(wt, {n_, k_}, 7);
-    const int copies = timer_.device_copies_for(host.nbytes());
+    // The bf16 anchor's weights are drawn as qlinear bench draws the layer it quantizes; the vendor's are
+    // random valid codes. Drawing a model's largest projection on the host takes seconds, and timing does
+    // not depend on the values, so a block of kBlockRows rows is drawn and repeated down the rows.
+    constexpr int64_t kBlockRows = 512;
+    const int64_t rows = n_ % kBlockRows == 0 ? std::min(n_, kBlockRows) : n_;
+    const Tensor host = kind_ == Kind::kBf16 ? random_normal(DType::kBF16, {rows, k_}, 7, 0.02)
+                                              : random_codes(wt, {rows, k_}, 7);
+    const int copies = timer_.device_copies_for(host.nbytes() * (n_ / rows));
     for (int i = 0; i < copies; ++i) {
-      QL_ASSIGN_OR_RETURN(Tensor w, cuda::to_device(host));
+      QL_ASSIGN_OR_RETURN(Tensor w, cuda::empty(wt, {n_, k_}));
+      for (int64_t r = 0; r < n_; r += rows) {
+        QL_CUDA_CHECK(cudaMemcpy(static_cast<char*>(w.raw()) + r / rows * host.nbytes(), host.raw(),
+                                 static_cast<size_t>(host.nbytes()), cudaMemcpyHostToDevice));
+      }
       weights_.push_back(std::move(w));
     }
     if (kind_ == Kind::kFp8Block) {
@@ -79,7 +86,7 @@ class CudaAnchorImpl final : public CudaAnchor {
     const int64_t kb = (k_ + 127) / 128;
     Tensor x, x_scale, out;
     if (kind_ == Kind::kBf16) {
-      QL_ASSIGN_OR_RETURN(x, cuda::to_device(random_normal(DType::kBF16, {m, k_}, 11, 1.0)));
+      QL_ASSIGN_OR_RETURN(x, cuda::to_device(random_rows(DType::kBF16, m, k_, 11, 1.0)));
     } else {
       QL_ASSIGN_OR_RETURN(x, cuda::to_device(random_codes(kind_ == Kind::kInt8 ? DType::kI8 : DType::kF8E4M3, {m, k_}, 11)));
       QL_ASSIGN_OR_RETURN(x_scale, cuda::to_device(f32_filled({std::max<int64_t>(m * kb, 1)}, 0.02f)));
@@ -141,44 +148,48 @@ class CudaAnchorImpl final : public CudaAnchor {
 
 }  // namespace
 
+namespace {
+
+struct Resolved {
+  Kind kind;
+  std::string name;
+};
+
+Result<Resolved> resolve(const std::string& kind, const Scheme& scheme, int64_t k) {
+  if (kind == "bf16") return Resolved{Kind::kBf16, "cublas_bf16"};
+  if (kind != "vendor") return Status::error("no CUDA anchor named '" + kind + "' (bf16, vendor)");
+  switch (scheme.family) {
+    case Family::kFp8ScaledMM:
+      if (scheme.weight_key.scale.group.is_per_tensor() && scheme.activation_key &&
+          scheme.activation_key->scale.group.is_per_tensor()) {
+        return Resolved{Kind::kFp8Scalar, "cublaslt_fp8_tensor"};
+      }
+      return Resolved{Kind::kFp8OuterVec, "cublaslt_fp8_rowwise"};
+    case Family::kFp8BlockScaled:
+      return Resolved{Kind::kFp8Block, "cublaslt_fp8_block128"};
+    case Family::kInt8ScaledMM:
+      if (k % 4 != 0) return Status::error("cuBLASLt INT8 needs K a multiple of 4, K=" + std::to_string(k));
+      return Resolved{Kind::kInt8, "cublaslt_int8"};
+    case Family::kFp8WeightOnly:
+    case Family::kMxfp8:
+      return Resolved{Kind::kFp8OuterVec, "cublaslt_fp8_rowwise"};
+    default:
+      return Status::error(std::string("no vendor GEMM for ") + std::string(scheme.name) +
+                           " on sm_90: cuBLASLt's MX/NVFP4 block-scale modes need sm_100 (Blackwell)");
+  }
+}
+
+}  // namespace
+
+Result<std::string> CudaAnchor::name_for(const std::string& kind, const Scheme& scheme, int64_t k) {
+  QL_ASSIGN_OR_RETURN(Resolved r, resolve(kind, scheme, k));
+  return r.name;
+}
+
 Result<std::unique_ptr<CudaAnchor>> CudaAnchor::create(const std::string& kind, const Scheme& scheme, int64_t n,
                                                        int64_t k, DeviceTimer& timer) {
-  Kind which;
-  std::string name;
-  if (kind == "bf16") {
-    which = Kind::kBf16;
-    name = "cublas_bf16";
-  } else if (kind != "vendor") {
-    return Status::error("no CUDA anchor named '" + kind + "' (bf16, vendor)");
-  } else {
-    switch (scheme.family) {
-      case Family::kFp8ScaledMM:
-        which = scheme.weight_key.scale.group.is_per_tensor() && scheme.activation_key &&
-                        scheme.activation_key->scale.group.is_per_tensor()
-                    ? Kind::kFp8Scalar
-                    : Kind::kFp8OuterVec;
-        name = which == Kind::kFp8Scalar ? "cublaslt_fp8_tensor" : "cublaslt_fp8_rowwise";
-        break;
-      case Family::kFp8BlockScaled:
-        which = Kind::kFp8Block;
-        name = "cublaslt_fp8_block128";
-        break;
-      case Family::kInt8ScaledMM:
-        which = Kind::kInt8;
-        name = "cublaslt_int8";
-        if (k % 4 != 0) return Status::error("cuBLASLt INT8 needs K a multiple of 4, K=" + std::to_string(k));
-        break;
-      case Family::kFp8WeightOnly:
-      case Family::kMxfp8:
-        which = Kind::kFp8OuterVec;
-        name = "cublaslt_fp8_rowwise";
-        break;
-      default:
-        return Status::error(std::string("no vendor GEMM for ") + std::string(scheme.name) +
-                             " on sm_90: cuBLASLt's MX/NVFP4 block-scale modes need sm_100 (Blackwell)");
-    }
-  }
-  auto a = std::make_unique<CudaAnchorImpl>(which, name, n, k, timer);
+  QL_ASSIGN_OR_RETURN(Resolved r, resolve(kind, scheme, k));
+  auto a = std::make_unique<CudaAnchorImpl>(r.kind, r.name, n, k, timer);
   QL_RETURN_IF_ERROR(a->init());
   return std::unique_ptr<CudaAnchor>(std::move(a));
 }

@@ -20,6 +20,9 @@ class CudaAnchor {
  public:
   // kind "bf16" or "vendor"; an error says why this anchor has no counterpart for `scheme` (or that qlinear
   // was built without CUDA).
+  // The anchor's name ("cublas_bf16", "cublaslt_fp8_rowwise", ...) without creating it: schemes that share
+  // an anchor share its measurement. The same errors as create.
+  static Result<std::string> name_for(const std::string& kind, const Scheme& scheme, int64_t k);
   static Result<std::unique_ptr<CudaAnchor>> create(const std::string& kind, const Scheme& scheme, int64_t n,
                                                     int64_t k, DeviceTimer& timer);
   virtual ~CudaAnchor() = default;

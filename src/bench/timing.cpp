@@ -1,12 +1,28 @@
 #include "bench/timing.hpp"
 
+#include "qlinear/random.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <vector>
 
 namespace qlinear::bench {
+
+Tensor random_rows(DType dtype, int64_t rows, int64_t cols, uint64_t seed, double stddev) {
+  const int64_t drawn = std::min(rows, kDrawRows);
+  const Tensor block = random_normal(dtype, {drawn, cols}, seed, stddev);
+  if (drawn == rows) return block;
+  Tensor out = Tensor::empty(dtype, {rows, cols});
+  const int64_t row_bytes = block.nbytes() / drawn;
+  for (int64_t r = 0; r < rows; r += drawn) {
+    const int64_t n = std::min(drawn, rows - r);
+    std::memcpy(static_cast<char*>(out.raw()) + r * row_bytes, block.raw(), static_cast<size_t>(n * row_bytes));
+  }
+  return out;
+}
 
 int64_t last_level_cache_bytes() {
   int64_t best = 0;

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "qlinear/status.hpp"
+#include "qlinear/tensor.hpp"
 
 namespace qlinear::bench {
 
@@ -29,6 +30,12 @@ struct Timing {
 
 // A call of the thing measured; `rep` picks the weight copy (rep % copies).
 using TimedCall = std::function<Status(int rep)>;
+
+// Random normal [rows, cols] values for a benchmark's operands: at most kDrawRows rows are drawn (drawing a
+// 4096 x 14336 activation takes seconds on one core) and repeated down the rows; timing does not depend on
+// the values, and every row still has its own memory.
+inline constexpr int64_t kDrawRows = 64;
+Tensor random_rows(DType dtype, int64_t rows, int64_t cols, uint64_t seed, double stddev);
 
 // ---- CPU ------------------------------------------------------------------------------------------------
 int64_t last_level_cache_bytes();  // this CPU's largest cache (sysconf), 32 MiB when it says nothing

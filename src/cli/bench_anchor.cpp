@@ -87,21 +87,10 @@ Result<std::vector<std::string>> BenchAnchor::parse_list(const std::string& list
   return out;
 }
 
-Result<std::unique_ptr<BenchAnchor>> BenchAnchor::create(const std::string& kind, const Scheme& scheme,
-                                                         const LinearLayer& layer, const Platform& platform) {
-  const int64_t n = layer.config.n, k = layer.config.k;
-  if (kind == "reference") {
-    SelectOptions select;
-    select.force = "reference_" + std::string(family_name(scheme.family));
-    QL_ASSIGN_OR_RETURN(auto runner, LayerRunner::create(layer, Tensor(), platform, select, 1));
-    return std::unique_ptr<BenchAnchor>(std::make_unique<ReferenceAnchor>(std::move(runner)));
-  }
-  if (platform.kind == PlatformKind::kCuda) {
-    QL_ASSIGN_OR_RETURN(auto timer, bench::DeviceTimer::create(platform.cuda ? platform.cuda->index : 0));
-    auto a = std::make_unique<CudaAnchorAdapter>(std::move(timer));
-    QL_RETURN_IF_ERROR(a->init(kind, scheme, n, k));
-    return std::unique_ptr<BenchAnchor>(std::move(a));
-  }
+Result<std::string> BenchAnchor::key_for(const std::string& kind, const Scheme& scheme, int64_t k,
+                                         const Platform& platform) {
+  if (kind == "reference") return "reference:" + std::string(scheme.name);
+  if (platform.kind == PlatformKind::kCuda) return bench::CudaAnchor::name_for(kind, scheme, k);
   if (!onednn_available()) {
     return Status::error("the CPU anchor '" + kind +
                          "' is oneDNN, and qlinear was built without it (install Debian's libdnnl-dev and reconfigure)");
@@ -110,6 +99,26 @@ Result<std::unique_ptr<BenchAnchor>> BenchAnchor::create(const std::string& kind
     return Status::error("no vendor " + std::to_string(weight_bits(scheme)) + "-bit GEMM on the CPU for " +
                          std::string(scheme.name) + " (oneDNN's quantized matmul is s8 x s8)");
   }
+  return std::string(kind == "vendor" ? "onednn_s8s8" : "onednn_bf16");
+}
+
+Result<std::unique_ptr<BenchAnchor>> BenchAnchor::create(const std::string& kind, const Scheme& scheme,
+                                                         const LinearLayer& layer, const Platform& platform) {
+  const int64_t n = layer.config.n, k = layer.config.k;
+  if (kind == "reference") {
+    SelectOptions select;
+    select.force = "reference_" + std::string(family_name(scheme.family));
+    // The reference kernels run on the host whatever the benchmark's device.
+    QL_ASSIGN_OR_RETURN(auto runner, LayerRunner::create(layer, Tensor(), Platform::host_cpu(), select, 1));
+    return std::unique_ptr<BenchAnchor>(std::make_unique<ReferenceAnchor>(std::move(runner)));
+  }
+  if (platform.kind == PlatformKind::kCuda) {
+    QL_ASSIGN_OR_RETURN(auto timer, bench::DeviceTimer::create(platform.cuda ? platform.cuda->index : 0));
+    auto a = std::make_unique<CudaAnchorAdapter>(std::move(timer));
+    QL_RETURN_IF_ERROR(a->init(kind, scheme, n, k));
+    return std::unique_ptr<BenchAnchor>(std::move(a));
+  }
+  QL_RETURN_IF_ERROR(key_for(kind, scheme, k, platform).status());
   return std::unique_ptr<BenchAnchor>(std::make_unique<OnednnAnchor>(kind == "vendor", n, k));
 }
 

@@ -26,6 +26,11 @@ class BenchAnchor {
  public:
   // Parses "bf16,vendor,reference"; an unknown name is an error naming it and the known ones.
   static Result<std::vector<std::string>> parse_list(const std::string& list);
+  // What the anchor `kind` is for `scheme` on `platform`: schemes with the same key share the anchor and its
+  // measurement within a shape ("cublas_bf16"; the reference anchor is the scheme's own). An error says why
+  // the anchor cannot run the scheme.
+  static Result<std::string> key_for(const std::string& kind, const Scheme& scheme, int64_t k,
+                                     const Platform& platform);
   // The anchor `kind` for one (scheme, shape); `layer` is the quantized layer (the reference anchor runs it).
   static Result<std::unique_ptr<BenchAnchor>> create(const std::string& kind, const Scheme& scheme,
                                                      const LinearLayer& layer, const Platform& platform);

@@ -14,10 +14,19 @@ nlohmann::json BenchRun::to_json() const {
   for (const auto& [key, value] : machine) machine_json[key] = value;
   json rows_json = json::array();
   for (const BenchRow& r : rows) {
-    json j = {{"scheme", r.scheme},          {"kernel", r.kernel},       {"shape", r.shape},
-              {"m", r.ours.m},               {"n", r.n},                 {"k", r.k},
-              {"median_ms", r.ours.median_ms}, {"min_ms", r.ours.min_ms}, {"reps", r.ours.reps},
-              {"tflops", r.ours.tflops},     {"weight_gbps", r.ours.weight_gbps}, {"ops_per_byte", r.ops_per_byte}};
+    json j = {{"scheme", r.scheme},
+              {"family", r.family},
+              {"kernel", r.kernel},
+              {"shape", r.shape},
+              {"m", r.ours.m},
+              {"n", r.n},
+              {"k", r.k},
+              {"median_ms", r.ours.median_ms},
+              {"min_ms", r.ours.min_ms},
+              {"reps", r.ours.reps},
+              {"tflops", r.ours.tflops},
+              {"weight_gbps", r.ours.weight_gbps},
+              {"ops_per_byte", r.ops_per_byte}};
     if (r.ours.host_us >= 0) j["host_us"] = r.ours.host_us;
     if (r.roofline_fraction >= 0) j["roofline_fraction"] = r.roofline_fraction;
     if (r.ours.rel_err >= 0) j["rel_err_reference"] = r.ours.rel_err;
@@ -42,6 +51,7 @@ nlohmann::json BenchRun::to_json() const {
   json out = {{"machine", machine_json}, {"command", command}, {"backend", backend}, {"schemes", schemes},
               {"anchors", anchors},      {"load", load},       {"rows", rows_json}};
   out["roofline"] = have_roofline ? roofline.to_json() : json(nullptr);
+  if (!interrupted.empty()) out["interrupted"] = interrupted;
   return out;
 }
 

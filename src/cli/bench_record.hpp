@@ -22,7 +22,7 @@ struct AnchorRow {
 };
 
 struct BenchRow {
-  std::string scheme, shape, kernel;
+  std::string scheme, family, shape, kernel;
   int64_t n = 0, k = 0;
   Measurement ours;
   double ops_per_byte = 0;       // 2 M N K / (weight + activation + output bytes)
@@ -41,6 +41,7 @@ struct BenchRun {
   bool have_roofline = false;
   Roofline roofline;
   std::vector<BenchRow> rows;
+  std::string interrupted;   // why the run stopped early (a signal), with the rows it had measured
   nlohmann::json to_json() const;
 };
 

@@ -4,21 +4,22 @@
 // rows in other forms.
 #include <omp.h>
 
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "bench/shapes.hpp"
 #include "cli/args.hpp"
 #include "cli/bench_anchor.hpp"
+#include "cli/bench_layer.hpp"
 #include "cli/bench_load.hpp"
 #include "cli/bench_record.hpp"
 #include "cli/bench_report.hpp"
 #include "cli/commands.hpp"
 #include "cli/onednn_anchor.hpp"
 #include "cli/platform_option.hpp"
-#include "qlinear/make_layer.hpp"
-#include "qlinear/random.hpp"
 
 namespace qlinear::cli {
 
@@ -81,6 +82,12 @@ double cpu_mhz() {
   return 0;
 }
 
+std::string fmt_double(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
+
 std::vector<std::pair<std::string, std::string>> describe_machine(const Platform& platform) {
   std::vector<std::pair<std::string, std::string>> m;
   char cpu[512];
@@ -91,6 +98,12 @@ std::vector<std::pair<std::string, std::string>> describe_machine(const Platform
   if (platform.kind == PlatformKind::kCuda) {
     auto timer = bench::DeviceTimer::create(platform.cuda ? platform.cuda->index : 0);
     m.emplace_back("gpu", timer ? (*timer)->describe() : platform.describe());
+  }
+  std::ifstream loadavg("/proc/loadavg");
+  double load1 = -1;
+  if (loadavg >> load1) {
+    m.emplace_back("load average", fmt_double(load1) + " (1 min, before the run) on " +
+                                       std::to_string(std::thread::hardware_concurrency()) + " CPUs");
   }
   std::string versions = "qlinear " QLINEAR_VERSION_STRING ", compiler " __VERSION__;
   if (onednn_available()) versions += ", oneDNN " + onednn_version();
@@ -103,12 +116,12 @@ int usage_error(const std::string& message) {
   return 2;
 }
 
-void print_row(const BenchRun& run, const BenchRow& r) {
+void print_row(FILE* out, const BenchRun& run, const BenchRow& r) {
   char frac[16] = "-";
   if (r.roofline_fraction >= 0) std::snprintf(frac, sizeof frac, "%.0f%%", 100 * r.roofline_fraction);
   char host[24] = "";
   if (r.ours.host_us >= 0) std::snprintf(host, sizeof host, " host %.1f us", r.ours.host_us);
-  std::printf("%-18s %-14s %6lld %6lld %6lld %-30s %10.4f %10.4f %9.3f %9.1f %8s%s", r.scheme.c_str(),
+  std::fprintf(out, "%-18s %-14s %6lld %6lld %6lld %-30s %10.4f %10.4f %9.3f %9.1f %8s%s", r.scheme.c_str(),
               r.shape.c_str(), static_cast<long long>(r.ours.m), static_cast<long long>(r.n),
               static_cast<long long>(r.k), r.kernel.c_str(), r.ours.median_ms, r.ours.min_ms, r.ours.tflops,
               r.ours.weight_gbps, frac, host);
@@ -116,17 +129,57 @@ void print_row(const BenchRun& run, const BenchRow& r) {
     auto it = r.compare.find(kind);
     if (it == r.compare.end()) continue;
     if (it->second.error.empty()) {
-      std::printf("  | %s %s %.4f ms %.2fx", kind.c_str(), it->second.name.c_str(), it->second.median_ms, r.ratio(kind));
+      std::fprintf(out, "  | %s %s %.4f ms %.2fx", kind.c_str(), it->second.name.c_str(), it->second.median_ms, r.ratio(kind));
     } else {
-      std::printf("  | %s: none", kind.c_str());
+      std::fprintf(out, "  | %s: none", kind.c_str());
     }
   }
-  std::printf("\n");
+  std::fprintf(out, "\n");
   for (const auto& [kind, a] : r.compare) {
-    if (!a.error.empty()) std::printf("    %s anchor could not run: %s\n", kind.c_str(), a.error.c_str());
+    if (!a.error.empty()) std::fprintf(out, "    %s anchor could not run: %s\n", kind.c_str(), a.error.c_str());
   }
-  std::fflush(stdout);
+  std::fflush(out);
 }
+
+// The anchor `kind` of one row: measured once per (anchor, M) within a shape and shared by the schemes
+// whose anchor it is; an anchor that cannot run gives the row its error.
+AnchorRow measure_anchor(const std::string& kind, const Scheme& scheme, const LinearLayer& layer,
+                         const Platform& platform, int64_t m, int reps,
+                         std::map<std::string, std::unique_ptr<BenchAnchor>>& made,
+                         std::map<std::pair<std::string, int64_t>, AnchorRow>& measured) {
+  AnchorRow a;
+  auto key = BenchAnchor::key_for(kind, scheme, layer.config.k, platform);
+  if (!key) {
+    a.name = kind;
+    a.error = key.message();
+    return a;
+  }
+  if (auto hit = measured.find({*key, m}); hit != measured.end()) return hit->second;
+  auto it = made.find(*key);
+  if (it == made.end()) {
+    auto created = BenchAnchor::create(kind, scheme, layer, platform);
+    if (!created) {
+      a.name = kind;
+      a.error = created.message();
+      return measured[{*key, m}] = a;
+    }
+    it = made.emplace(*key, std::move(*created)).first;
+  }
+  a.name = it->second->name();
+  auto t = it->second->measure(m, reps);
+  if (t) {
+    a.name = t->name;
+    a.impl = t->impl;
+    a.median_ms = t->timing.median_ms;
+    a.min_ms = t->timing.min_ms;
+  } else {
+    a.error = t.message();
+  }
+  return measured[{*key, m}] = a;
+}
+
+volatile std::sig_atomic_t g_stop = 0;
+void on_stop_signal(int sig) { g_stop = sig; }
 
 }  // namespace
 
@@ -191,6 +244,9 @@ int cmd_bench(int argc, char** argv) {
     }
   }
 
+  // SIGTERM / SIGINT (timeout, Ctrl-C): finish the current row, then print what was measured.
+  std::signal(SIGTERM, on_stop_signal);
+  std::signal(SIGINT, on_stop_signal);
   BusyLoad busy;  // first, before any thread pool exists (fork)
   if (*load > 0) {
     if (Status s = busy.start(static_cast<int>(*load)); !s) {
@@ -223,19 +279,26 @@ int cmd_bench(int argc, char** argv) {
     }
     return 0;
   }
-  if (!json) {
-    std::printf("qlinear bench on %s%s%s\n", platform->describe().c_str(),
-                run.have_roofline ? ("\nroofline: " + run.roofline.describe()).c_str() : "",
-                run.load > 0 ? ("\nload: " + std::to_string(run.load) + " busy processes").c_str() : "");
-    std::printf("%-18s %-14s %6s %6s %6s %-30s %10s %10s %9s %9s %8s  anchors (time, anchor/ours)\n", "scheme",
-                "shape", "M", "N", "K", "kernel", "median ms", "min ms", "TFLOP/s", "GB/s", "roofline");
-  }
+  // Rows as they are measured: on stdout, or on stderr when stdout carries the JSON (a log of a run that is
+  // stopped still shows what it reached).
+  FILE* progress = json ? stderr : stdout;
+  std::fprintf(progress, "qlinear bench on %s%s%s\n", platform->describe().c_str(),
+               run.have_roofline ? ("\nroofline: " + run.roofline.describe()).c_str() : "",
+               run.load > 0 ? ("\nload: " + std::to_string(run.load) + " busy processes").c_str() : "");
+  std::fprintf(progress, "%-18s %-14s %6s %6s %6s %-30s %10s %10s %9s %9s %8s  anchors (time, anchor/ours)\n",
+               "scheme", "shape", "M", "N", "K", "kernel", "median ms", "min ms", "TFLOP/s", "GB/s", "roofline");
+  std::fflush(progress);
   int failures = 0;
-  for (const Scheme* scheme : schemes) {
-    SelectOptions scheme_select = select;
-    if (run.backend == "reference") scheme_select.force = "reference_" + std::string(family_name(scheme->family));
-    for (const bench::LayerShape& sh : shapes) {
-      auto layer = quantize_layer("bench." + sh.name, *scheme, random_normal(DType::kF32, {sh.n, sh.k}, 7, 0.02));
+  // Shapes outer, schemes inner: anchors that several schemes share (cuBLAS BF16, one cuBLASLt mode, one
+  // oneDNN matmul) are made and measured once per shape and M.
+  for (const bench::LayerShape& sh : shapes) {
+    std::map<std::string, std::unique_ptr<BenchAnchor>> made;  // by key_for
+    std::map<std::pair<std::string, int64_t>, AnchorRow> measured;
+    for (const Scheme* scheme : schemes) {
+      if (g_stop) break;
+      SelectOptions scheme_select = select;
+      if (run.backend == "reference") scheme_select.force = "reference_" + std::string(family_name(scheme->family));
+      auto layer = bench_layer("bench." + sh.name, *scheme, sh.n, sh.k, 7);
       if (!layer) {
         std::fprintf(stderr, "qlinear bench: %s\n", layer.message().c_str());
         return 1;
@@ -247,27 +310,18 @@ int cmd_bench(int argc, char** argv) {
         ++failures;
         continue;
       }
-      // Anchors that cannot be set up for this shape record why in every row of it.
-      std::map<std::string, std::unique_ptr<BenchAnchor>> anchors;
-      std::map<std::string, std::string> anchor_errors;
-      for (const std::string& kind : run.anchors) {
-        auto a = BenchAnchor::create(kind, *scheme, *layer, *platform);
-        if (a) {
-          anchors[kind] = std::move(*a);
-        } else {
-          anchor_errors[kind] = a.message();
-        }
-      }
       for (int64_t m : *ms) {
+        if (g_stop) break;
         auto r = (*runner)->measure(m, static_cast<int>(*reps), args->flag("--check"), 11);
         if (!r) {
-          std::fprintf(stderr, "qlinear bench: %s %s M=%lld: %s\n", std::string(scheme->name).c_str(), sh.name.c_str(),
-                       static_cast<long long>(m), r.message().c_str());
+          std::fprintf(stderr, "qlinear bench: %s %s M=%lld: %s\n", std::string(scheme->name).c_str(),
+                       sh.name.c_str(), static_cast<long long>(m), r.message().c_str());
           ++failures;
           continue;
         }
         BenchRow row;
         row.scheme = std::string(scheme->name);
+        row.family = std::string(family_name(scheme->family));
         row.shape = sh.name;
         row.kernel = std::string((*runner)->kernel().name());
         row.n = sh.n;
@@ -279,27 +333,18 @@ int cmd_bench(int argc, char** argv) {
           row.roofline_fraction = r->tflops * 1e3 / attainable_gops(run.roofline, *scheme, row.ops_per_byte);
         }
         for (const std::string& kind : run.anchors) {
-          AnchorRow& a = row.compare[kind];
-          if (auto e = anchor_errors.find(kind); e != anchor_errors.end()) {
-            a.name = kind;
-            a.error = e->second;
-            continue;
-          }
-          a.name = anchors[kind]->name();
-          auto t = anchors[kind]->measure(m, static_cast<int>(*reps));
-          if (t) {
-            a.name = t->name;
-            a.impl = t->impl;
-            a.median_ms = t->timing.median_ms;
-            a.min_ms = t->timing.min_ms;
-          } else {
-            a.error = t.message();
-          }
+          row.compare[kind] = measure_anchor(kind, *scheme, *layer, *platform, m, static_cast<int>(*reps), made, measured);
         }
         run.rows.push_back(row);
-        if (!json) print_row(run, run.rows.back());
+        print_row(progress, run, run.rows.back());
       }
     }
+  }
+  if (g_stop) {
+    run.interrupted = "stopped by signal " + std::to_string(static_cast<int>(g_stop)) + " after " +
+                      std::to_string(run.rows.size()) + " rows";
+    std::fprintf(stderr, "qlinear bench: %s\n", run.interrupted.c_str());
+    ++failures;
   }
   busy.stop();
   if (json) std::printf("%s\n", run.to_json().dump(2).c_str());

@@ -57,7 +57,7 @@ Result<std::unique_ptr<LayerRunner>> LayerRunner::create(const LinearLayer& laye
 Result<Measurement> LayerRunner::measure(int64_t m, int reps, bool check, uint64_t seed) {
   if (reps < 1) return Status::error("measure: at least one repetition is needed, got " + std::to_string(reps));
   const LinearConfig& c = original_.config;
-  const Tensor x_host = random_normal(c.input_dtype, {m, c.k}, seed, 1.0);
+  const Tensor x_host = bench::random_rows(c.input_dtype, m, c.k, seed, 1.0);
   Tensor x = x_host, bias = bias_, out;
   const bool on_gpu = platform_.kind == PlatformKind::kCuda;
 #if QLINEAR_WITH_CUDA

@@ -36,7 +36,8 @@ std::filesystem::path temp_dir(const std::string& name) {
 TEST(Bench, EverySchemeGivesAFigureWithTheReferenceAnchor) {
   std::string schemes;
   for (const Scheme& s : all_schemes()) schemes += (schemes.empty() ? "" : ",") + std::string(s.name);
-  CliRun r = run("bench --scheme " + schemes + " --n 64 --k 128 --m 1,3 --reps 2 --compare reference --check --json");
+  // N = 1024: the layer is quantized as a 512-row block repeated (bench_layer.hpp); --check proves it valid.
+  CliRun r = run("bench --scheme " + schemes + " --n 1024 --k 128 --m 1,3 --reps 2 --compare reference --check --json");
   ASSERT_EQ(r.code, 0) << r.out;
   const auto j = json_of(r.out);
   ASSERT_EQ(j["rows"].size(), 2 * all_schemes().size());
@@ -45,7 +46,7 @@ TEST(Bench, EverySchemeGivesAFigureWithTheReferenceAnchor) {
     SCOPED_TRACE(row.dump());
     EXPECT_GT(row["median_ms"].get<double>(), 0);
     EXPECT_LE(row["min_ms"].get<double>(), row["median_ms"].get<double>());
-    EXPECT_EQ(row["n"], 64);
+    EXPECT_EQ(row["n"], 1024);
     EXPECT_EQ(row["k"], 128);
     EXPECT_LT(row["rel_err_reference"].get<double>(), 0.05);
     const auto& ref = row["compare"]["reference"];
