@@ -120,6 +120,39 @@ def charts(json_path, doc_dir):
     return found
 
 
+def crosscheck(json_path):
+    """RUN.crosscheck.json (tools/bench_crosscheck.py --out) as tables, when it is there."""
+    path = os.path.splitext(json_path)[0] + ".crosscheck.json"
+    if not os.path.exists(path):
+        return ""
+    cc = json.load(open(path))
+    out = [f"#### Cross-check against `triton.testing.do_bench` (torch {cc['torch']}, triton {cc['triton']})\n",
+           f"`tools/bench_crosscheck.py` timed the same shapes right after the run; agreement = our timer / "
+           f"do_bench (tolerance ±{100 * cc['tolerance']:.0f}%). The write-flush column is the run with "
+           f"`QLINEAR_BENCH_L2_FLUSH=write` (do_bench's flush: the L2 left dirty).\n",
+           "| shape | M | cublas_bf16, our timer (µs) | torch.mm, do_bench (µs) | agreement | write-flush agreement |",
+           "|---|---|---|---|---|---|"]
+    seen = set()
+    for r in cc["rows"]:
+        if "torch_mm_do_bench_ms" not in r or (r["shape"], r["m"]) in seen:
+            continue
+        seen.add((r["shape"], r["m"]))
+        wf = f"{r['bf16_write_flush_agreement']:.3f}" if "bf16_write_flush_agreement" in r else ""
+        out.append(f"| {r['shape']} | {r['m']} | {fmt_time(r['cublas_bf16_ms'])} | {fmt_time(r['torch_mm_do_bench_ms'])} "
+                   f"| {r['bf16_agreement']:.3f} | {wf} |")
+    ours = [r for r in cc["rows"] if "quantlinear_do_bench_ms" in r]
+    if ours:
+        out += ["", "| scheme | shape | M | qlinear bench (µs) | QuantLinear, do_bench (µs) | agreement | write-flush agreement |",
+                "|---|---|---|---|---|---|---|"]
+        for r in ours:
+            wf = f"{r['ours_write_flush_agreement']:.3f}" if "ours_write_flush_agreement" in r else ""
+            out.append(f"| {r['scheme']} | {r['shape']} | {r['m']} | {fmt_time(r['qlinear_ms'])} | "
+                       f"{fmt_time(r['quantlinear_do_bench_ms'])} | {r['ours_agreement']:.3f} | {wf} |")
+    bad = [r for r in cc["rows"] if r.get("outside_tolerance")]
+    out.append(f"\n{len(bad)} of {len(cc['rows'])} rows have a pair outside the tolerance.\n")
+    return "\n".join(out) + "\n"
+
+
 def section(json_path, doc_dir):
     run = json.load(open(json_path))
     rel = os.path.relpath(json_path, doc_dir)
@@ -135,6 +168,7 @@ def section(json_path, doc_dir):
         families.setdefault(r.get("family", r["scheme"]), []).append(r)
     for fam, rows in families.items():
         out.append(f"#### {fam}\n\n" + family_table(run, rows) + "\nGaps:\n" + gaps(run, rows))
+    out.append(crosscheck(json_path))
     drawn = charts(json_path, doc_dir)
     if drawn:
         out.append("#### Charts\n")

@@ -124,8 +124,14 @@ TEST(Bench, ReportAndPlotAreSelfContainedWithOneLinePerScheme) {
   const auto dir = temp_dir("report");
   const auto html = dir / "report.html", svg = dir / "plot.svg";
   CliRun r = run("bench --scheme w8a8-int8-dynamic,w4a16-mxfp4,w8a16-fp8 --n 64 --k 128 --m 1,4,16 --reps 2 "
-                 "--compare reference --report " + html.string() + " --plot " + svg.string());
+                 "--compare reference --json --report " + html.string() + " --plot " + svg.string());
   ASSERT_EQ(r.code, 0) << r.out;
+  // --report measures the roofline: every rate of this CPU's units is there (int8 and fp32 exist on every
+  // x86-64 machine the project supports).
+  const auto j = json_of(r.out.substr(r.out.find("\n{") + 1));
+  EXPECT_GT(j["roofline"]["dram_gbps"].get<double>(), 0);
+  EXPECT_GT(j["roofline"]["fp32_gflops"].get<double>(), 0);
+  EXPECT_GT(j["roofline"]["int8_gops"].get<double>(), 0);
   const std::string page = read_file(html);
   // No network resource: no script, no external font, image or stylesheet.
   for (const char* banned : {"<script", "http://", "https://", "@import", "url("}) {
