@@ -42,7 +42,11 @@ def floors(run):
              ("FP32 FMA", r.get("fp32_gflops"), "GFLOP/s")]
     cells = [(name, v, unit) for name, v, unit in cells if v]
     out = "| " + " | ".join(name for name, _, _ in cells) + " |\n|" + "---|" * len(cells) + "\n"
-    out += "| " + " | ".join(f"{v:,.0f} {unit}" if v >= 100 else f"{v:.1f} {unit}" for _, v, unit in cells) + " |\n"
+    def rate(v, unit):
+        if v >= 1e4 and unit != "GB/s":  # a GPU's rates read in T...
+            return f"{v / 1e3:,.0f} T{unit[1:]}"
+        return f"{v:,.0f} {unit}" if v >= 100 else f"{v:.1f} {unit}"
+    out += "| " + " | ".join(rate(v, unit) for _, v, unit in cells) + " |\n"
     return out
 
 
@@ -59,7 +63,7 @@ def family_table(run, rows):
         cells = [r["shape"], str(r["m"]), r["scheme"], f"`{r['kernel']}`", fmt_time(r["median_ms"])]
         if cuda:
             cells.append(f"{r['host_us']:.1f}" if "host_us" in r else "")
-        cells += [f"{r['tflops']:.3g}", f"{r['weight_gbps']:,.0f}" if r["weight_gbps"] >= 100 else f"{r['weight_gbps']:.1f}",
+        cells += [f"{r['tflops']:,.0f}" if r["tflops"] >= 100 else f"{r['tflops']:.3g}", f"{r['weight_gbps']:,.0f}" if r["weight_gbps"] >= 100 else f"{r['weight_gbps']:.1f}",
                   f"{100 * r['roofline_fraction']:.0f}%" if "roofline_fraction" in r else ""]
         for a in anchors:
             c = r.get("compare", {}).get(a)
@@ -94,6 +98,13 @@ def gaps(run, rows):
                 errors.setdefault(e, []).append(r)
         for e, rs in errors.items():
             out.append(f"- {a} anchor could not run {len(rs)} rows ({', '.join(sorted({r['scheme'] for r in rs}))}): {e}")
+    schemes = {r["scheme"] for r in rows}
+    for k in run.get("skipped", []):
+        if k["scheme"] in schemes:
+            out.append(f"- not measured: {k['scheme']}, {k['shape']}, M = {k['m']}: {k['reason']}")
+    cut = [r for r in rows if "note" in r]
+    for r in cut:
+        out.append(f"- {r['scheme']}, {r['shape']}, M = {r['m']}: timed {r['note']}")
     fr = [r["roofline_fraction"] for r in rows if "roofline_fraction" in r]
     if fr:
         fr.sort()
@@ -126,30 +137,40 @@ def crosscheck(json_path):
     if not os.path.exists(path):
         return ""
     cc = json.load(open(path))
+    tol = f"±{100 * cc['tolerance']:.0f}%"
+    other = cc.get("other_method")
     out = [f"#### Cross-check against `triton.testing.do_bench` (torch {cc['torch']}, triton {cc['triton']})\n",
-           f"`tools/bench_crosscheck.py` timed the same shapes right after the run; agreement = our timer / "
-           f"do_bench (tolerance ±{100 * cc['tolerance']:.0f}%). The write-flush column is the run with "
-           f"`QLINEAR_BENCH_L2_FLUSH=write` (do_bench's flush: the L2 left dirty).\n",
-           "| shape | M | cublas_bf16, our timer (µs) | torch.mm, do_bench (µs) | agreement | write-flush agreement |",
-           "|---|---|---|---|---|---|"]
+           f"`tools/bench_crosscheck.py` timed the same shapes right after the run. Agreement = qlinear bench's "
+           f"time / do_bench's (tolerance {tol}). qlinear bench's method: {cc['method']}." +
+           (f" The second agreement column is the run with: {other}." if other else "") + "\n",
+           "| shape | M | cublas_bf16, qlinear bench (µs) | torch.mm, do_bench (µs) | agreement |" +
+           (" agreement, other flush |" if other else ""),
+           "|---|---|---|---|---|" + ("---|" if other else "")]
     seen = set()
     for r in cc["rows"]:
         if "torch_mm_do_bench_ms" not in r or (r["shape"], r["m"]) in seen:
             continue
         seen.add((r["shape"], r["m"]))
-        wf = f"{r['bf16_write_flush_agreement']:.3f}" if "bf16_write_flush_agreement" in r else ""
-        out.append(f"| {r['shape']} | {r['m']} | {fmt_time(r['cublas_bf16_ms'])} | {fmt_time(r['torch_mm_do_bench_ms'])} "
-                   f"| {r['bf16_agreement']:.3f} | {wf} |")
+        line = (f"| {r['shape']} | {r['m']} | {fmt_time(r['cublas_bf16_ms'])} | {fmt_time(r['torch_mm_do_bench_ms'])} "
+                f"| {r['bf16_agreement']:.3f} |")
+        if other:
+            line += f" {r['bf16_other_agreement']:.3f} |" if "bf16_other_agreement" in r else " |"
+        out.append(line)
     ours = [r for r in cc["rows"] if "quantlinear_do_bench_ms" in r]
     if ours:
-        out += ["", "| scheme | shape | M | qlinear bench (µs) | QuantLinear, do_bench (µs) | agreement | write-flush agreement |",
-                "|---|---|---|---|---|---|---|"]
+        out += ["", "| scheme | shape | M | qlinear bench (µs) | QuantLinear called, do_bench (µs) | QuantLinear from a "
+                "CUDA graph, do_bench (µs) | agreement with the graph |", "|---|---|---|---|---|---|---|"]
         for r in ours:
-            wf = f"{r['ours_write_flush_agreement']:.3f}" if "ours_write_flush_agreement" in r else ""
+            g = r.get("quantlinear_graph_do_bench_ms")
             out.append(f"| {r['scheme']} | {r['shape']} | {r['m']} | {fmt_time(r['qlinear_ms'])} | "
-                       f"{fmt_time(r['quantlinear_do_bench_ms'])} | {r['ours_agreement']:.3f} | {wf} |")
+                       f"{fmt_time(r['quantlinear_do_bench_ms'])} | {fmt_time(g) if g else r.get('graph_error', '')} | "
+                       f"{r['ours_graph_agreement']:.3f} |" if g else
+                       f"| {r['scheme']} | {r['shape']} | {r['m']} | {fmt_time(r['qlinear_ms'])} | "
+                       f"{fmt_time(r['quantlinear_do_bench_ms'])} | {r.get('graph_error', 'not run')} | |")
+        out.append("\nQuantLinear called directly includes Python's and the launches' host time wherever the GPU "
+                   "waits for it (small M); the graph replay is its device time, what qlinear bench's events measure.")
     bad = [r for r in cc["rows"] if r.get("outside_tolerance")]
-    out.append(f"\n{len(bad)} of {len(cc['rows'])} rows have a pair outside the tolerance.\n")
+    out.append(f"\n{len(bad)} of {len(cc['rows'])} rows have a checked pair outside {tol}.\n")
     return "\n".join(out) + "\n"
 
 

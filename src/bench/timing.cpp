@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -42,9 +43,20 @@ int cold_copies_for(int64_t bytes) {
   return static_cast<int>(std::clamp<int64_t>((want + bytes - 1) / std::max<int64_t>(bytes, 1), 1, 64));
 }
 
+std::string budget_note(int timed, int asked, double call_seconds) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%d of %d repetitions: one call takes %.3g s and a measurement has %.0f s",
+                timed, asked, call_seconds, kBudgetSeconds);
+  return buf;
+}
+
 Result<Timing> time_host(const TimedCall& call, int reps) {
   if (reps < 1) return Status::error("timing: at least one repetition is needed, got " + std::to_string(reps));
+  const auto w0 = std::chrono::steady_clock::now();
   QL_RETURN_IF_ERROR(call(0));  // warm-up (and first-call allocations)
+  const double first = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+  const int asked = reps;
+  if (first * reps > kBudgetSeconds) reps = std::max(1, static_cast<int>(kBudgetSeconds / std::max(first, 1e-9)));
   std::vector<double> t;
   t.reserve(static_cast<size_t>(reps));
   for (int i = 1; i <= reps; ++i) {
@@ -57,7 +69,13 @@ Result<Timing> time_host(const TimedCall& call, int reps) {
   r.median_ms = t[t.size() / 2];
   r.min_ms = t.front();
   r.reps = reps;
+  if (reps < asked) r.note = budget_note(reps, asked, first);
   return r;
+}
+
+std::string host_method() {
+  return "wall clock around each call after one warm-up, weights cold (processed copies rotated over " +
+         std::to_string(cold_set_bytes() >> 20) + " MiB, twice the last-level cache or more), median";
 }
 
 int DeviceTimer::device_copies_for(int64_t bytes) const {

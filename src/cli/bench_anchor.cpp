@@ -53,7 +53,7 @@ class OnednnAnchor final : public BenchAnchor {
 
 class CudaAnchorAdapter final : public BenchAnchor {
  public:
-  CudaAnchorAdapter(std::unique_ptr<bench::DeviceTimer> timer) : timer_(std::move(timer)) {}
+  explicit CudaAnchorAdapter(std::unique_ptr<bench::DeviceTimer> timer) : timer_(std::move(timer)) {}
   Status init(const std::string& kind, const Scheme& s, int64_t n, int64_t k) {
     QL_ASSIGN_OR_RETURN(anchor_, bench::CudaAnchor::create(kind, s, n, k, *timer_));
     return Status::ok();

@@ -28,6 +28,7 @@ nlohmann::json BenchRun::to_json() const {
               {"weight_gbps", r.ours.weight_gbps},
               {"ops_per_byte", r.ops_per_byte}};
     if (r.ours.host_us >= 0) j["host_us"] = r.ours.host_us;
+    if (!r.ours.note.empty()) j["note"] = r.ours.note;
     if (r.roofline_fraction >= 0) j["roofline_fraction"] = r.roofline_fraction;
     if (r.ours.rel_err >= 0) j["rel_err_reference"] = r.ours.rel_err;
     if (!r.compare.empty()) {
@@ -39,6 +40,7 @@ nlohmann::json BenchRun::to_json() const {
           aj["min_ms"] = a.min_ms;
           aj["ratio"] = r.ratio(kind);
           if (!a.impl.empty()) aj["impl"] = a.impl;
+          if (!a.note.empty()) aj["note"] = a.note;
         } else {
           aj["error"] = a.error;
         }
@@ -52,6 +54,11 @@ nlohmann::json BenchRun::to_json() const {
               {"anchors", anchors},      {"load", load},       {"rows", rows_json}};
   out["roofline"] = have_roofline ? roofline.to_json() : json(nullptr);
   if (!interrupted.empty()) out["interrupted"] = interrupted;
+  json skipped_json = json::array();
+  for (const SkippedRow& s : skipped) {
+    skipped_json.push_back({{"scheme", s.scheme}, {"shape", s.shape}, {"m", s.m}, {"reason", s.reason}});
+  }
+  out["skipped"] = skipped_json;
   return out;
 }
 

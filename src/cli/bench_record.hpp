@@ -19,6 +19,7 @@ struct AnchorRow {
   std::string impl;   // the library's own implementation string, where it has one
   double median_ms = -1, min_ms = -1;
   std::string error;  // why the anchor could not run this row (then no times)
+  std::string note;   // bench::Timing::note
 };
 
 struct BenchRow {
@@ -32,6 +33,13 @@ struct BenchRow {
   double ratio(const std::string& kind) const;
 };
 
+// A (scheme, shape, M) not measured, and why (a smaller M already took most of a measurement's budget).
+struct SkippedRow {
+  std::string scheme, shape;
+  int64_t m = 0;
+  std::string reason;
+};
+
 struct BenchRun {
   std::vector<std::pair<std::string, std::string>> machine;  // ("cpu", "..."), ("gpu", "..."), ("versions", ...)
   std::string command;       // the command line that regenerates the run
@@ -41,6 +49,7 @@ struct BenchRun {
   bool have_roofline = false;
   Roofline roofline;
   std::vector<BenchRow> rows;
+  std::vector<SkippedRow> skipped;
   std::string interrupted;   // why the run stopped early (a signal), with the rows it had measured
   nlohmann::json to_json() const;
 };

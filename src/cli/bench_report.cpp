@@ -208,26 +208,44 @@ std::string roofline_svg(const BenchRun& run, const std::vector<const BenchRow*>
       << "' text-anchor='end'>" << fmt("%g", std::pow(10, e)) << "</text>\n";
   }
   o << axes("arithmetic intensity (OP per DRAM byte, log scale)", "GOP/s (log scale)");
+  double last_label_y = -100;
   for (const auto& [label, peak] : peaks) {
     const double ridge = peak / rf.dram_gbps;
+    // Peaks close together (FP8 and INT8 on a GPU) get their labels stacked, not drawn over each other.
+    double label_y = py(peak) - 4;
+    if (std::abs(label_y - last_label_y) < 13) label_y = last_label_y + 13;
+    last_label_y = label_y;
     const double a = std::pow(10, x0), b = std::pow(10, x1);
     o << "<polyline class='roof' fill='none' stroke='#777' stroke-width='1.5' points='" << px(a) << ","
       << py(rf.dram_gbps * a) << " " << px(std::clamp(ridge, a, b)) << "," << py(std::min(peak, rf.dram_gbps * b))
       << " " << px(b) << "," << py(std::min(peak, rf.dram_gbps * b)) << "'/><text x='" << kRight - 4 << "' y='"
-      << py(peak) - 4 << "' text-anchor='end' fill='#555'>" << label << " " << fmt("%.0f", peak) << " GOP/s</text>\n";
+      << label_y << "' text-anchor='end' fill='#555'>" << label << " " << fmt("%.0f", peak) << " GOP/s</text>\n";
   }
   if (!peaks.empty()) {
     o << "<text x='" << kLeft + 6 << "' y='" << kTop + 14 << "' fill='#555'>DRAM " << fmt("%.1f", rf.dram_gbps)
       << " GB/s</text>\n";
   }
   const std::vector<std::string> schemes = schemes_of(rows);
+  // Every point carries its (scheme, M) in a tooltip; the visible "M=" label is drawn where it does not
+  // overlap one already drawn (many schemes put their points close together).
+  std::vector<std::pair<double, double>> placed;
   for (const BenchRow* r : rows) {
     const char* c = scheme_colour(scheme_index(run, r->scheme));
     const double x = px(r->ops_per_byte), y = py(r->ours.tflops * 1e3);
     o << "<g class='point' data-scheme='" << esc(r->scheme) << "'><circle cx='" << x << "' cy='" << y << "' r='4' fill='"
       << c << "'><title>" << esc(r->scheme) << " " << esc(r->shape) << " M=" << r->ours.m << ": "
-      << fmt("%.1f", r->ours.tflops * 1e3) << " GOP/s</title></circle><text x='" << x + 6 << "' y='" << y - 5
-      << "' fill='" << c << "' font-size='11'>M=" << r->ours.m << "</text></g>\n";
+      << fmt("%.1f", r->ours.tflops * 1e3) << " GOP/s</title></circle>";
+    const std::string label = "M=" + std::to_string(r->ours.m);
+    const double lx = x + 6, ly = y - 5, lw = 7.0 * static_cast<double>(label.size());
+    bool free = lx + lw < kRight + 40;
+    for (const auto& [px0, py0] : placed) {
+      if (std::abs(ly - py0) < 12 && lx < px0 + lw && px0 < lx + lw) free = false;
+    }
+    if (free) {
+      placed.emplace_back(lx, ly);
+      o << "<text x='" << lx << "' y='" << ly << "' fill='" << c << "' font-size='11'>" << label << "</text>";
+    }
+    o << "</g>\n";
   }
   o << legend(run, schemes) << "</svg>\n";
   return o.str();
@@ -258,6 +276,11 @@ std::string table_html(const BenchRun& run, const std::vector<const BenchRow*>& 
     o << "</tr>\n";
   }
   o << "</table>\n";
+  for (const SkippedRow& k : run.skipped) {
+    if (!rows.empty() && k.shape == rows.front()->shape) {
+      o << "<p class='skipped'>" << esc(k.scheme) << " M=" << k.m << " not measured: " << esc(k.reason) << "</p>\n";
+    }
+  }
   return o.str();
 }
 

@@ -4,6 +4,7 @@
 // rows in other forms.
 #include <omp.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -98,6 +99,9 @@ std::vector<std::pair<std::string, std::string>> describe_machine(const Platform
   if (platform.kind == PlatformKind::kCuda) {
     auto timer = bench::DeviceTimer::create(platform.cuda ? platform.cuda->index : 0);
     m.emplace_back("gpu", timer ? (*timer)->describe() : platform.describe());
+    if (timer) m.emplace_back("method", (*timer)->method());
+  } else {
+    m.emplace_back("method", bench::host_method());
   }
   std::ifstream loadavg("/proc/loadavg");
   double load1 = -1;
@@ -115,6 +119,10 @@ int usage_error(const std::string& message) {
   std::fprintf(stderr, "qlinear bench: %s\n", message.c_str());
   return 2;
 }
+
+const auto g_start = std::chrono::steady_clock::now();
+
+double elapsed_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now() - g_start).count(); }
 
 void print_row(FILE* out, const BenchRun& run, const BenchRow& r) {
   char frac[16] = "-";
@@ -134,7 +142,8 @@ void print_row(FILE* out, const BenchRun& run, const BenchRow& r) {
       std::fprintf(out, "  | %s: none", kind.c_str());
     }
   }
-  std::fprintf(out, "\n");
+  std::fprintf(out, "  at %.1f s\n", elapsed_s());
+  if (!r.ours.note.empty()) std::fprintf(out, "    timed %s\n", r.ours.note.c_str());
   for (const auto& [kind, a] : r.compare) {
     if (!a.error.empty()) std::fprintf(out, "    %s anchor could not run: %s\n", kind.c_str(), a.error.c_str());
   }
@@ -155,6 +164,15 @@ AnchorRow measure_anchor(const std::string& kind, const Scheme& scheme, const Li
     return a;
   }
   if (auto hit = measured.find({*key, m}); hit != measured.end()) return hit->second;
+  // An anchor whose call at a smaller M took half a measurement's budget is not run at larger M.
+  for (const auto& [km, row] : measured) {
+    if (km.first == *key && km.second < m && row.median_ms * 1e-3 > bench::kBudgetSeconds / 2) {
+      a.name = row.name;
+      a.error = "skipped: one call took " + std::to_string(row.median_ms * 1e-3) + " s at M=" +
+                std::to_string(km.second) + " (time budget)";
+      return measured[{*key, m}] = a;
+    }
+  }
   auto it = made.find(*key);
   if (it == made.end()) {
     auto created = BenchAnchor::create(kind, scheme, layer, platform);
@@ -172,6 +190,7 @@ AnchorRow measure_anchor(const std::string& kind, const Scheme& scheme, const Li
     a.impl = t->impl;
     a.median_ms = t->timing.median_ms;
     a.min_ms = t->timing.min_ms;
+    a.note = t->timing.note;
   } else {
     a.error = t.message();
   }
@@ -247,7 +266,8 @@ int cmd_bench(int argc, char** argv) {
   // SIGTERM / SIGINT (timeout, Ctrl-C): finish the current row, then print what was measured.
   std::signal(SIGTERM, on_stop_signal);
   std::signal(SIGINT, on_stop_signal);
-  BusyLoad busy;  // first, before any thread pool exists (fork)
+  run.machine = describe_machine(*platform);  // the load average before --load adds to it
+  BusyLoad busy;  // before any thread pool exists (fork)
   if (*load > 0) {
     if (Status s = busy.start(static_cast<int>(*load)); !s) {
       std::fprintf(stderr, "qlinear bench: %s\n", s.message().c_str());
@@ -255,7 +275,6 @@ int cmd_bench(int argc, char** argv) {
     }
   }
   run.load = static_cast<int>(*load);
-  run.machine = describe_machine(*platform);
   const bool want_roofline = args->flag("--roofline") || args->get("--plot") || args->get("--report");
   if (want_roofline) {
     if (platform->kind == PlatformKind::kCuda) {
@@ -310,14 +329,30 @@ int cmd_bench(int argc, char** argv) {
         ++failures;
         continue;
       }
+      double slow_call_s = 0;  // > half the budget at a smaller M: larger M are skipped
+      int64_t slow_m = 0;
       for (int64_t m : *ms) {
         if (g_stop) break;
+        if (slow_call_s > 0 && m > slow_m) {
+          char why[200];
+          std::snprintf(why, sizeof why, "one call of %s took %.3g s at M=%lld (time budget of %.0f s per measurement)",
+                        std::string((*runner)->kernel().name()).c_str(), slow_call_s, static_cast<long long>(slow_m),
+                        bench::kBudgetSeconds);
+          run.skipped.push_back({std::string(scheme->name), sh.name, m, why});
+          std::fprintf(progress, "%-18s %-14s %6lld skipped: %s\n", std::string(scheme->name).c_str(), sh.name.c_str(),
+                       static_cast<long long>(m), why);
+          continue;
+        }
         auto r = (*runner)->measure(m, static_cast<int>(*reps), args->flag("--check"), 11);
         if (!r) {
           std::fprintf(stderr, "qlinear bench: %s %s M=%lld: %s\n", std::string(scheme->name).c_str(),
                        sh.name.c_str(), static_cast<long long>(m), r.message().c_str());
           ++failures;
           continue;
+        }
+        if (r->median_ms * 1e-3 > bench::kBudgetSeconds / 2) {
+          slow_call_s = r->median_ms * 1e-3;
+          slow_m = m;
         }
         BenchRow row;
         row.scheme = std::string(scheme->name);

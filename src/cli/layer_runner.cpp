@@ -85,6 +85,7 @@ Result<Measurement> LayerRunner::measure(int64_t m, int reps, bool check, uint64
   ms.min_ms = t.min_ms;
   ms.host_us = t.host_us;
   ms.reps = t.reps;
+  ms.note = t.note;
   ms.tflops = 2.0 * m * c.n * c.k / (ms.median_ms * 1e-3) / 1e12;
   ms.weight_gbps = weight_bytes_ / (ms.median_ms * 1e-3) / 1e9;
   if (check) {

@@ -19,6 +19,7 @@ struct Measurement {
   double min_ms = 0;
   double host_us = -1;     // CUDA: the host-side cost of one apply call (bench::Timing::host_us)
   int reps = 0;
+  std::string note;        // bench::Timing::note: why fewer repetitions than asked
   double tflops = 0;       // 2 M N K / median
   double weight_gbps = 0;  // checkpoint bytes of the weight and its scales / median
   double rel_err = -1;     // ||y - y_ref|| / ||y_ref|| against the reference kernel; -1 when not checked

@@ -171,11 +171,23 @@ Roofline measure_cpu_roofline(const Platform& platform) {
 }
 
 std::string Roofline::describe() const {
-  char buf[320];
-  std::snprintf(buf, sizeof buf, "DRAM read %.1f GB/s; fp32 FMA %.0f GFLOP/s; bf16 %.0f GFLOP/s; int8 %.0f GOP/s",
-                dram_gbps, fp32_gflops, bf16_gflops, int8_gops);
-  std::string out = buf;
-  if (fp8_gflops > 0) out += "; fp8 " + std::to_string(static_cast<long>(fp8_gflops)) + " GFLOP/s";
+  // GFLOP/s below 10^4, TFLOP/s above (the GPU's units).
+  auto rate = [](double g, const char* unit) {
+    char buf[64];
+    if (g >= 1e4) {
+      std::snprintf(buf, sizeof buf, "%.0f T%s", g / 1e3, unit);
+    } else {
+      std::snprintf(buf, sizeof buf, "%.0f G%s", g, unit);
+    }
+    return std::string(buf);
+  };
+  char dram[64];
+  std::snprintf(dram, sizeof dram, "DRAM read %.1f GB/s", dram_gbps);
+  std::string out = dram;
+  if (fp32_gflops > 0) out += "; fp32 FMA " + rate(fp32_gflops, "FLOP/s");
+  if (bf16_gflops > 0) out += "; bf16 " + rate(bf16_gflops, "FLOP/s");
+  if (fp8_gflops > 0) out += "; fp8 " + rate(fp8_gflops, "FLOP/s");
+  if (int8_gops > 0) out += "; int8 " + rate(int8_gops, "OP/s");
   return out;
 }
 
