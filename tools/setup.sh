@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what qlinear's build and tests need on a fresh Debian 12 machine; quick when all is there.
 # Debian packages: the compiler toolchain, GoogleTest, nlohmann-json, RE2 (name patterns), time (test-scale),
-# ccache, OpenMP, Python's headers and venv.
+# ccache, OpenMP, Python's headers and venv; oneDNN (the CPU anchors of `qlinear bench --compare`) and Chromium
+# (the test that renders its HTML report).
 # Python packages: ml_dtypes and numpy, the independent oracles the format and quantizer tests are
 # generated from (tools/gen_*.py), so `make test` can re-derive the committed tables; nanobind (the Python
 # extension's bindings, python/), scikit-build-core (`pip install .`) and pytest (tests/python); PyTorch for
@@ -12,7 +13,7 @@
 set -euo pipefail
 
 debs=(cmake g++ make ninja-build libgtest-dev nlohmann-json3-dev libre2-dev time ccache libomp-dev clang libclang-rt-14-dev
-      python3 python3-dev python3-pip python3-venv)
+      python3 python3-dev python3-pip python3-venv libdnnl-dev chromium)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
