@@ -1,5 +1,5 @@
 // qlinear quantize IN OUT --scheme S: a BF16/FP16/FP32 safetensors model -> a compressed-tensors (or, for
-// MXFP6, Quark) checkpoint that qlinear and vLLM load. Linear weights are quantized with qlinear's reference
+// MXFP6 and the MXFP4 schemes with quantized input, Quark) checkpoint that qlinear and vLLM load. Linear weights are quantized with qlinear's reference
 // quantizers; every other tensor is copied as it is.
 #include <unistd.h>
 
