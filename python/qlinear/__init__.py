@@ -31,6 +31,7 @@ from ._qlinear import (
     _load_checkpoint,
     _quantize_layer,
     built_with_cuda,
+    cpu_threads,
     explain_selection,
     find_kernel,
     find_scheme,
@@ -41,6 +42,7 @@ from ._qlinear import (
     priority_list,
     schemes,
     select_kernel,
+    set_cpu_threads,
 )
 
 __version__ = "0.1.0"
@@ -49,7 +51,7 @@ __all__ = [
     "Candidate", "Error", "Kernel", "Layer", "LinearConfig", "Model", "Platform", "QuantKey", "Scheme",
     "Selection", "Verdict", "apply", "built_with_cuda", "explain_selection", "find_kernel", "find_scheme",
     "formats", "kernels", "load_checkpoint", "make_config", "named_keys", "priority_list", "quantize_layer",
-    "schemes", "select_kernel",
+    "schemes", "select_kernel", "cpu_threads", "set_cpu_threads",
 ]
 
 
