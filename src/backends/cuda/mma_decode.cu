@@ -64,6 +64,12 @@ void mma_fold_range(MmaCode code, int& lo, int& hi) {
 // Split K over blocks when the N blocks alone leave SMs idle or a ragged last wave: the count that best
 // fills whole waves of the GPU's block slots, with at least 4 steps (1024 K) per split and the FP32
 // partial sums at most a quarter of the weight bytes.
+namespace {
+std::atomic<int> forced_splits{0};
+}  // namespace
+
+void mma_decode_force_splits(int splits) { forced_splits.store(splits < 0 ? 0 : splits); }
+
 int mma_decode_splits(const MmaDecodeArgs& a) {
   const MmaTileConfig& t = mma_tile_config(a.m);
   const int64_t smem = t.stages * stage_bytes(a.layout, t);
@@ -78,9 +84,13 @@ int mma_decode_splits(const MmaDecodeArgs& a) {
     return waves / std::ceil(waves);
   };
   int64_t best = 1;
-  for (int64_t s = 2; s <= 16 && steps / s >= 4; ++s) {
-    if (s * a.m * a.layout.n * 4 > a.layout.weight_bytes() / 4) break;
-    if (efficiency(s) > efficiency(best) + 0.05) best = s;
+  if (forced_splits.load() > 0) {
+    best = std::min<int64_t>(forced_splits.load(), steps);
+  } else {
+    for (int64_t s = 2; s <= 16 && steps / s >= 4; ++s) {
+      if (s * a.m * a.layout.n * 4 > a.layout.weight_bytes() / 4) break;
+      if (efficiency(s) > efficiency(best) + 0.05) best = s;
+    }
   }
   const int64_t per = (steps + best - 1) / best;
   return static_cast<int>((steps + per - 1) / per);

@@ -55,6 +55,8 @@ void mma_fold_range(MmaCode code, int& lo, int& hi);
 
 // The split of K over blocks launch_mma_decode would use for (args, M): exposed for the explain output.
 int mma_decode_splits(const MmaDecodeArgs& a);
+// Benchmarks only: force the split count (0 restores the heuristic). Not thread-safe against running applies.
+void mma_decode_force_splits(int splits);
 
 // Runs the GEMM on `stream`: no synchronization; split-K partial sums go to stream-ordered scratch
 // (cudaMallocAsync, which a CUDA graph captures as an allocation node) and are summed in a fixed order.
