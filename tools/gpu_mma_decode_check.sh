@@ -1,33 +1,50 @@
 #!/usr/bin/env bash
 # On a GPU host: builds test_cuda, runs the tensor-core decode tests (and compute-sanitizer memcheck and
-# racecheck on a small subset), times the kernels against cuBLASLt BF16 (C++) and torch BF16 mm (Python),
-# and prints the joined table last. Logs go to $OUT (default ./mma_decode_out).
+# racecheck on a small subset), times the kernels against torch BF16 mm, and prints a short performance
+# table, then the test summary last. Everything goes to $OUT (default ./mma_decode_out): run.log (all
+# output), bench.csv, joined.csv, table.txt.
 #   tools/gpu_mma_decode_check.sh [BUILD_DIR]
 set -u
 build=${1:-build-gpu}
 out=${OUT:-mma_decode_out}
 mkdir -p "$out"
+log="$out/run.log"
+: >"$log"
 gen="Unix Makefiles"
 command -v ninja >/dev/null && gen=Ninja
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  cmake -S . -B "$build" -G "$gen" -DQLINEAR_CUDA=ON -DCMAKE_BUILD_TYPE=Release >"$out/configure.log" 2>&1 ||
-    { tail -30 "$out/configure.log"; exit 1; }
-fi
 start=$SECONDS
-cmake --build "$build" -j16 --target test_cuda >"$out/build.log" 2>&1 || { grep -B2 -A8 -m5 error "$out/build.log"; tail -20 "$out/build.log"; exit 1; }
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S . -B "$build" -G "$gen" -DQLINEAR_CUDA=ON -DCMAKE_BUILD_TYPE=Release >>"$log" 2>&1
+fi
+if ! cmake --build "$build" -j16 --target test_cuda >>"$log" 2>&1; then
+  grep -E -B2 -A6 'error' "$log" | head -60
+  exit 1
+fi
 echo "build: $((SECONDS - start)) s"
 prog="$build/tests/test_cuda"
-timeout 300 "$prog" --gtest_filter='MmaLayout*:CudaMmaDecode*' >"$out/test.log" 2>&1
-echo "tests rc=$? ($(grep -c '^\[ check \]' "$out/test.log") checks)"
-grep -E '^\[  (FAILED|PASSED) |Failure|rror' "$out/test.log" | head -40
+echo "===== tests" >>"$log"
+timeout 330 "$prog" --gtest_filter='MmaLayout*:CudaMmaDecode*' >"$out/test.txt" 2>&1
+test_rc=$?
+cat "$out/test.txt" >>"$log"
+sanit=""
 for tool in memcheck racecheck; do
-  timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$prog" \
-    --gtest_filter='CudaMmaDecode.ProcessedWeightsRoundTrip' >"$out/$tool.log" 2>&1
-  echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | tail -1)"
+  echo "===== $tool" >>"$log"
+  timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 "$prog" \
+    --gtest_filter='CudaMmaDecode.ProcessedWeightsRoundTrip' >"$out/san.txt" 2>&1
+  rc=$?
+  cat "$out/san.txt" >>"$log"
+  sanit="$sanit $tool rc=$rc ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/san.txt" | tail -n 1))"
 done
-QL_MMA_BENCH_CSV="$out/bench.csv" timeout 300 "$prog" --gtest_also_run_disabled_tests \
-  --gtest_filter='*MmaDecodeBench*' >"$out/bench.log" 2>&1
-echo "bench rc=$?"
-grep -E 'Failure|rror' "$out/bench.log" | head -5
+rm -f "$out/san.txt"
+echo "===== bench" >>"$log"
+QL_MMA_BENCH_CSV="$out/bench.csv" timeout 200 "$prog" --gtest_also_run_disabled_tests \
+  --gtest_filter='*MmaDecodeBench*' >>"$log" 2>&1
+bench_rc=$?
 python3 tools/torch_bf16_anchor.py "$out/bench.csv" "$out/joined.csv" >"$out/table.txt" 2>&1
 cat "$out/table.txt"
+echo "bench rc=$bench_rc; $(grep -E 'Failure' -A3 "$log" | grep -v '^--' | grep -A3 -m1 'bench_mma' | head -n 4)"
+echo "=================== TESTS (MmaLayout*, CudaMmaDecode*) rc=$test_rc, $(grep -c '^\[ check \]' "$out/test.txt") checks"
+echo "sanitizers:$sanit"
+grep -E '^\[  (PASSED|FAILED) |^\[  SKIPPED \]' "$out/test.txt" | head -n 20
+grep -E -A4 'Failure$|: Failure' "$out/test.txt" | grep -v '^--$' | head -n 60
+rm -f "$out/test.txt"

@@ -39,15 +39,27 @@ def main():
     out = open(sys.argv[2], "w") if len(sys.argv) > 2 else None
     if out:
         out.write("layer,m,scheme,us,torch_bf16_us,ratio,bf16_lt_us,splits,weight_gbps\n")
-    print(f"{'layer':12} {'M':>5} {'scheme':18} {'ours us':>9} {'torch us':>9} {'ratio':>6} {'lt us':>8} {'GB/s':>6}")
+    # Variant rows ("scheme/variant") become extra columns of their base row.
+    variants = {}
+    for r in rows:
+        if "/" in r["scheme"]:
+            base, var = r["scheme"].split("/", 1)
+            variants[(r["layer"], r["m"], base, var)] = float(r["us"])
+    names = sorted({k[3] for k in variants})
+    print(f"{'layer':11} {'M':>4} {'scheme':16} {'us':>7} {'torch':>7} {'ratio':>5} {'GB/s':>5} {'split':>5}"
+          + "".join(f" {n:>7}" for n in names))
     for r in rows:
         t = torch_us[(int(r["n"]), int(r["k"]), int(r["m"]))]
         us = float(r["us"])
-        print(f"{r['layer']:12} {r['m']:>5} {r['scheme']:18} {us:9.1f} {t:9.1f} {t / us:6.2f} "
-              f"{float(r['bf16_lt_us']):8.1f} {r['weight_gbps']:>6}")
         if out:
             out.write(f"{r['layer']},{r['m']},{r['scheme']},{us},{t:.2f},{t / us:.3f},{r['bf16_lt_us']},"
                       f"{r['splits']},{r['weight_gbps']}\n")
+        if "/" in r["scheme"]:
+            continue
+        extra = "".join(f" {variants[(r['layer'], r['m'], r['scheme'], n)]:7.1f}"
+                        if (r["layer"], r["m"], r["scheme"], n) in variants else f" {'':7}" for n in names)
+        print(f"{r['layer']:11} {r['m']:>4} {r['scheme'][:16]:16} {us:7.1f} {t:7.1f} {t / us:5.2f} "
+              f"{r['weight_gbps']:>5} {r['splits']:>5}{extra}")
 
 
 if __name__ == "__main__":

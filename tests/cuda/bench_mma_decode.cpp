@@ -39,7 +39,7 @@ const BenchLayer kLayers[] = {
     {"70b.down", 8192, 28672}, {"70b.gate_up", 57344, 8192}, {"70b.qkv", 10240, 8192},
     {"70b.o", 8192, 8192},     {"8b.qkv", 6144, 4096},       {"8b.gate_up", 28672, 4096},
 };
-const int64_t kBenchMs[] = {1, 16, 64, 256};
+const int64_t kBenchMs[] = {1, 16, 64, 256, 1024};
 
 struct BenchScheme {
   const char* name;
@@ -190,29 +190,21 @@ TEST(CudaMmaDecodeBench, DISABLED_VersusCublasLtBf16) {
           std::fflush(csv);
         }
       }
-      // The split-K heuristic against forced split counts, on the decode Ms of a few layers.
-      const std::string ln = bl.name, sn = s.name;
-      if ((ln == "70b.down" || ln == "70b.o" || ln == "8b.qkv") && (sn == "w8a16-fp8" || sn == "w4a16-mxfp4")) {
-        for (size_t mi = 0; mi < 2; ++mi) {
-          const int64_t m = kBenchMs[mi];
-          auto x = cuda::empty(DType::kBF16, {m, bl.k}).value();
-          ASSERT_TRUE(cuda::fill_bytes(x, 0x3C).is_ok());
-          auto y = cuda::empty(DType::kBF16, {m, bl.n}).value();
-          for (int forced : {1, 2, 3, 4, 6, 8, 12}) {
-            cuda::mma_decode_force_splits(forced);
-            const double us = median_us([&] { (void)s.kernel->apply(layer, Activation::dense(x), nullptr, y); },
-                                        flush, sink_p, stream);
-            const int splits = cuda::mma_decode_splits_for(layer, m);
-            const double gbps = static_cast<double>(cuda::mma_decode_weight_bytes(layer)) / (us * 1e3);
-            std::printf("[ sweep ] %-12s M=%-5lld %-18s splits %2d %9.1f us  %6.0f GB/s\n", bl.name,
-                        static_cast<long long>(m), s.name, splits, us, gbps);
-            if (csv) {
-              std::fprintf(csv, "%s,%lld,%lld,%lld,%s/s%d,%.2f,%.2f,%d,%.0f\n", bl.name, static_cast<long long>(bl.n),
-                           static_cast<long long>(bl.k), static_cast<long long>(m), s.name, splits, us, lt_us[mi],
-                           splits, gbps);
-            }
-          }
-          cuda::mma_decode_force_splits(0);
+      // The small-M buckets with 3 stages (three blocks per SM) instead of the table's 4 (two).
+      for (size_t mi = 0; mi < 2; ++mi) {
+        const int64_t m = kBenchMs[mi];
+        auto x = cuda::empty(DType::kBF16, {m, bl.k}).value();
+        ASSERT_TRUE(cuda::fill_bytes(x, 0x3C).is_ok());
+        auto y = cuda::empty(DType::kBF16, {m, bl.n}).value();
+        cuda::mma_decode_force_small_m_stages(3);
+        const double us = median_us([&] { (void)s.kernel->apply(layer, Activation::dense(x), nullptr, y); }, flush,
+                                    sink_p, stream);
+        cuda::mma_decode_force_small_m_stages(0);
+        const int splits = cuda::mma_decode_splits_for(layer, m);
+        const double gbps = static_cast<double>(cuda::mma_decode_weight_bytes(layer)) / (us * 1e3);
+        if (csv) {
+          std::fprintf(csv, "%s,%lld,%lld,%lld,%s/st3,%.2f,%.2f,%d,%.0f\n", bl.name, static_cast<long long>(bl.n),
+                       static_cast<long long>(bl.k), static_cast<long long>(m), s.name, us, lt_us[mi], splits, gbps);
         }
       }
     }

@@ -205,6 +205,7 @@ struct KernelScheme {
 const KernelScheme kAll[] = {
     {&cuda::kSm90MmaDecodeFp8WeightOnly, "w8a16-fp8"},
     {&cuda::kSm90MmaDecodeMxfp8, "w8a16-mxfp8"},
+    {&cuda::kSm90MmaDecodeMxfp8, "w8a8-mxfp8"},
     {&cuda::kSm90MmaDecodeMxfp6, "w6a16-mxfp6-e2m3"},
     {&cuda::kSm90MmaDecodeMxfp6, "w6a16-mxfp6-e3m2"},
     {&cuda::kSm90MmaDecodeMxfp4, "w4a16-mxfp4"},
@@ -228,7 +229,7 @@ TEST(CudaMmaDecode, ScalesOutsideTheFoldRangeTakeThePromotedPath) {
   QL_REQUIRE_SM90();
   for (const KernelScheme& ks : kAll) {
     if (ks.kernel == &cuda::kSm90MmaDecodeNvfp4) continue;  // E4M3 scales always fold
-    for (int64_t m : {1, 16, 64, 100}) check({ks.kernel, scheme_of(ks), m, 144, 1056, Spread::kWide});
+    for (int64_t m : {1, 16, 64, 100, 300}) check({ks.kernel, scheme_of(ks), m, 144, 1056, Spread::kWide});
   }
 }
 
@@ -256,7 +257,7 @@ TEST(CudaMmaDecode, CapturesAndReplaysInACudaGraph) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   cuda::StreamGuard guard(stream);
   for (const KernelScheme& ks : kAll) {
-    for (int64_t m : {1, 16, 64}) {
+    for (int64_t m : {1, 16, 64, 256}) {  // 256: the widening route
       const Case c{ks.kernel, scheme_of(ks), m, 128, 4096, Spread::kNarrow, DType::kBF16, DType::kBF16};
       const uint64_t seed = fresh_seed();
       SCOPED_TRACE(describe(c, seed));
@@ -337,10 +338,10 @@ TEST(CudaMmaDecode, DeclinesWhatItCannotRunWithAReason) {
   EXPECT_FALSE(v.ok);
   EXPECT_NE(v.reason.find("BF16"), std::string::npos) << v.reason;
   c.input_dtype = DType::kBF16;
-  c.activation_key = kMxfp8Dynamic;
-  c.family = Family::kMxfp8;
-  c.weight_key = kMxfp8Static;
-  v = cuda::kSm90MmaDecodeMxfp8.can_implement(c);
+  c.activation_key = kNvfp4Dynamic;
+  c.family = Family::kNvfp4;
+  c.weight_key = kNvfp4Static;
+  v = cuda::kSm90MmaDecodeNvfp4.can_implement(c);
   EXPECT_FALSE(v.ok);
   EXPECT_NE(v.reason.find("quantized activations"), std::string::npos) << v.reason;
 }

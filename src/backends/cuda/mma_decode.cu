@@ -66,14 +66,26 @@ void mma_fold_range(MmaCode code, int& lo, int& hi) {
 // partial sums at most a quarter of the weight bytes.
 namespace {
 std::atomic<int> forced_splits{0};
+std::atomic<int> forced_small_m_stages{0};
 }  // namespace
 
 void mma_decode_force_splits(int splits) { forced_splits.store(splits < 0 ? 0 : splits); }
+void mma_decode_force_small_m_stages(int stages) { forced_small_m_stages.store(stages == 3 || stages == 4 ? stages : 0); }
+
+MmaTileConfig mma_config_for(const MmaDecodeArgs& a) {
+  if (a.layout.scale == MmaScale::kMx32 && !a.fold) return kTileTable[std::size(kTileTable) - 1];  // promoted
+  MmaTileConfig t = mma_tile_config(a.m);
+  if (t.token_tiles <= 2 && forced_small_m_stages.load() != 0) t.stages = forced_small_m_stages.load();
+  return t;
+}
 
 int mma_decode_splits(const MmaDecodeArgs& a) {
-  const MmaTileConfig& t = mma_tile_config(a.m);
+  const MmaTileConfig t = mma_config_for(a);
   const int64_t smem = t.stages * stage_bytes(a.layout, t);
-  const int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(t.token_tiles <= 2 ? 2 : 1, (228 << 10) / (smem + 1024)));
+  // Blocks per SM: the kernel's __launch_bounds__ minimum (3 for small token tiles with 3 stages, 2 with 4,
+  // 1 for 64 tokens), capped by shared memory.
+  const int64_t by_regs = t.token_tiles <= 2 ? (t.stages <= 3 ? 3 : 2) : 1;
+  const int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(by_regs, (228 << 10) / (smem + 1024)));
   const double slots = static_cast<double>(per_sm * a.sm_count);
   const int64_t tiles = mma_detail::kWarpsN * t.n16_per_warp;
   const int64_t rows = 8 * t.token_tiles;
@@ -96,9 +108,14 @@ int mma_decode_splits(const MmaDecodeArgs& a) {
   return static_cast<int>((steps + per - 1) / per);
 }
 
+bool mma_takes_widen_route(const MmaDecodeArgs& a) {
+  return a.m > kMmaWidenAboveM && (a.layout.scale != MmaScale::kMx32 || a.fold);
+}
+
 Status launch_mma_decode(const MmaDecodeArgs& a, Stream stream) {
   if (a.m == 0 || a.layout.n == 0) return Status::ok();
-  const MmaTileConfig& t = mma_tile_config(a.m);
+  if (mma_takes_widen_route(a)) return launch_mma_widen_gemm(a, stream);
+  const MmaTileConfig t = mma_config_for(a);
   const int splits = mma_decode_splits(a);
   Scratch partial;
   if (splits > 1) {

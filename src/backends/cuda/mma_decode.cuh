@@ -174,9 +174,12 @@ __device__ __forceinline__ void store_out(void* out, DType d, int64_t i, float v
 }
 
 // grid (N blocks, splits, M tiles). partial: null -> the epilogue writes out; else [splits][M][N] f32 sums.
-template <MmaCode C, MmaScale S, int TN, int NT, int STAGES>
-__global__ void __launch_bounds__(kThreads, TN <= 2 ? 2 : 1)
+// PROMOTE (kMx32 only): the block scales multiply each group's FP32 partial sum instead of folding into the
+// BF16 weights (layers whose scales leave the fold range).
+template <MmaCode C, MmaScale S, int TN, int NT, int STAGES, bool PROMOTE>
+__global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
     mma_decode_kernel(const MmaDecodeArgs a, int steps_per_split, float* __restrict__ partial) {
+  static_assert(!PROMOTE || S == MmaScale::kMx32, "promotion is for E8M0 block scales");
   using Sh = Shape<C, S, TN, NT, STAGES>;
   constexpr int kWords = CodeTraits<C>::kWords;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -192,35 +195,64 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? 2 : 1)
   const int steps = max(0, min(steps_per_split, total_steps - step0));
   const uint64_t policy = evict_first_policy();
 
+  // Every stage copies the same chunks from addresses that advance by one step: the per-thread source
+  // offsets (at step 0 of this split) are computed once.
+  constexpr int kTileChunks = kWarpsK * Sh::kUnitBytes / 16;  // a tile's two slabs: one contiguous run
+  constexpr int kWChunks = Sh::kTiles * kTileChunks;
+  constexpr int kWPerThread = (kWChunks + kThreads - 1) / kThreads;
+  constexpr int kSTileChunks = kWarpsK * 32 * Sh::kRec / 16;
+  constexpr int kSChunks = Sh::kTiles * kSTileChunks;
+  constexpr int kXChunks = Sh::kXRows * 32;  // 32 chunks of 8 BF16 per row
+  constexpr int kXPerThread = (kXChunks + kThreads - 1) / kThreads;
+  const uint8_t* wsrc[kWPerThread];
+#pragma unroll
+  for (int j = 0; j < kWPerThread; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    const int64_t tile = min(tile0 + i / kTileChunks, n_tiles - 1);
+    wsrc[j] = a.w + (tile * k_slabs + static_cast<int64_t>(step0) * kWarpsK) * Sh::kUnitBytes + (i % kTileChunks) * 16;
+  }
+  const uint8_t* ssrc = nullptr;
+  if constexpr (Sh::kRec > 0) {
+    const int i = threadIdx.x < kSChunks ? threadIdx.x : 0;
+    const int64_t tile = min(tile0 + i / kSTileChunks, n_tiles - 1);
+    ssrc = a.w_scale + (tile * k_slabs + static_cast<int64_t>(step0) * kWarpsK) * 32 * Sh::kRec + (i % kSTileChunks) * 16;
+  }
+  static_assert(kSChunks <= kThreads, "one scale chunk per thread at most");
+  const __nv_bfloat16* xsrc[kXPerThread];
+  bool xrow_ok[kXPerThread];
+#pragma unroll
+  for (int j = 0; j < kXPerThread; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    const int64_t m = m0 + i / 32;
+    xrow_ok[j] = i < kXChunks && m < a.m;
+    xsrc[j] = static_cast<const __nv_bfloat16*>(a.x) + (xrow_ok[j] ? m * a.ld_x : 0) + (i % 32) * 8;
+  }
+
   auto load_stage = [&](int buf, int step) {
     uint8_t* st = smem + buf * Sh::kStageBytes;
-    const int64_t slab0 = static_cast<int64_t>(step0 + step) * kWarpsK;
-    // Weights: per tile, its two slabs are one contiguous 2 * kUnitBytes run.
-    constexpr int kTileChunks = kWarpsK * Sh::kUnitBytes / 16;
-    for (int i = threadIdx.x; i < Sh::kTiles * kTileChunks; i += kThreads) {
-      const int t = i / kTileChunks, c = i % kTileChunks;
-      const int64_t tile = min(tile0 + t, n_tiles - 1);
-      cp_async16_evict_first(st + i * 16, a.w + (tile * k_slabs + slab0) * Sh::kUnitBytes + c * 16, policy);
+    const int64_t wstep = static_cast<int64_t>(step) * kWarpsK * Sh::kUnitBytes;
+#pragma unroll
+    for (int j = 0; j < kWPerThread; ++j) {
+      const int i = threadIdx.x + j * kThreads;
+      if (kWChunks % kThreads == 0 || i < kWChunks) cp_async16_evict_first(st + i * 16, wsrc[j] + wstep, policy);
     }
     if constexpr (Sh::kRec > 0) {
-      constexpr int kTileChunks2 = kWarpsK * 32 * Sh::kRec / 16;
-      for (int i = threadIdx.x; i < Sh::kTiles * kTileChunks2; i += kThreads) {
-        const int t = i / kTileChunks2, c = i % kTileChunks2;
-        const int64_t tile = min(tile0 + t, n_tiles - 1);
-        cp_async16_evict_first(st + Sh::kWBytes + i * 16,
-                               a.w_scale + (tile * k_slabs + slab0) * 32 * Sh::kRec + c * 16, policy);
+      if (threadIdx.x < kSChunks) {
+        cp_async16_evict_first(st + Sh::kWBytes + threadIdx.x * 16,
+                               ssrc + static_cast<int64_t>(step) * kWarpsK * 32 * Sh::kRec, policy);
       }
     }
-    // x: 32 chunks of 8 BF16 per row.
     const int64_t kcol0 = (step0 + step) * static_cast<int64_t>(kStageK);
-    const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(a.x);
-    for (int i = threadIdx.x; i < Sh::kXRows * 32; i += kThreads) {
+#pragma unroll
+    for (int j = 0; j < kXPerThread; ++j) {
+      const int i = threadIdx.x + j * kThreads;
+      if (kXChunks % kThreads != 0 && i >= kXChunks) continue;
       const int r = i / 32, c = i % 32;
-      const int64_t m = m0 + r, kc = kcol0 + c * 8;
-      const bool ok = m < a.m && kc < k;
-      const __nv_bfloat16* src = x + (ok ? m * a.ld_x + kc : 0);
-      cp_async16_zfill(st + Sh::kWBytes + Sh::kSBytes + (r * 32 + (c ^ (r & 7))) * 16, src, ok ? 16 : 0);
+      const bool ok = xrow_ok[j] && kcol0 + c * 8 < k;
+      cp_async16_zfill(st + Sh::kWBytes + Sh::kSBytes + (r * 32 + (c ^ (r & 7))) * 16, ok ? xsrc[j] + kcol0 : xsrc[j],
+                       ok ? 16 : 0);
     }
+    cp_async_commit();
   };
 
   float acc[NT][TN][4];
@@ -233,16 +265,22 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? 2 : 1)
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < steps) load_stage(s, s);
-    cp_async_commit();
+    if (s < steps) {
+      load_stage(s, s);
+    } else {
+      cp_async_commit();
+    }
   }
 
   constexpr int kBias = CodeTraits<C>::kBias;
   for (int it = 0; it < steps; ++it) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();  // stage `it` landed for every thread; every warp is done with stage it - 1
-    if (it + STAGES - 1 < steps) load_stage((it + STAGES - 1) % STAGES, it + STAGES - 1);
-    cp_async_commit();
+    if (it + STAGES - 1 < steps) {
+      load_stage((it + STAGES - 1) % STAGES, it + STAGES - 1);
+    } else {
+      cp_async_commit();
+    }
 
     const uint8_t* st = smem + (it % STAGES) * Sh::kStageBytes;
     const uint8_t* xs = st + Sh::kWBytes + Sh::kSBytes;
@@ -291,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? 2 : 1)
           f[0][0] = f[0][1] = f[1][0] = f[1][1] = bf16_pow2_pair(kBias + 127);
         } else if constexpr (S == MmaScale::kMx32) {
           const int s_g = (sc[j][0] >> (8 * q)) & 0xFF, s_g8 = (sc[j][1] >> (8 * q)) & 0xFF;
-          if (a.fold) {
+          if constexpr (!PROMOTE) {
             f[0][0] = f[1][0] = bf16_pow2_pair(kBias + s_g);
             f[0][1] = f[1][1] = bf16_pow2_pair(kBias + s_g8);
           } else {
@@ -316,7 +354,7 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? 2 : 1)
         decode_group<C>(w[j], q, f, af);
 #pragma unroll
         for (int tt = 0; tt < TN; ++tt) {
-          if (S == MmaScale::kMx32 && !a.fold) {
+          if constexpr (PROMOTE) {
             float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             mma_bf16(p, af[0], b[tt][0], b[tt][1]);
             mma_bf16(p, af[1], b[tt][2], b[tt][3]);
@@ -374,10 +412,10 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? 2 : 1)
 // Sums the splits in order 0, 1, ... and applies the row scale, bias and output cast.
 __global__ void mma_decode_reduce_kernel(const MmaDecodeArgs a, int splits, const float* __restrict__ partial);
 
-template <MmaCode C, MmaScale S, int TN, int NT, int STAGES>
+template <MmaCode C, MmaScale S, int TN, int NT, int STAGES, bool PROMOTE>
 Status launch_config(const MmaDecodeArgs& a, int splits, float* partial, Stream stream) {
   using Sh = Shape<C, S, TN, NT, STAGES>;
-  auto kernel = mma_decode_kernel<C, S, TN, NT, STAGES>;
+  auto kernel = mma_decode_kernel<C, S, TN, NT, STAGES, PROMOTE>;
   // The shared-memory limit is a per-device attribute of the kernel: set once on every device used.
   static std::atomic<uint64_t> attr_set{0};
   int device = 0;
@@ -398,15 +436,21 @@ Status launch_config(const MmaDecodeArgs& a, int splits, float* partial, Stream 
   return Status::ok();
 }
 
-// The instantiations of one code: the tile configurations of mma_tile_config times the code's scale kinds.
+// The instantiations of one code: the tile configurations of the tile table (mma_decode.cu) for layers
+// whose scales fold (or need none), and one configuration (64 tokens) for MX layers with promoted scales.
 template <MmaCode C, MmaScale S>
 Status launch_scale(const MmaDecodeArgs& a, const MmaTileConfig& t, int splits, float* partial, Stream stream) {
+  if constexpr (S == MmaScale::kMx32) {
+    if (!a.fold) return launch_config<C, S, 8, 1, 3, true>(a, splits, partial, stream);
+  }
 #define QL_MMA_CONFIG(TN_, NT_, STAGES_)                                              \
   if (t.token_tiles == TN_ && t.n16_per_warp == NT_ && t.stages == STAGES_) {         \
-    return launch_config<C, S, TN_, NT_, STAGES_>(a, splits, partial, stream);        \
+    return launch_config<C, S, TN_, NT_, STAGES_, false>(a, splits, partial, stream); \
   }
   QL_MMA_CONFIG(1, 1, 4)
+  QL_MMA_CONFIG(1, 1, 3)
   QL_MMA_CONFIG(2, 1, 4)
+  QL_MMA_CONFIG(2, 1, 3)
   QL_MMA_CONFIG(8, 1, 3)
 #undef QL_MMA_CONFIG
   return Status::error("mma_decode: tile configuration (" + std::to_string(t.token_tiles) + " token tiles, " +

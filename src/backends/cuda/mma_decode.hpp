@@ -48,6 +48,10 @@ struct MmaTileConfig {
 // tiles).
 const MmaTileConfig& mma_tile_config(int64_t m);
 inline constexpr int64_t kMmaDecodeMaxM = 64;  // the M range the kernel is built for
+// Above this M a layer whose weights widen exactly (every scale kind but promoted MX) is widened to BF16 per
+// call and multiplied by cuBLASLt (mma_widen.cu): the MMA kernel's 64-token tiles re-decode the weights per
+// tile and lose to it there (H200: 70B down_proj at M = 256, 740-910 us against ~2x the BF16 GEMM).
+inline constexpr int64_t kMmaWidenAboveM = 128;
 
 // Range of E8M0 scale bytes for which the folded BF16 weight (code * 2^(s - 127)) is a normal BF16 number
 // and the decode constant is one: lo..hi inclusive.
@@ -55,8 +59,17 @@ void mma_fold_range(MmaCode code, int& lo, int& hi);
 
 // The split of K over blocks launch_mma_decode would use for (args, M): exposed for the explain output.
 int mma_decode_splits(const MmaDecodeArgs& a);
-// Benchmarks only: force the split count (0 restores the heuristic). Not thread-safe against running applies.
+// The configuration a launch uses: the table's bucket for M, or the 64-token one for MX layers whose scales
+// are promoted (the only configuration instantiated for them).
+MmaTileConfig mma_config_for(const MmaDecodeArgs& a);
+// Benchmarks only (not thread-safe against running applies): force the split count, or the stage count of
+// the small-M buckets (3: three blocks per SM, 4: two); 0 restores the table.
 void mma_decode_force_splits(int splits);
+void mma_decode_force_small_m_stages(int stages);
+
+// Whether launch_mma_decode takes the widening route for these arguments.
+bool mma_takes_widen_route(const MmaDecodeArgs& a);
+Status launch_mma_widen_gemm(const MmaDecodeArgs& a, Stream stream);
 
 // Runs the GEMM on `stream`: no synchronization; split-K partial sums go to stream-ordered scratch
 // (cudaMallocAsync, which a CUDA graph captures as an allocation node) and are summed in a fixed order.

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <vector>
 
+#include "backends/cuda/act_quant.hpp"
+#include "backends/cuda/dequant_bf16.hpp"
 #include "backends/cuda/mma_decode.hpp"
 #include "core/processed_io.hpp"
 
@@ -17,7 +19,8 @@ const MmaDecodeLinearKernel kSm90MmaDecodeFp8WeightOnly(
     "accumulation, scales in the epilogue; built for M <= 64 (BF16 activations)");
 const MmaDecodeLinearKernel kSm90MmaDecodeMxfp8(
     Family::kMxfp8, "sm90_mma_decode_mxfp8",
-    "sm_90a MXFP8 W8A16: E4M3 x E8M0 decoded exactly to BF16 in registers before mma.sync; built for M <= 64");
+    "sm_90a MXFP8 W8A16 / W8A8: E4M3 x E8M0 decoded exactly to BF16 in registers before mma.sync (W8A8: the "
+    "activations quantized as the reference does, then widened exactly to BF16); built for M <= 64");
 const MmaDecodeLinearKernel kSm90MmaDecodeMxfp6(
     Family::kMxfp6, "sm90_mma_decode_mxfp6",
     "sm_90a MXFP6 (E2M3 / E3M2) W6A16: codes x E8M0 decoded exactly to BF16 in registers before mma.sync; built "
@@ -104,7 +107,13 @@ Verdict MmaDecodeLinearKernel::is_supported(const Platform& platform) const {
 
 Verdict MmaDecodeLinearKernel::can_implement(const LinearConfig& c) const {
   if (c.family != family_) return Verdict::no("layer family is " + std::string(family_name(c.family)));
-  if (c.activation_key) return Verdict::no("quantized activations: this kernel takes BF16 activations only (A16)");
+  if (c.activation_key) {
+    const QuantKey& a = *c.activation_key;
+    if (family_ != Family::kMxfp8 || a.dtype != DType::kF8E4M3 || a.scale.dtype != DType::kE8M0) {
+      return Verdict::no("quantized activations: only MXFP8 (W8A8) is quantized on the GPU for this kernel");
+    }
+    return Verdict::yes();  // any input dtype: the quantizer reads it, the kernel sees exact BF16 values
+  }
   if (c.input_dtype != DType::kBF16) {
     return Verdict::no("activations are " + std::string(qlinear::name(c.input_dtype)) +
                        "; the BF16 tensor-core decode takes BF16 activations only");
@@ -141,16 +150,23 @@ int64_t mma_decode_weight_bytes(const LinearLayer& layer) {
 
 int64_t MmaDecodeLinearKernel::max_m() const { return kMmaDecodeMaxM; }
 
-std::string MmaDecodeLinearKernel::tile_table() const {
+std::string MmaDecodeLinearKernel::m_buckets(const LinearConfig& config) const {
+  MmaDecodeArgs a;
+  a.layout = layout_of(config);
   std::string s;
   int64_t lo = 1;
   for (int64_t m : {int64_t{8}, int64_t{16}, kMmaDecodeMaxM}) {
     const MmaTileConfig& t = mma_tile_config(m);
+    a.m = m;
     s += "M " + std::to_string(lo) + ".." + std::to_string(m) + ": " + std::to_string(8 * t.token_tiles) +
-         " tokens x " + std::to_string(64 * t.n16_per_warp) + " rows, " + std::to_string(t.stages) + " stages; ";
+         " tokens x " + std::to_string(64 * t.n16_per_warp) + " rows, " + std::to_string(t.stages) +
+         " stages, split-K " + std::to_string(mma_decode_splits(a)) + " (132 SMs); ";
     lo = m + 1;
   }
-  return s + "M > " + std::to_string(kMmaDecodeMaxM) + ": 64-token tiles";
+  return s + "M " + std::to_string(kMmaDecodeMaxM + 1) + ".." + std::to_string(kMmaWidenAboveM) +
+         ": 64-token tiles; M > " + std::to_string(kMmaWidenAboveM) +
+         ": weights widened to BF16 per call + cuBLASLt BF16 GEMM (MX layers whose scales do not fold: 64-token "
+         "tiles)";
 }
 
 Status MmaDecodeLinearKernel::process_impl(LinearLayer& layer) const {
@@ -246,36 +262,76 @@ Status MmaDecodeLinearKernel::import_impl(LinearLayer& layer, const ProcessedWei
 Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias,
                                          Tensor& out) const {
   if (!layer.kernel_state) return Status::error("layer " + layer.name + " has no device state");
-  if (x.is_quantized()) return Status::error("layer " + layer.name + ": this kernel takes dense BF16 activations");
+  if (x.is_quantized()) return Status::error("layer " + layer.name + ": this kernel takes dense activations");
   const auto& st = *static_cast<const MmaLayerState*>(layer.kernel_state.get());
+  const LinearConfig& c = layer.config;
   const Tensor& xt = x.dense_tensor();
   QL_RETURN_IF_ERROR(expect_on_device(xt, st.device, "activation"));
   QL_RETURN_IF_ERROR(expect_on_device(out, st.device, "output"));
   if (bias != nullptr) QL_RETURN_IF_ERROR(expect_on_device(*bias, st.device, "bias"));
-  const int64_t ld = xt.strides()[0];
-  if (xt.strides()[1] != 1 || ld < layer.config.k || ld % 8 != 0 ||
-      reinterpret_cast<uintptr_t>(xt.raw()) % 16 != 0) {
+  if (xt.strides()[1] != 1 || xt.strides()[0] < c.k) {
+    return Status::error("layer " + layer.name + ": activation rows must be contiguous and not overlap");
+  }
+  DeviceGuard guard;
+  QL_RETURN_IF_ERROR(guard.set(st.device));
+  const Stream stream = current_stream();
+  const int64_t m = xt.size(0);
+  const void* xb = xt.raw();
+  int64_t ld = xt.strides()[0];
+  Scratch codes, scales, widened;
+  if (c.activation_key && m > 0) {
+    // W8A8 MXFP8: codes and E8M0 scales bit-identical to the reference quantizer, widened to BF16 exactly
+    // (dequant_bf16.hpp states the one exception: blocks with amax below 2^-116).
+    const int64_t groups = c.k / 32;
+    QL_ASSIGN_OR_RETURN(codes, Scratch::make(static_cast<size_t>(m * c.k), stream));
+    QL_ASSIGN_OR_RETURN(scales, Scratch::make(static_cast<size_t>(m * groups), stream));
+    QL_ASSIGN_OR_RETURN(widened, Scratch::make(static_cast<size_t>(m * c.k * 2), stream));
+    ActQuantArgs q;
+    q.x = xt.raw();
+    q.x_dtype = xt.dtype();
+    q.m = m;
+    q.k = c.k;
+    q.ld_x = ld;
+    q.mode = ActQuantMode::kMx32;
+    q.codes = codes.get();
+    q.ld_codes = c.k;
+    q.scale = {scales.get(), groups, 1, false};
+    QL_RETURN_IF_ERROR(launch_act_quant(q, stream));
+    DequantArgs d;
+    d.format = WeightFormat::kE4M3;
+    d.scale_kind = DequantScale::kMx32;
+    d.codes = codes.as<uint8_t>();
+    d.row_bytes = c.k;
+    d.scales = scales.as<uint8_t>();
+    d.ld_scales = groups;
+    d.rows = m;
+    d.k = c.k;
+    d.out = widened.get();
+    d.ld_out = c.k;
+    QL_RETURN_IF_ERROR(launch_dequant_bf16(d, stream));
+    xb = widened.get();
+    ld = c.k;
+  }
+  if (ld % 8 != 0 || reinterpret_cast<uintptr_t>(xb) % 16 != 0) {
     return Status::error("layer " + layer.name + ": activation rows must be contiguous, 16-byte aligned, with a "
                          "row stride that is a multiple of 8 elements (got stride " + std::to_string(ld) + ")");
   }
   if (!out.is_contiguous()) return Status::error("layer " + layer.name + ": the output must be contiguous");
-  DeviceGuard guard;
-  QL_RETURN_IF_ERROR(guard.set(st.device));
   MmaDecodeArgs a;
   a.layout = st.layout;
   a.fold = st.fold;
   a.w = static_cast<const uint8_t*>(st.w.raw());
   a.w_scale = st.w_scale.defined() ? static_cast<const uint8_t*>(st.w_scale.raw()) : nullptr;
   a.row_scale = st.row_scale.defined() ? static_cast<const float*>(st.row_scale.raw()) : nullptr;
-  a.x = xt.raw();
+  a.x = xb;
   a.ld_x = ld;
-  a.m = xt.size(0);
+  a.m = m;
   a.bias = bias ? bias->raw() : nullptr;
   a.bias_dtype = bias ? bias->dtype() : DType::kF32;
   a.out = out.raw();
   a.out_dtype = out.dtype();
   a.sm_count = st.sm_count;
-  return launch_mma_decode(a, current_stream());
+  return launch_mma_decode(a, stream);
 }
 
 }  // namespace qlinear::cuda
