@@ -23,13 +23,13 @@ fi
 echo "build: $((SECONDS - start)) s"
 prog="$build/tests/test_cuda"
 echo "===== tests" >>"$log"
-timeout 330 "$prog" --gtest_filter='MmaLayout*:CudaMmaDecode*' >"$out/test.txt" 2>&1
+timeout 240 "$prog" --gtest_filter='MmaLayout*:CudaMmaDecode*' >"$out/test.txt" 2>&1
 test_rc=$?
 cat "$out/test.txt" >>"$log"
 sanit=""
 for tool in memcheck racecheck; do
   echo "===== $tool" >>"$log"
-  timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 "$prog" \
+  timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 "$prog" \
     --gtest_filter='CudaMmaDecode.ProcessedWeightsRoundTrip' >"$out/san.txt" 2>&1
   rc=$?
   cat "$out/san.txt" >>"$log"
@@ -37,7 +37,7 @@ for tool in memcheck racecheck; do
 done
 rm -f "$out/san.txt"
 echo "===== bench" >>"$log"
-QL_MMA_BENCH_CSV="$out/bench.csv" timeout 200 "$prog" --gtest_also_run_disabled_tests \
+QL_MMA_BENCH_CSV="$out/bench.csv" timeout 220 "$prog" --gtest_also_run_disabled_tests \
   --gtest_filter='*MmaDecodeBench*' >>"$log" 2>&1
 bench_rc=$?
 python3 tools/torch_bf16_anchor.py "$out/bench.csv" "$out/joined.csv" >"$out/table.txt" 2>&1

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -45,6 +46,7 @@ struct BenchScheme {
   const char* name;
   const cuda::MmaDecodeLinearKernel* kernel;
   QuantKey key;
+  std::optional<QuantKey> activation_key;
 };
 
 Tensor random_u8(Shape shape, DType dtype, uint64_t seed, uint8_t lo, uint8_t hi, bool e4m3) {
@@ -69,6 +71,7 @@ LinearLayer synthetic_layer(const BenchScheme& s, int64_t n, int64_t k) {
   l.name = "bench";
   l.config.family = s.kernel->family();
   l.config.weight_key = s.key;
+  l.config.activation_key = s.activation_key;
   l.config.n = n;
   l.config.k = k;
   l.config.input_dtype = DType::kBF16;
@@ -122,6 +125,7 @@ TEST(CudaMmaDecodeBench, DISABLED_VersusCublasLtBf16) {
   const BenchScheme schemes[] = {
       {"w8a16-fp8", &cuda::kSm90MmaDecodeFp8WeightOnly, kFp8StaticChannelSym},
       {"w8a16-mxfp8", &cuda::kSm90MmaDecodeMxfp8, kMxfp8Static},
+      {"w8a8-mxfp8", &cuda::kSm90MmaDecodeMxfp8, kMxfp8Static, kMxfp8Dynamic},
       {"w6a16-mxfp6-e2m3", &cuda::kSm90MmaDecodeMxfp6, kMxfp6E2M3Static},
       {"w4a16-mxfp4", &cuda::kSm90MmaDecodeMxfp4, kMxfp4Static},
       {"w4a16-nvfp4", &cuda::kSm90MmaDecodeNvfp4, kNvfp4Static},
