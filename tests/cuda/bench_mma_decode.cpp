@@ -4,6 +4,7 @@
 // default (needs an H200 and a few minutes):
 //   QL_MMA_BENCH_CSV=out.csv test_cuda --gtest_also_run_disabled_tests --gtest_filter='*MmaDecodeBench*'
 // prints one line per (layer, M, scheme) and writes the CSV the device script joins with torch's times.
+// QL_MMA_BENCH_ONLY="70b.down,w4a16-mxfp4" keeps the layers and schemes named there (for a profiler run).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -48,6 +49,27 @@ struct BenchScheme {
   QuantKey key;
   std::optional<QuantKey> activation_key;
 };
+
+// Whether a name passes QL_MMA_BENCH_ONLY (a comma list of layer and scheme names; unset: everything). A
+// list naming no layer (or no scheme) keeps every layer (scheme).
+bool selected(const std::string& name, bool is_layer) {
+  const char* only = std::getenv("QL_MMA_BENCH_ONLY");
+  if (only == nullptr || *only == '\0') return true;
+  const std::string list = std::string(",") + only + ",";
+  bool any_of_kind = false;
+  size_t start = 1;
+  while (start < list.size()) {
+    const size_t end = list.find(',', start);
+    const std::string item = list.substr(start, end - start);
+    const bool item_is_layer = item.find('.') != std::string::npos;
+    if (item_is_layer == is_layer) {
+      any_of_kind = true;
+      if (item == name) return true;
+    }
+    start = end + 1;
+  }
+  return !any_of_kind;
+}
 
 Tensor random_u8(Shape shape, DType dtype, uint64_t seed, uint8_t lo, uint8_t hi, bool e4m3) {
   Tensor t = Tensor::empty(dtype, shape);
@@ -141,6 +163,7 @@ TEST(CudaMmaDecodeBench, DISABLED_VersusCublasLtBf16) {
   auto sink = cuda::empty(DType::kF32, {1024}).value();
   float* sink_p = static_cast<float*>(sink.raw());
   for (const BenchLayer& bl : kLayers) {
+    if (!selected(bl.name, true)) continue;
     // The anchor: cuBLASLt BF16 on a [N, K] BF16 weight (contents do not matter for time).
     auto wb = cuda::empty(DType::kBF16, {bl.n, bl.k}).value();
     ASSERT_TRUE(cuda::fill_bytes(wb, 0x3C).is_ok());
@@ -164,6 +187,7 @@ TEST(CudaMmaDecodeBench, DISABLED_VersusCublasLtBf16) {
     }
     wb = Tensor();
     for (const BenchScheme& s : schemes) {
+      if (!selected(s.name, false)) continue;
       LinearLayer layer = synthetic_layer(s, bl.n, bl.k);
       const Status ps = s.kernel->process_weights_after_loading(layer);
       if (!ps.is_ok()) {

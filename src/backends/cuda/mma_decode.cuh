@@ -5,7 +5,8 @@
 // Work split. A block is 8 warps: 4 along N (each owning NT 16-row A tiles) times 2 along K. The block walks
 // its K range (one split of the K steps when split-K is on) in steps of 256 K through a STAGES-deep cp.async
 // pipeline; per stage it copies
-//   weights   its 4 NT tiles x 2 slabs of packed codes (evict-first: read once)
+//   weights   its 4 NT tiles x 2 slabs of packed codes (cp.async.cg: L1 bypassed; no L2 eviction hint, see
+//             cp_async16)
 //   scales    the same units' scale records (MX / NVFP4)
 //   x         8 TN token rows x 256 K of BF16 (zero-filled beyond M and K), swizzled: 16-byte chunk c of
 //             row r at c ^ (r & 7), so the 8 rows one ldmatrix reads hit 8 different bank groups
@@ -72,9 +73,11 @@ struct Shape {
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-__device__ __forceinline__ void cp_async16_evict_first(void* smem, const void* gmem, uint64_t policy) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
-               "l"(policy));
+// Weights and scales are read once. The L2::cache_hint form with an evict-first createpolicy was tried:
+// nvcc 13.0 emitted LDGSTS [R+UR0], desc[UR1] for it in this kernel (an odd uniform register as the 64-bit
+// descriptor), which the H200 rejects as an illegal instruction; plain cp.async.cg is used.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
 }
 __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(src_bytes));
@@ -83,11 +86,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
 }
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -193,7 +191,6 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
   const int total_steps = static_cast<int>(k_slabs / kWarpsK);
   const int step0 = blockIdx.y * steps_per_split;
   const int steps = max(0, min(steps_per_split, total_steps - step0));
-  const uint64_t policy = evict_first_policy();
 
   // Every stage copies the same chunks from addresses that advance by one step: the per-thread source
   // offsets (at step 0 of this split) are computed once.
@@ -234,12 +231,11 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
 #pragma unroll
     for (int j = 0; j < kWPerThread; ++j) {
       const int i = threadIdx.x + j * kThreads;
-      if (kWChunks % kThreads == 0 || i < kWChunks) cp_async16_evict_first(st + i * 16, wsrc[j] + wstep, policy);
+      if (kWChunks % kThreads == 0 || i < kWChunks) cp_async16(st + i * 16, wsrc[j] + wstep);
     }
     if constexpr (Sh::kRec > 0) {
       if (threadIdx.x < kSChunks) {
-        cp_async16_evict_first(st + Sh::kWBytes + threadIdx.x * 16,
-                               ssrc + static_cast<int64_t>(step) * kWarpsK * 32 * Sh::kRec, policy);
+        cp_async16(st + Sh::kWBytes + threadIdx.x * 16, ssrc + static_cast<int64_t>(step) * kWarpsK * 32 * Sh::kRec);
       }
     }
     const int64_t kcol0 = (step0 + step) * static_cast<int64_t>(kStageK);
