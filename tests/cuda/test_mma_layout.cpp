@@ -127,6 +127,39 @@ uint32_t code_at(MmaCode c, const uint8_t* row, int64_t col) {
   return (v >> (bit & 7)) & ((1u << b) - 1u);
 }
 
+// The element-wise readers the large-M route widens with (mma_code_at, mma_scale_at) give back every
+// checkpoint code and scale.
+TEST(MmaLayout, ElementReadersGiveTheCheckpointsCodesAndScales) {
+  for (MmaCode c : {MmaCode::kE4M3, MmaCode::kE2M3, MmaCode::kE3M2, MmaCode::kE2M1}) {
+    for (Shape2 s : {Shape2{1, 32}, Shape2{17, 96}, Shape2{40, 544}}) {
+      const MmaScale sc = c == MmaCode::kE2M1 && s.n == 17 ? MmaScale::kNv16 : MmaScale::kMx32;
+      const MmaLayout l{c, sc, s.n, s.k};
+      const int64_t row_bytes = storage_bytes(dtype_of(c), s.k);
+      auto src = random_bytes(static_cast<size_t>(s.n * row_bytes), 5u + static_cast<uint32_t>(s.k));
+      const std::vector<uint8_t> packed = cuda::mma_pack_weight(l, src.data(), row_bytes);
+      const int64_t group = sc == MmaScale::kMx32 ? 32 : 16, groups = s.k / group;
+      auto scales = random_bytes(static_cast<size_t>(s.n * groups), 11u + static_cast<uint32_t>(s.n));
+      const std::vector<uint8_t> packed_scales = cuda::mma_pack_scales(l, scales.data());
+      int64_t bad = 0;
+      for (int64_t r = 0; r < s.n; ++r) {
+        for (int64_t j = 0; j < s.k; ++j) {
+          const uint32_t want = code_at(c, src.data() + r * row_bytes, j);
+          if (cuda::mma_code_at(l, packed.data(), r, j) != want && bad++ < 5) {
+            ADD_FAILURE() << "code " << static_cast<int>(c) << " (" << r << ", " << j << ")";
+          }
+        }
+        for (int64_t g = 0; g < groups; ++g) {
+          if (cuda::mma_scale_at(l, packed_scales.data(), r, g) != scales[static_cast<size_t>(r * groups + g)] &&
+              bad++ < 5) {
+            ADD_FAILURE() << "scale (" << r << ", " << g << ")";
+          }
+        }
+      }
+      EXPECT_EQ(bad, 0) << "code " << static_cast<int>(c) << " N=" << s.n << " K=" << s.k;
+    }
+  }
+}
+
 TEST(MmaLayout, RegisterDecodeGivesEveryCodesValueAtItsFragmentPosition) {
   for (MmaCode c : {MmaCode::kE4M3, MmaCode::kE2M3, MmaCode::kE3M2, MmaCode::kE2M1}) {
     const DType d = dtype_of(c);

@@ -163,10 +163,14 @@ std::string MmaDecodeLinearKernel::m_buckets(const LinearConfig& config) const {
          " stages, split-K " + std::to_string(mma_decode_splits(a)) + " (132 SMs); ";
     lo = m + 1;
   }
-  return s + "M " + std::to_string(kMmaDecodeMaxM + 1) + ".." + std::to_string(kMmaWidenAboveM) +
-         ": 64-token tiles; M > " + std::to_string(kMmaWidenAboveM) +
-         ": weights widened to BF16 per call + cuBLASLt BF16 GEMM (MX layers whose scales do not fold: 64-token "
-         "tiles)";
+  s += "M " + std::to_string(kMmaDecodeMaxM + 1) + ".." + std::to_string(kMmaWidenAboveM) +
+       ": 64-token tiles (each decodes the weights again); M > " + std::to_string(kMmaWidenAboveM) +
+       ": weights widened to BF16 per call in row blocks + cuBLASLt BF16 GEMM";
+  if (config.family != Family::kFp8WeightOnly && config.family != Family::kNvfp4) {
+    s += "; MX layers whose E8M0 scales do not fold exactly into BF16 (decided at process): 64-token tiles with "
+         "per-32 FP32 promotion at every M";
+  }
+  return s;
 }
 
 Status MmaDecodeLinearKernel::process_impl(LinearLayer& layer) const {

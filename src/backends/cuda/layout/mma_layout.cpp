@@ -7,36 +7,9 @@ namespace qlinear::cuda {
 
 namespace {
 
-// Where bits [code_shift, code_shift + bits) of one code sit among a lane's words of a unit.
-struct Field {
-  int word, shift, bits, code_shift;
-};
+using Field = MmaField;
 
-// The (one or two) fields of the code at group q, tile h, register r, half `half` (mma_layout.hpp).
-int fields_of(MmaCode c, int q, int h, int r, int half, Field (&f)[2]) {
-  const int hb = 16 * half;
-  switch (c) {
-    case MmaCode::kE4M3:
-      f[0] = {4 * q + 2 * h + (r >> 1), 8 * ((r & 1) + 2 * half), 8, 0};
-      return 1;
-    case MmaCode::kE2M1:
-      f[0] = {2 * q + h, 4 * ((3 - r) + 4 * half), 4, 0};
-      return 1;
-    default: {
-      const int j = 4 * h + r, a = 3 * q, b = 3 * q + 1, cw = 3 * q + 2;
-      switch (j) {
-        case 0: f[0] = {a, 10 + hb, 6, 0}; return 1;
-        case 1: f[0] = {a, 4 + hb, 6, 0}; return 1;
-        case 2: f[0] = {b, 10 + hb, 6, 0}; return 1;
-        case 3: f[0] = {b, 4 + hb, 6, 0}; return 1;
-        case 4: f[0] = {cw, 10 + hb, 6, 0}; return 1;
-        case 5: f[0] = {cw, 4 + hb, 6, 0}; return 1;
-        case 6: f[0] = {a, hb, 4, 2}; f[1] = {b, 2 + hb, 2, 0}; return 2;
-        default: f[0] = {cw, hb, 4, 2}; f[1] = {b, hb, 2, 0}; return 2;
-      }
-    }
-  }
-}
+int fields_of(MmaCode c, int q, int h, int r, int half, Field (&f)[2]) { return mma_fields_of(c, q, h, r, half, f); }
 
 int code_bits(MmaCode c) { return c == MmaCode::kE4M3 ? 8 : (c == MmaCode::kE2M1 ? 4 : 6); }
 
@@ -61,8 +34,7 @@ void set_code(MmaCode c, uint8_t* row, int64_t col, uint32_t code) {
   if (two) row[(bit >> 3) + 1] = static_cast<uint8_t>(v >> 8);
 }
 
-// Byte offset of lane word w within a unit: [piece w / 4][lane][16 bytes].
-int64_t word_offset(int lane, int w) { return (w / 4) * kMmaLanes * 16 + lane * 16 + (w % 4) * 4; }
+int64_t word_offset(int lane, int w) { return mma_word_offset(lane, w); }
 
 uint32_t load_word(const uint8_t* p) {
   uint32_t v;

@@ -39,6 +39,12 @@
 #include <cstdint>
 #include <vector>
 
+#if defined(__CUDACC__)
+#define QL_MMA_HD __host__ __device__
+#else
+#define QL_MMA_HD
+#endif
+
 namespace qlinear::cuda {
 
 enum class MmaCode : uint8_t { kE4M3, kE2M3, kE3M2, kE2M1 };
@@ -65,6 +71,71 @@ struct MmaLayout {
   constexpr int64_t weight_bytes() const { return n_tiles() * k_slabs() * unit_bytes(); }
   constexpr int64_t scale_bytes() const { return n_tiles() * k_slabs() * kMmaLanes * mma_scale_record_bytes(scale); }
 };
+
+// Where bits [code_shift, code_shift + bits) of one code sit among a lane's words of a unit.
+struct MmaField {
+  int word, shift, bits, code_shift;
+};
+
+// The (one or two) fields of the code at K group q, tile h, register r, half `half` (the table above).
+inline QL_MMA_HD int mma_fields_of(MmaCode c, int q, int h, int r, int half, MmaField (&f)[2]) {
+  const int hb = 16 * half;
+  if (c == MmaCode::kE4M3) {
+    f[0] = {4 * q + 2 * h + (r >> 1), 8 * ((r & 1) + 2 * half), 8, 0};
+    return 1;
+  }
+  if (c == MmaCode::kE2M1) {
+    f[0] = {2 * q + h, 4 * ((3 - r) + 4 * half), 4, 0};
+    return 1;
+  }
+  const int j = 4 * h + r, a = 3 * q, b = 3 * q + 1, cw = 3 * q + 2;
+  switch (j) {
+    case 0: f[0] = {a, 10 + hb, 6, 0}; return 1;
+    case 1: f[0] = {a, 4 + hb, 6, 0}; return 1;
+    case 2: f[0] = {b, 10 + hb, 6, 0}; return 1;
+    case 3: f[0] = {b, 4 + hb, 6, 0}; return 1;
+    case 4: f[0] = {cw, 10 + hb, 6, 0}; return 1;
+    case 5: f[0] = {cw, 4 + hb, 6, 0}; return 1;
+    case 6: f[0] = {a, hb, 4, 2}; f[1] = {b, 2 + hb, 2, 0}; return 2;
+    default: f[0] = {cw, hb, 4, 2}; f[1] = {b, hb, 2, 0}; return 2;
+  }
+}
+
+// Byte offset of lane word w within a unit: [piece w / 4][lane][16 bytes].
+inline QL_MMA_HD int64_t mma_word_offset(int lane, int w) { return (w / 4) * kMmaLanes * 16 + lane * 16 + (w % 4) * 4; }
+
+// The code of checkpoint element (row, col) read back from the packed weights (row < n, col < k): the
+// inverse of the packing, one element at a time (the large-M route widens from it on the device).
+inline QL_MMA_HD uint32_t mma_code_at(const MmaLayout& l, const uint8_t* packed, int64_t row, int64_t col) {
+  const int64_t tile = row / kMmaTileN, slab = col / kMmaSlabK;
+  const int rr = static_cast<int>(row % kMmaTileN), kk = static_cast<int>(col % kMmaSlabK);
+  const int g = rr % 8, q = kk / 32, h = (kk % 32) / 16, in16 = kk % 16;
+  const int r = 2 * (in16 / 8) + rr / 8, t = (in16 % 8) / 2, half = in16 % 2;
+  const uint8_t* unit = packed + (tile * l.k_slabs() + slab) * l.unit_bytes();
+  MmaField f[2];
+  const int nf = mma_fields_of(l.code, q, h, r, half, f);
+  uint32_t code = 0;
+  for (int i = 0; i < nf; ++i) {
+    const uint8_t* p = unit + mma_word_offset(4 * g + t, f[i].word);
+#if defined(__CUDA_ARCH__)
+    const uint32_t w = *reinterpret_cast<const uint32_t*>(p);  // words are 4-byte aligned (units are)
+#else
+    const uint32_t w = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+                       (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+#endif
+    code |= ((w >> f[i].shift) & ((1u << f[i].bits) - 1u)) << f[i].code_shift;
+  }
+  return code;
+}
+
+// The block-scale byte of (row, K group) from the packed scales (kMx32: groups of 32, kNv16: of 16).
+inline QL_MMA_HD uint8_t mma_scale_at(const MmaLayout& l, const uint8_t* packed, int64_t row, int64_t group) {
+  const int64_t per_slab = l.scale == MmaScale::kMx32 ? 4 : 8, rec = mma_scale_record_bytes(l.scale);
+  const int64_t tile = row / kMmaTileN, slab = group / per_slab;
+  const int rr = static_cast<int>(row % kMmaTileN);
+  const uint8_t* p = packed + ((tile * l.k_slabs() + slab) * kMmaLanes + 4 * (rr % 8)) * rec;
+  return p[(rr / 8) * per_slab + group % per_slab];
+}
 
 // The checkpoint's row-major codes ([N, storage_bytes(code dtype, K)]: bytes, two E2M1 per byte low nibble
 // first, FP6 as a little-endian stream of 6-bit fields) in the kernel's layout, and back.
