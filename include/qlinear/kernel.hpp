@@ -82,6 +82,12 @@ class LinearKernel {
   Status apply(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const;
   // Allocating form.
   Result<Tensor> apply(const LinearLayer& layer, const Activation& x, const Tensor* bias = nullptr) const;
+  // What runs for which M, as one line for explain output ("M 1..8: ...; M 9..16: ..."); empty when one
+  // path serves every M.
+  virtual std::string m_buckets(const LinearConfig& config) const {
+    (void)config;
+    return {};
+  }
   // The processed weight read back as the checkpoint stored it (row-major [N, K] codes, packed where the
   // format packs), for code that inspects weights directly (vLLM's row_major_weight).
   virtual Result<Tensor> row_major_weight(const LinearLayer& layer) const;

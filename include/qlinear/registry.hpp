@@ -31,6 +31,7 @@ struct CandidateVerdict {
   const LinearKernel* kernel = nullptr;
   bool chosen = false;
   std::string reason;  // empty for the chosen one; "disabled by QLINEAR_DISABLED_KERNELS", ... otherwise
+  std::string m_buckets;  // the chosen one's LinearKernel::m_buckets, if it has any
 };
 
 struct Selection {

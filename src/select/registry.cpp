@@ -119,6 +119,7 @@ Selection explain_selection_in(std::span<const LinearKernel* const> list, const 
                                  : judge(*k, config, platform, o);
     if (v && sel.kernel == nullptr) {
       cv.chosen = true;
+      cv.m_buckets = k->m_buckets(config);
       sel.kernel = k;
     } else if (v) {
       cv.reason = "lower priority than " + std::string(sel.kernel->name());
@@ -138,6 +139,7 @@ std::string Selection::explain() const {
     std::string n(c.kernel->name());
     n.resize(width, ' ');
     s << "  " << n << "  " << (c.chosen ? "selected" : "no: " + c.reason) << "\n";
+    if (!c.m_buckets.empty()) s << "  " << std::string(width, ' ') << "  by M: " << c.m_buckets << "\n";
   }
   return s.str();
 }
