@@ -139,6 +139,20 @@ TEST(X86Amx, Fp8W8A8MatchesReference) {
   x86_test::expect_round_trip(k, *find_scheme("w8a8-fp8-channel"), {1, 35, 160}, 85);
 }
 
+TEST(X86Amx, Mxfp8W8A8AndA16MatchReference) {
+  const LinearKernel& k = x86::kAmxBf16Mxfp8;
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  uint64_t seed = 7400;
+  for (const char* s : {"w8a8-mxfp8", "w8a16-mxfp8"}) {
+    for (const Case& c : bf16_sweep(true)) x86_test::expect_matches_reference(k, *find_scheme(s), c, seed += 7, f32_sum_rel(c.k));
+    x86_test::expect_matches_reference(k, *find_scheme(s), kKOuter, seed += 7, f32_sum_rel(kKOuter.k));
+  }
+  x86_test::expect_thread_safe(k, *find_scheme("w8a8-mxfp8"), {65, 70, 320}, 88);
+  // f32 activations of a weight-only layer are not BF16 values: refused, the AVX2 kernel takes them.
+  LinearLayer f32_in = x86_test::make_layer(*find_scheme("w8a16-mxfp8"), {16, 32, 64, DType::kF32, DType::kF32}, 89);
+  EXPECT_FALSE(k.can_implement(f32_in.config));
+}
+
 TEST(X86Amx, WeightOnlyThreadsAndRoundTrip) {
   QL_SKIP_UNLESS_SUPPORTED(x86::kAmxBf16Mxfp4W4A16);
   x86_test::expect_thread_safe(x86::kAmxBf16Mxfp4W4A16, *find_scheme("w4a16-mxfp4"), {33, 130, 320}, 77);
