@@ -82,6 +82,9 @@ TEST(X86Amx, Int8MatchesReferenceAndVnniBitForBit) {
       expect_bitwise_equal(k, x86::kAvx512VnniInt8, *s, c, seed += 7);
     }
   }
+  // Activation rows over 1 MiB per thread: the K-outer path (chunks of 2048 and a tail).
+  expect_bitwise_equal(k, x86::kAvx512VnniInt8, *find_scheme("w8a8-int8-dynamic"), {129, 200, 8300}, 70);
+  x86_test::expect_matches_reference(k, kInt8DynAsym, {129, 200, 8300}, 69, kInt8Rel);
   // Many rows, few columns: the threads split rows.
   x86_test::expect_matches_reference(k, *find_scheme("w8a8-int8-dynamic"), {300, 40, 1000}, 71, kInt8Rel);
   expect_bitwise_equal(k, x86::kAvx512VnniInt8, *find_scheme("w8a8-int8-dynamic"), {300, 40, 1000}, 72);

@@ -41,7 +41,7 @@ constexpr int64_t kAmxBf16MinM = 2;
 void int8_gemm_amx(const Int8Gemm& g);
 
 // FP8 / FP4 weights x BF16 activations on AMX-BF16 (per-column or MX scales; not 128x128 blocks).
-// g.act: BF16 [round_up(m, 16), lda] with lda == k_pad and zeros past k.
+// g.act: BF16 [round_up(m, 16), lda], lda >= k_pad, zeros in columns k .. k_pad - 1.
 void w8a16_gemm_amx(const W8A16Gemm& g);
 
 // FP8 W8A8 (fp8_scaled_mm) and MXFP8 (A8 or BF16 A16) on AMX-BF16: the E4M3 code panels of fp_isa.hpp (one
