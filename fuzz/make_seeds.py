@@ -8,6 +8,10 @@ safetensors/   the small real files of tests/data/safetensors, and from each fix
 quant_config/  each fixture's config.json (quantization_config kept whole, long ignore lists cut to 3), plus
                hand-written compressed-tensors and Quark configs with regex targets, fused shards, exclusions.
 cli_args/      argv lines, one argument per line, for every command.
+checkpoint_dir/ directory images (config.json, index.json, shards joined by "\n\x01\n", fuzz_checkpoint_dir.cpp):
+               a tiny BF16 MLP block quantized to every scheme by the built qlinear (QLINEAR, default
+               build/qlinear; skipped with a note when it is not built), with and without an index, and
+               each fixture's config.json beside a small shard.
 """
 import glob
 import json
@@ -124,11 +128,66 @@ def cli_seeds():
         write("cli_args", name, "\n".join(argv))
 
 
+SEP = b"\n\x01\n"
+
+
+def bf16_safetensors(tensors):
+    import numpy as np
+    header, data = {}, b""
+    for name, shape in tensors:
+        n = int(np.prod(shape))
+        rng = np.random.default_rng(len(data))
+        bits = (rng.standard_normal(n).astype(np.float32) * 0.05).view(np.uint32) >> 16
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [len(data), len(data) + 2 * n]}
+        data += bits.astype("<u2").tobytes()
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def checkpoint_dir_seeds():
+    import subprocess
+    import tempfile
+    qlinear = os.environ.get("QLINEAR", os.path.join(ROOT, "build", "qlinear"))
+    for path in sorted(glob.glob(os.path.join(ROOT, "tests/fixtures/*/config.json"))):
+        scheme = os.path.basename(os.path.dirname(path))
+        small = os.path.join(OUT, "safetensors", f"fixture-{scheme}-small.safetensors")
+        write("checkpoint_dir", f"fixture-{scheme}", open(path, "rb").read() + SEP + SEP + open(small, "rb").read())
+    if not os.access(qlinear, os.X_OK):
+        print(f"make_seeds: {qlinear} not built: no quantized checkpoint_dir seeds")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "bf16")
+        os.makedirs(src)
+        p = "model.layers.0.mlp."
+        with open(os.path.join(src, "model.safetensors"), "wb") as f:
+            f.write(bf16_safetensors([(p + "gate_proj.weight", (32, 128)), (p + "up_proj.weight", (32, 128)),
+                                      (p + "down_proj.weight", (128, 32))]))
+        with open(os.path.join(src, "config.json"), "w") as f:
+            json.dump({"architectures": ["LlamaForCausalLM"], "hidden_size": 128}, f)
+        listing = subprocess.run([qlinear, "kernels", "--list-schemes"], capture_output=True, text=True).stdout
+        schemes = [line.split()[0] for line in listing.splitlines()[1:] if line.strip()]
+        for scheme in schemes:
+            out = os.path.join(tmp, scheme)
+            r = subprocess.run([qlinear, "quantize", src, out, "--scheme", scheme, "--input-range", "-4,4"],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                continue
+            config = open(os.path.join(out, "config.json"), "rb").read()
+            shard = open(os.path.join(out, "model.safetensors"), "rb").read()
+            n = struct.unpack("<Q", shard[:8])[0]
+            names = [k for k in json.loads(shard[8:8 + n]) if k != "__metadata__"]
+            index = json.dumps({"weight_map": {k: "a.safetensors" for k in names}}).encode()
+            write("checkpoint_dir", f"quantized-{scheme}", config + SEP + SEP + shard)
+            write("checkpoint_dir", f"quantized-{scheme}-index", config + SEP + index + SEP + shard)
+
+
 if __name__ == "__main__":
     shutil.rmtree(OUT, ignore_errors=True)
     safetensors_seeds()
     quant_config_seeds()
     cli_seeds()
+    checkpoint_dir_seeds()
     for target in sorted(os.listdir(OUT)):
         files = os.listdir(os.path.join(OUT, target))
         size = sum(os.path.getsize(os.path.join(OUT, target, f)) for f in files)

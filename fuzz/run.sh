@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 BUILD=${FUZZ_BUILD:-build-fuzz}
 JOBS=${FUZZ_JOBS:-1}
 NICE=${FUZZ_NICE:-0}
-TARGETS=(fuzz_safetensors fuzz_quant_config fuzz_cli_args)
+TARGETS=(fuzz_safetensors fuzz_quant_config fuzz_cli_args fuzz_checkpoint_dir)
 
 build() {
   if ! command -v clang++ >/dev/null; then
@@ -33,6 +33,7 @@ options_for() {
     fuzz_safetensors) echo "-max_len=8192 -dict=fuzz/json.dict" ;;
     fuzz_quant_config) echo "-max_len=8192 -dict=fuzz/json.dict" ;;
     fuzz_cli_args) echo "-max_len=512" ;;
+    fuzz_checkpoint_dir) echo "-max_len=32768 -dict=fuzz/json.dict" ;;
   esac
 }
 
