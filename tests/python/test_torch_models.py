@@ -22,6 +22,10 @@ from qlinear.torch import (FusedShardLinear, QuantLinear, calibrate, load_quanti
 from conftest import rel_err  # noqa: E402
 from tiny_llama import TinyLlama  # noqa: E402
 
+# One PyTorch thread: PyTorch's OpenMP pool and qlinear's contend for the same two cores; with both at two
+# threads one case of the test below took 36 s instead of 2.5 s (measured on a busy 2-core machine).
+torch.set_num_threads(1)
+
 SCHEMES = [s.name for s in qlinear.schemes()]
 STATIC = ["w8a8-fp8-tensor", "w8a8-int8-static", "w8a8-int8-static-asym"]
 NOT_LM_HEAD = lambda name, linear: name != "lm_head"  # noqa: E731  (as `qlinear quantize` ignores it)
