@@ -225,8 +225,8 @@ TEST(Faults, QuantizedCheckpointWriteFailingKeepsTheCheckpointThatWasThere) {
 }
 
 TEST(Faults, BadBaseConfigIsRefusedBeforeAnythingIsWritten) {
-  // The weights used to be written first: a base config refused afterwards left new weights beside the
-  // old config.json.
+  // The base config is checked before the weights are written: refusing it afterwards would leave new
+  // weights beside the old config.json.
   TempDir dir;
   const std::string out = dir / "ckpt";
   const Scheme& scheme = *find_scheme("w8a8-fp8-channel");

@@ -293,8 +293,8 @@ TEST(X86Avx2Fp, MxScalesOutOfFoldRangeTakeTheReference) {
 }
 
 // MXFP8 scales far from 1 (2^73, 2^-107): E4M3 decodes through FP16 (value * 2^-8) with the multiplier
-// 2^(8 + e), inside f32's exact range for these, so the AVX2 engine keeps the layer (it used to hand scales
-// above 2^7 to the reference) and must still match it.
+// 2^(8 + e), inside f32's exact range for these, so the AVX2 engine keeps the layer (it does not
+// hand scales above 2^7 to the reference) and must still match it.
 TEST(X86Avx2Fp, Mxfp8ScalesFarFromOneStayExact) {
   const LinearKernel& k = x86::kAvx2Mxfp8;
   QL_SKIP_UNLESS_SUPPORTED(k);

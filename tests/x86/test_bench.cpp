@@ -28,7 +28,7 @@ std::vector<std::string> split(const char* s, const char* fallback) {
   return out;
 }
 
-// Peak probes: 16 independent accumulator chains per thread, as ../shared/anchors/CPU.md measured them.
+// Peak probes: 16 independent accumulator chains per thread, the way to reach the core's peak throughput.
 __attribute__((target("avx512f,avx512bw,avx512vnni,avx512bf16"))) double probe_dpbusd(int64_t iters) {
   __m512i acc[16];
   for (auto& a : acc) a = _mm512_setzero_si512();

@@ -73,9 +73,9 @@ struct Shape {
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-// Weights and scales are read once. The L2::cache_hint form with an evict-first createpolicy was tried:
-// nvcc 13.0 emitted LDGSTS [R+UR0], desc[UR1] for it in this kernel (an odd uniform register as the 64-bit
-// descriptor), which the H200 rejects as an illegal instruction; plain cp.async.cg is used.
+// Weights and scales are read once, yet plain cp.async.cg is used, not the L2::cache_hint form with an
+// evict-first createpolicy: nvcc 13.0 emits LDGSTS [R+UR0], desc[UR1] for that form in this kernel (an odd
+// uniform register as the 64-bit descriptor), which the H200 rejects as an illegal instruction.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
 }
