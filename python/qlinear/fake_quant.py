@@ -10,7 +10,9 @@ The rules (each operand's scale in float64, rounded once to float32 where the fo
   FP8 E4M3   s = f32(amax / 448) per tensor / channel / 128x128 block; activations per token
              max(s, 1/(448*512)), per 1x128 group f32(max(amax, 1e-10) / 448), static f32(amax_range) / 448
   INT8       s = f32(amax / 127) (1 for zeros); asymmetric static s = (max-min)/255, zp = rne(-128 - min/s)
-  MX         e = ceil(log2(amax / elem_max)) per 1x32 (clamped to [-127, 127]), value = rne_grid(x / 2^e) 2^e
+  MX         e = ceil(log2(amax / elem_max)) per 1x32 (clamped to [-127, 127]), value = rne_grid(x / 2^e) 2^e;
+             dynamic FP6/FP4 activations take Quark's "even" rule: the f32 amax's bit pattern plus 2^(22 - m)
+             (m: the element's mantissa bits), e = its exponent field - 127 - emax(elem) (-127 for field 0)
   NVFP4      g = f32(448*6 / amax) per tensor (per call when dynamic), block scale sf = E4M3(amax16 / 6 * g),
              value = E2M1(x * g / sf) * sf / g
 Element rounding is to nearest, ties to even, saturating at the format's largest finite value.
@@ -76,6 +78,21 @@ def _mx(x: torch.Tensor, grid: str) -> torch.Tensor:
     e = torch.where(amax / torch.exp2(e) > top, e + 1, e)
     e = torch.where((amax > 0) & (amax / torch.exp2(e - 1) <= top), e - 1, e)
     e = torch.where(amax > 0, torch.clamp(e, -127, 127), torch.full_like(e, -127.0))
+    return (grid_round(b / torch.exp2(e), grid) * torch.exp2(e)).reshape(x.shape)
+
+
+# (mantissa bits, emax) of the FP6/FP4 elements, for Quark's "even" shared-exponent rule
+_EVEN = {"e2m1": (1, 2), "e2m3": (3, 2), "e3m2": (2, 4)}
+
+
+def _mx_even(x: torch.Tensor, grid: str) -> torch.Tensor:
+    m, emax = _EVEN[grid]
+    b = _blocks(x, 32)
+    amax = b.abs().amax(dim=-1, keepdim=True).to(torch.float32)
+    bits = amax.view(torch.int32).to(torch.int64) + (1 << (22 - m))
+    field = (bits >> 23) & 0xFF
+    e = torch.where(field == 0, torch.full_like(field, -127), torch.clamp(field - 127 - emax, -127, 127))
+    e = e.to(torch.float64)
     return (grid_round(b / torch.exp2(e), grid) * torch.exp2(e)).reshape(x.shape)
 
 
@@ -151,7 +168,8 @@ def fake_quant_activation(x: torch.Tensor, scheme: str, static=None) -> torch.Te
         g = static if static is not None else _nvfp4_global(float(x.abs().max()) if x.numel() else 0.0)
         return _nvfp4(x, g)
     if key.scale_dtype.startswith("e8m0"):
-        return _mx(x, _ELEM[key.dtype])
+        grid = _ELEM[key.dtype]
+        return _mx_even(x, grid) if grid in _EVEN and not key.is_static else _mx(x, grid)
     if key.is_static:
         scale, zp = static
         return _fp8(x, torch.tensor(scale, dtype=torch.float64)) if key.dtype == "f8e4m3fn" else \
