@@ -85,11 +85,15 @@ std::string_view CudaLinearKernel::apply_route(const LinearLayer& layer, const A
   return route_kernel(family_, route_for(layer.config, st, x.rows(), x.is_quantized()))->name();
 }
 
+namespace {
+Status bf16_inexact(const LinearLayer& layer) {
+  return Status::error("layer " + layer.name + ": its E8M0 scales leave BF16's exact range (dequant_bf16.hpp); "
+                       "the streaming kernels take it");
+}
+}  // namespace
+
 Status CudaLinearKernel::accept_staged(const LinearLayer& layer, const LayerState& st) const {
-  if (route_ == Route::kDequantBf16 && !st.bf16_exact) {
-    return Status::error("layer " + layer.name + ": its E8M0 scales leave BF16's exact range (dequant_bf16.hpp); "
-                         "the streaming kernels take it");
-  }
+  if (route_ == Route::kDequantBf16 && !st.bf16_exact) return bf16_inexact(layer);
   return Status::ok();
 }
 
@@ -133,10 +137,7 @@ Status CudaLinearKernel::apply_impl(const LinearLayer& layer, const Activation& 
   switch (route_for(layer.config, st, ctx.m, pre != nullptr)) {
     case Route::kCublasLt: return apply_cublaslt(ctx);
     case Route::kDequantBf16:
-      if (!st.bf16_exact) {  // refused at process; kept for states built another way
-        return Status::error("layer " + layer.name + ": its E8M0 scales leave BF16's exact range (dequant_bf16.hpp); "
-                             "the streaming kernels take it");
-      }
+      if (!st.bf16_exact) return bf16_inexact(layer);  // refused at process already; kAuto never picks it so
       return apply_dequant_bf16(ctx);
     case Route::kStream:
     case Route::kAuto: break;
