@@ -4,7 +4,7 @@ CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
 PYTHON ?= python3
 
-.PHONY: all setup configure build test demo test-sanitize test-asan test-tsan fuzz-smoke fuzz clean test-python test-pip
+.PHONY: all setup configure build test demo test-sanitize test-asan test-tsan fuzz-smoke fuzz clean test-python test-pip test-scale test-scale-ci
 
 all: build
 
@@ -23,6 +23,17 @@ test: build
 
 demo: build
 	@$(BUILD)/qlinear demo
+
+# The scale test (tools/test_scale.sh): a Llama-3.1-8B-shaped BF16 model (32 layers, 16 GB, in build/scale),
+# quantized to w8a16-fp8 and w4a16-mxfp4, inspected and run; time, GB/s and peak RSS per step. CI runs 2 layers.
+SCALE_LAYERS ?= 32
+test-scale: configure
+	@cmake --build $(BUILD) --target qlinear_cli -j $(JOBS)
+	@QLINEAR=$(BUILD)/qlinear tools/test_scale.sh $(SCALE_LAYERS) $(BUILD)/scale
+	@rm -rf $(BUILD)/scale
+
+test-scale-ci:
+	@SCALE_VOCAB=32000 $(MAKE) --no-print-directory test-scale SCALE_LAYERS=2
 
 # The Python package alone (part of `make test`): the extension built next to the library, then pytest.
 test-python: configure

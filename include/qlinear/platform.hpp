@@ -22,6 +22,7 @@ struct CpuFeatures {
   bool avx512dq = false;
   bool avx512vnni = false;
   bool avx512bf16 = false;
+  bool avx512vbmi = false;
   bool avx512fp16 = false;
   bool avx_vnni = false;
   bool amx_tile = false;
@@ -56,8 +57,17 @@ struct Platform {
   static Platform synthetic_cuda(int compute_capability);
 };
 
+// The most threads one CPU kernel call uses (a call with little work uses fewer, down to the calling thread
+// alone): set_cpu_threads(n) for n > 0, else QLINEAR_NUM_THREADS, else OMP_NUM_THREADS, else the CPUs this
+// process may use (its affinity mask, lowered by a cgroup CPU quota). set_cpu_threads(0) restores that.
+int cpu_threads();
+void set_cpu_threads(int n);
+
 // CPUID of the running machine, unmasked.
 CpuFeatures detect_cpu_features();
+// Linux keeps the AMX tile data state (XTILEDATA) off until a process asks for it: asks the OS once
+// (arch_prctl ARCH_REQ_XCOMP_PERM) and remembers the answer. Empty when granted, else why not.
+const std::string& amx_tile_permission_refusal();
 // True when qlinear was compiled with its CUDA backend.
 bool built_with_cuda();
 

@@ -60,6 +60,7 @@ struct QuantKey {
 
 // ---- The named keys (vLLM's, plus the INT8 and MXFP6 ones it leaves implicit) ----
 inline constexpr ScaleDesc kF32StaticTensor{DType::kF32, true, kPerTensor};
+inline constexpr ScaleDesc kF32DynamicTensor{DType::kF32, false, kPerTensor};
 
 inline constexpr QuantKey kFp8StaticTensorSym{DType::kF8E4M3, {DType::kF32, true, kPerTensor}};
 inline constexpr QuantKey kFp8DynamicTensorSym{DType::kF8E4M3, {DType::kF32, false, kPerTensor}};
@@ -87,6 +88,11 @@ inline constexpr QuantKey kMxfp4Static{DType::kF4E2M1, {DType::kE8M0, true, kMxB
 inline constexpr QuantKey kMxfp4Dynamic{DType::kF4E2M1, {DType::kE8M0, false, kMxBlock}};
 inline constexpr QuantKey kNvfp4Static{DType::kF4E2M1, {DType::kF8E4M3, true, kNvfp4Block}, kF32StaticTensor};
 inline constexpr QuantKey kNvfp4Dynamic{DType::kF4E2M1, {DType::kF8E4M3, false, kNvfp4Block}, kF32StaticTensor};
+// NVFP4 activations whose global scale is also computed per call (g = 448*6/amax of the whole activation):
+// for a layer made from a float model without calibration, where no static input_global_scale is known.
+// The same E4M3 per-16 block math; only where g comes from differs. Not a checkpoint key (compressed-tensors
+// stores input_global_scale), so it is not in named_keys() (the quantizer oracle's list) but key_name knows it.
+inline constexpr QuantKey kNvfp4DynamicGlobal{DType::kF4E2M1, {DType::kF8E4M3, false, kNvfp4Block}, kF32DynamicTensor};
 
 // Every named key with its name, for printing, parsing and tests.
 struct NamedKey {

@@ -19,8 +19,18 @@ namespace qlinear {
 //        so scaled values fall in [0, 2) and only the top binades of the element format are used.
 //   kOcp (OCP MX spec §6.3): e = floor(log2(amax)) - emax(elem) (emax E4M3 8, E2M3 2, E3M2 4, E2M1 2),
 //        then saturating conversion.
+//   kQuarkEven (AMD Quark's scale_calculation_mode "even", its default, and what vLLM's QuarkOCP_MX runs):
+//        amax is first rounded to the element's mantissa width M on its f32 bits (half up: add 2^(22-M)
+//        to the bit pattern, clear the mantissa), then e = floor(log2(that)) - emax(elem). So a block whose
+//        f32 amax has mantissa >= 2 - 2^-(M+1) takes the next binade; the rest get kOcp's exponent. An f32
+//        amax below 2^-126 gives -127; one that rounds past f32's range gives 127.
 // All-zero blocks get e = -127 (code 0). Elements are then encoded RNE with saturation.
-enum class MxScaleRule : uint8_t { kCeilOverMax, kFloorLog2, kOcp };
+enum class MxScaleRule : uint8_t { kCeilOverMax, kFloorLog2, kOcp, kQuarkEven };
+
+// The rule a key's quantization uses when QuantizeOptions names none: Quark's "even" for dynamic FP6 / FP4
+// MX keys (the activations of Quark's OCP-MX schemes, as vLLM's QuarkOCP_MX quantizes them); kCeilOverMax
+// for everything else (vLLM's MXFP8 activations and every static weight key).
+MxScaleRule default_mx_rule(const QuantKey& key);
 
 struct QuantizeOptions {
   // Static keys: the scale to use — per-tensor f32 [1] or []; per-channel [rows, 1]; 128x128 blocks
@@ -33,9 +43,10 @@ struct QuantizeOptions {
   Tensor static_zero_point;
   // Dynamic FP8 per-token: the upper bound on amax (vLLM's input_scale_ub); none by default.
   std::optional<float> scale_ub;
-  MxScaleRule mx_rule = MxScaleRule::kCeilOverMax;
+  // MX keys: the shared-exponent rule; none = default_mx_rule(key).
+  std::optional<MxScaleRule> mx_rule;
   // NVFP4: the per-tensor global scale as a multiplier g (compressed-tensors' *_global_scale); computed as
-  // 448*6/amax(x) when absent.
+  // 448*6/amax(x) when absent. A key whose scale2 is dynamic (kNvfp4DynamicGlobal) always computes it.
   std::optional<float> nvfp4_global_scale;
 };
 

@@ -81,6 +81,11 @@ class SafetensorsFile {
   // size or modification time). See LIMITATION above.
   Status verify_unchanged() const;
 
+  // Drops the whole pages of `name`'s bytes from this process's resident set (madvise MADV_DONTNEED; a
+  // streaming reader calls it when done with a tensor). Views stay valid: touched again, the pages are read
+  // from the file. Unknown names are ignored.
+  void release_pages(const std::string& name) const;
+
   struct State;  // implementation detail (safetensors.cpp)
 
  private:
@@ -112,6 +117,8 @@ class Checkpoint {
   const std::vector<SafetensorsFile>& files() const { return files_; }
   // verify_unchanged() of every file.
   Status verify_unchanged() const;
+  // SafetensorsFile::release_pages of the file holding `name`.
+  void release_pages(const std::string& name) const;
 
  private:
   std::string root_;

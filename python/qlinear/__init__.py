@@ -14,8 +14,9 @@ Docs: docs/api/python.md.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any, List, Sequence
+from typing import Any, List, Optional, Sequence
 
 from ._qlinear import (
     Candidate,
@@ -49,7 +50,7 @@ __all__ = [
     "Candidate", "Error", "Kernel", "Layer", "LinearConfig", "Model", "Platform", "QuantKey", "Scheme",
     "Selection", "Verdict", "apply", "built_with_cuda", "explain_selection", "find_kernel", "find_scheme",
     "formats", "kernels", "load_checkpoint", "make_config", "named_keys", "priority_list", "quantize_layer",
-    "schemes", "select_kernel",
+    "schemes", "select_kernel", "static_activation_scales",
 ]
 
 
@@ -81,18 +82,65 @@ def load_checkpoint(path: str, *, tp_rank: int = 0, tp_size: int = 1, layers: st
     return Model(str(path), method, loaded, list(unquantized))
 
 
-def quantize_layer(name: str, scheme: str, weight: Any, *, bias: Any = None, input_min: float = -4.0,
-                   input_max: float = 4.0, mx_rule: str = "ceil_over_max", logical_widths: Sequence[int] = (),
-                   input_dtype: str = "bf16", out_dtype: str = "bf16") -> Layer:
+def check_range(where: str, lo: float, hi: float):
+    """(min, max) as static scales need it: finite, widened to include 0, not empty."""
+    lo, hi = float(lo), float(hi)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
+        raise Error(f"{where}: input range ({lo}, {hi}) must be finite with min <= max")
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    if hi - lo == 0.0:
+        raise Error(f"{where}: input range ({lo}, {hi}) is empty (every observed input was 0); static scales "
+                    "need a nonzero range")
+    return lo, hi
+
+
+def static_activation_scales(scheme: str) -> str:
+    """What static activation scales `scheme` stores: "" (none), "input_scale", "input_scale+zero_point" or
+    "input_global_scale" (NVFP4)."""
+    s = find_scheme(scheme)
+    ak = s.activation_key
+    if ak is None:
+        return ""
+    if s.family == "nvfp4":
+        return "input_global_scale"
+    if ak.is_static:
+        return "input_scale" if ak.symmetric else "input_scale+zero_point"
+    return ""
+
+
+def quantize_layer(name: str, scheme: str, weight: Any, *, bias: Any = None, input_min: Optional[float] = None,
+                   input_max: Optional[float] = None, mx_rule: str = "ceil_over_max",
+                   logical_widths: Sequence[int] = (), input_dtype: str = "bf16", out_dtype: str = "bf16") -> Layer:
     """Quantizes a dense weight [N, K] (float32/float64/float16/bf16, host) into a layer of `scheme`.
 
-    Static activation scales are calibrated from [input_min, input_max]; mx_rule is the MX shared-exponent rule
-    ("ceil_over_max", "floor_log2", "ocp"); logical_widths splits N into fused shards.
+    input_min, input_max: the activations' observed range (qlinear.torch.calibrate observes it). Schemes with
+    static activation scales (w8a8-fp8-tensor, w8a8-int8-static, w8a8-int8-static-asym, w4a8-mxfp4-fp8) need
+    it and are refused without it: no range is assumed. NVFP4 (w4a4-nvfp4) takes its input global scale from
+    it; without a range each call computes the global scale from its own activation (key kNvfp4DynamicGlobal).
+    mx_rule is the weights' MX shared-exponent rule ("ceil_over_max", "floor_log2", "ocp", "quark_even";
+    dynamic MX activations follow their key's rule, docs/FORMATS.md); logical_widths splits N into fused shards.
     """
+    stored = static_activation_scales(scheme)
+    if (input_min is None) != (input_max is None):
+        raise Error(f"quantize_layer {name}: give both input_min and input_max (the activations' range), or neither")
+    dynamic_global = False
+    if input_min is None:
+        if stored == "input_global_scale":
+            dynamic_global = True
+            input_min, input_max = -1.0, 1.0  # unused
+        elif stored:
+            raise Error(f"quantize_layer {name}: scheme {scheme} has static activation scales ({stored}), made from "
+                        "the activations' range: pass input_min= and input_max= (QuantLinear.from_linear: "
+                        "input_range=; quantize_linears: calibration=, see qlinear.torch.calibrate), or use a "
+                        "dynamic scheme (w8a8-fp8-channel, w8a8-int8-dynamic)")
+        else:
+            input_min, input_max = -1.0, 1.0  # unused: no static activation scale
+    elif stored:
+        input_min, input_max = check_range(f"quantize_layer {name}", input_min, input_max)
     weight = _host_contiguous(weight)
     if bias is not None:
         bias = _host_contiguous(bias)
-    return _quantize_layer(name, scheme, weight, bias, float(input_min), float(input_max), mx_rule,
+    return _quantize_layer(name, scheme, weight, bias, float(input_min), float(input_max), dynamic_global, mx_rule,
                            [int(w) for w in logical_widths], input_dtype, out_dtype)
 
 

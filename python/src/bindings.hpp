@@ -106,7 +106,7 @@ std::vector<Layer> load(const std::string& path, int tp_rank, int tp_size, const
                         std::vector<std::string>& unquantized);
 Layer quantize_dense(const std::string& name, const std::string& scheme, const InArray& weight,
                      const std::optional<InArray>& bias, float input_min, float input_max,
-                     const std::string& mx_rule, const std::vector<int64_t>& logical_widths,
+                     bool dynamic_input_global_scale, const std::string& mx_rule, const std::vector<int64_t>& logical_widths,
                      const std::string& input_dtype, const std::string& out_dtype);
 
 }  // namespace qlinear::python

@@ -16,7 +16,8 @@ MxScaleRule parse_mx_rule(const std::string& text) {
   if (text == "ceil_over_max") return MxScaleRule::kCeilOverMax;
   if (text == "floor_log2") return MxScaleRule::kFloorLog2;
   if (text == "ocp") return MxScaleRule::kOcp;
-  throw Error("quantize_layer: unknown mx_rule '" + text + "'; expected ceil_over_max, floor_log2 or ocp");
+  if (text == "quark_even") return MxScaleRule::kQuarkEven;
+  throw Error("quantize_layer: unknown mx_rule '" + text + "'; expected ceil_over_max, floor_log2, ocp or quark_even");
 }
 }  // namespace
 
@@ -130,12 +131,13 @@ std::vector<Layer> load(const std::string& path, int tp_rank, int tp_size, const
 
 Layer quantize_dense(const std::string& name, const std::string& scheme, const InArray& weight,
                      const std::optional<InArray>& bias, float input_min, float input_max,
-                     const std::string& mx_rule, const std::vector<int64_t>& logical_widths,
+                     bool dynamic_input_global_scale, const std::string& mx_rule, const std::vector<int64_t>& logical_widths,
                      const std::string& input_dtype, const std::string& out_dtype) {
   const Scheme& s = scheme_by_name(scheme);
   MakeLayerOptions o;
   o.input_min = input_min;
   o.input_max = input_max;
+  o.dynamic_input_global_scale = dynamic_input_global_scale;
   o.mx_rule = parse_mx_rule(mx_rule);
   o.logical_widths = logical_widths;
   o.input_dtype = parse_dtype(input_dtype, "quantize_layer: input_dtype");

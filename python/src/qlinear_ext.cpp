@@ -27,6 +27,20 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 
+namespace {
+// "; activation scales dynamic, global scale static (input_global_scale)" and the like: whether a layer's
+// activations are quantized with scales it stores or with scales each call computes.
+std::string activation_scales_text(const qlinear::LinearConfig& c) {
+  if (!c.activation_key) return "; activations unquantized";
+  const qlinear::QuantKey& k = *c.activation_key;
+  std::string s = std::string("; activation scales ") + (k.scale.is_static ? "static (input_scale)" : "dynamic");
+  if (k.scale2) {
+    s += k.scale2->is_static ? ", global scale static (input_global_scale)" : ", global scale dynamic (per call)";
+  }
+  return s;
+}
+}  // namespace
+
 NB_MODULE(_qlinear, m) {
   using namespace qlinear;
   using namespace qlinear::python;
@@ -34,6 +48,9 @@ NB_MODULE(_qlinear, m) {
 
   nb::exception<Error>(m, "Error", PyExc_Exception);
 
+  m.def("cpu_threads", &cpu_threads, "The most threads one CPU kernel call uses (platform.hpp)");
+  m.def("set_cpu_threads", &set_cpu_threads, "n"_a,
+        "Cap the threads of CPU kernel calls; 0 restores QLINEAR_NUM_THREADS / the CPUs this process may use");
   m.def("built_with_cuda", &built_with_cuda, "True when the library was compiled with its CUDA backend");
   m.def("formats", [] {
     std::vector<std::string> names;
@@ -220,11 +237,16 @@ NB_MODULE(_qlinear, m) {
       .def("explain",
            [](const Layer& l, const std::optional<Platform>& p, const std::vector<std::string>& disabled,
               const std::string& force, bool read_env) {
-             return make_selection(
+             PySelection sel = make_selection(
                  explain_selection(l.layer.config, platform_or_host(p), select_options(disabled, force, read_env)));
+             sel.text = l.where() + ": " + l.layer.config.to_string() + activation_scales_text(l.layer.config) +
+                        "\n" + sel.text;
+             return sel;
            },
            "platform"_a = nb::none(), "disabled"_a = std::vector<std::string>{}, "force"_a = "",
-           "read_environment"_a = true, "Every candidate kernel for this layer with its verdict")
+           "read_environment"_a = true,
+           "The layer's config (with whether its activation scales are static or dynamic), then every candidate "
+           "kernel with its verdict")
       .def("process", &process, "kernel"_a = nb::none(), "platform"_a = nb::none(),
            "disabled"_a = std::vector<std::string>{}, "force"_a = "", "read_environment"_a = true,
            "Selects a kernel (or takes the one named) and runs its process_weights_after_loading, once")
@@ -246,5 +268,5 @@ NB_MODULE(_qlinear, m) {
         },
         "path"_a, "tp_rank"_a, "tp_size"_a, "layers"_a, "fuse"_a, "input_dtype"_a, "out_dtype"_a);
   m.def("_quantize_layer", &quantize_dense, "name"_a, "scheme"_a, "weight"_a, nb::arg("bias").none(), "input_min"_a,
-        "input_max"_a, "mx_rule"_a, "logical_widths"_a, "input_dtype"_a, "out_dtype"_a);
+        "input_max"_a, "dynamic_input_global_scale"_a, "mx_rule"_a, "logical_widths"_a, "input_dtype"_a, "out_dtype"_a);
 }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/safetensors_internal.hpp"
+#include "checkpoint/staged_files.hpp"
 #include "qlinear/safetensors.hpp"
 
 namespace qlinear {
@@ -81,10 +82,36 @@ Json ct_config(const Scheme& s, const std::vector<std::string>& ignore) {
           {"kv_cache_scheme", nullptr}};
 }
 
+const char* quark_dtype(DType d) {
+  switch (d) {
+    case DType::kF6E2M3: return "fp6_e2m3";
+    case DType::kF6E3M2: return "fp6_e3m2";
+    case DType::kF4E2M1: return "fp4";
+    default: return "fp8_e4m3";
+  }
+}
+
+// Quark's FP8 E4M3 per-tensor static spec (the input of its mxfp4_fp8 scheme).
+Json quark_fp8_tensor_spec() {
+  return {{"dtype", "fp8_e4m3"}, {"qscheme", "per_tensor"}, {"group_size", nullptr}, {"ch_axis", nullptr},
+          {"scale_format", nullptr}, {"is_dynamic", false}, {"symmetric", true}, {"round_method", "half_even"},
+          {"scale_type", "float"}};
+}
+
+// Quark writes the OCP-MX schemes with quantized activations and every MXFP6 one; compressed-tensors the rest.
+bool written_as_quark(const Scheme& s) {
+  if (s.family == Family::kMxfp6) return true;
+  return s.family == Family::kMxfp4 && s.activation_key && *s.activation_key != kMxfp8Dynamic;
+}
+
 Json quark_config(const Scheme& s, const std::vector<std::string>& ignore) {
-  const char* dtype = s.weight_key.dtype == DType::kF6E2M3 ? "fp6_e2m3" : "fp6_e3m2";
-  Json global = {{"weight", quark_mx_spec(dtype, false)}, {"input_tensors", nullptr}, {"output_tensors", nullptr},
-                 {"bias", nullptr}, {"target_device", nullptr}};
+  Json input = nullptr;
+  if (s.activation_key) {
+    input = s.activation_key->scale.dtype == DType::kE8M0 ? quark_mx_spec(quark_dtype(s.activation_key->dtype), true)
+                                                           : quark_fp8_tensor_spec();
+  }
+  Json global = {{"weight", quark_mx_spec(quark_dtype(s.weight_key.dtype), false)}, {"input_tensors", input},
+                 {"output_tensors", nullptr}, {"bias", nullptr}, {"target_device", nullptr}};
   return {{"quant_method", "quark"},
           {"export", {{"kv_cache_group", Json::array()}, {"pack_method", "reorder"}}},
           {"global_quant_config", global},
@@ -95,30 +122,13 @@ Json quark_config(const Scheme& s, const std::vector<std::string>& ignore) {
 }
 
 Json config_for(const Scheme& s, const std::vector<std::string>& ignore) {
-  return s.family == Family::kMxfp6 ? quark_config(s, ignore) : ct_config(s, ignore);
+  return written_as_quark(s) ? quark_config(s, ignore) : ct_config(s, ignore);
 }
 
-// compressed-tensors names packed FP4 codes weight_packed; every other scheme keeps "weight".
+// compressed-tensors names packed FP4 codes weight_packed; Quark and every other scheme keep "weight".
 std::string weight_name(const Scheme& s) {
+  if (written_as_quark(s)) return "weight";
   return (s.family == Family::kMxfp4 || s.family == Family::kNvfp4) ? "weight_packed" : "weight";
-}
-
-// Hidden, unique per process and call, never ending in ".safetensors": a loader that lists the directory
-// (every *.safetensors file when there is no index) does not see a staged file.
-std::string staged_name(const std::string& dir, const char* file) {
-  static std::atomic<uint64_t> counter{0};
-  return dir + "/." + file + "." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1)) +
-         ".staged";
-}
-
-Status sync_directory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::error(dir + ": cannot open the directory to sync it: " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return Status::error(dir + ": fsync of the directory failed: " + std::strerror(err));
-  return Status::ok();
 }
 
 }  // namespace
@@ -157,6 +167,7 @@ Status write_quantized_checkpoint(const std::string& dir, const Scheme& scheme,
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::error(dir + ": cannot create directory: " + ec.message());
+  detail::remove_stale_temporaries(dir);
 
   // A loader accepts the directory only with config.json in it, so config.json is what commits the write:
   //   1. both files are written completely, fsync'ed, under hidden staged names (a failure here leaves a
@@ -165,8 +176,8 @@ Status write_quantized_checkpoint(const std::string& dir, const Scheme& scheme,
   //   3. the weights are renamed into place;
   //   4. the config is renamed into place, and the directory synced.
   // A failure or a kill during 2-4 leaves no config.json: never new weights read with an old config.
-  const std::string weights_staged = staged_name(dir, "model.safetensors");
-  const std::string config_staged = staged_name(dir, "config.json");
+  const std::string weights_staged = detail::staged_name(dir, "model.safetensors");
+  const std::string config_staged = detail::staged_name(dir, "config.json");
   auto cleanup = [&](Status s) {
     ::unlink(weights_staged.c_str());
     ::unlink(config_staged.c_str());
@@ -183,14 +194,14 @@ Status write_quantized_checkpoint(const std::string& dir, const Scheme& scheme,
   if (::unlink(config_path.c_str()) != 0 && errno != ENOENT) {
     return cleanup(Status::error(config_path + ": cannot remove the old config: " + std::strerror(errno)));
   }
-  if (Status s = sync_directory(dir); !s) return cleanup(s);
+  if (Status s = detail::sync_directory(dir); !s) return cleanup(s);
   if (::rename(weights_staged.c_str(), weights_path.c_str()) != 0) {
     return cleanup(Status::error(weights_path + ": cannot rename the staged file into place: " + std::strerror(errno)));
   }
   if (::rename(config_staged.c_str(), config_path.c_str()) != 0) {
     return cleanup(Status::error(config_path + ": cannot rename the staged file into place: " + std::strerror(errno)));
   }
-  return sync_directory(dir);
+  return detail::sync_directory(dir);
 }
 
 }  // namespace qlinear

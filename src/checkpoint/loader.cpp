@@ -6,9 +6,8 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <regex>
 
-#include "qlinear/regex_limits.hpp"
+#include "qlinear/name_pattern.hpp"
 #include <set>
 #include <sstream>
 
@@ -362,6 +361,23 @@ Result<ModelDims> read_model_config(const std::string& path, QuantConfig* quant)
   return dims;
 }
 
+// Whether every shard but the last of a fused layer has a row count (per tensor-parallel rank) that is a
+// multiple of the scheme's weight-block rows; true for schemes without row blocks. Shapes that cannot be read
+// here pass, so that the layer loader reports them.
+bool shards_fit_the_row_blocks(const Checkpoint& ckpt, const Scheme& scheme, const std::vector<std::string>& shards,
+                               int tp_size) {
+  const int64_t block_rows = scheme.weight_key.scale.group.row;
+  if (block_rows <= 1) return true;
+  for (size_t i = 0; i + 1 < shards.size(); ++i) {
+    auto e = ckpt.entry(shards[i] + ".weight");
+    if (!e || e->shape.size() != 2) return true;
+    const int64_t rows = e->shape[0];
+    if (tp_size > 1 && rows % tp_size != 0) return true;
+    if ((rows / tp_size) % block_rows != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Parallelism parallelism_of(std::string_view module_name) {
@@ -383,19 +399,26 @@ Result<LoadedModel> load_checkpoint(const std::string& path, const LoadOptions& 
   std::error_code ec;
   const fs::path p(path);
   if (!fs::exists(p, ec)) return Status::error(path + ": no such file or directory");
-  const fs::path dir = fs::is_directory(p, ec) ? p : p.parent_path();
+  const bool is_dir = fs::is_directory(p, ec);
+  const fs::path dir = is_dir ? p : p.parent_path();
+  // Named by the path given, not by the config.json it lacks (the user may not know one is needed).
+  if (!is_dir && p.extension() != ".safetensors") {
+    return Status::error(path + " is not a checkpoint: expected a model directory (config.json and *.safetensors) "
+                         "or a .safetensors file with config.json beside it");
+  }
+  if (!fs::exists(dir / "config.json", ec)) {
+    return Status::error(path + " is not a checkpoint: " + (is_dir ? "the directory" : "the file's directory") +
+                         " has no config.json (" + (dir / "config.json").string() + ": cannot open)");
+  }
   LoadedModel model;
   model.path = path;
   QL_ASSIGN_OR_RETURN(ModelDims dims, read_model_config((dir / "config.json").string(), &model.config));
   QL_ASSIGN_OR_RETURN(model.checkpoint, Checkpoint::open(path));
-  std::optional<std::regex> filter;
+  std::optional<NamePattern> filter;
   if (!opt.layer_regex.empty()) {
-    if (Status s = check_regex_limits(opt.layer_regex); !s) return s.with_context("layer regex (--layers)");
-    try {
-      filter.emplace(opt.layer_regex);
-    } catch (const std::regex_error& e) {
-      return Status::error("layer regex '" + opt.layer_regex + "' is invalid: " + e.what());
-    }
+    auto compiled = NamePattern::compile(opt.layer_regex, NamePattern::Anchor::kSearch);
+    if (!compiled) return compiled.status().with_context("layer regex (--layers)");
+    filter = std::move(*compiled);
   }
 
   // Linear modules: a 2-D weight (or weight_packed) tensor; quantized ones carry a weight_scale.
@@ -441,13 +464,23 @@ Result<LoadedModel> load_checkpoint(const std::string& path, const LoadOptions& 
     if (!quantized.count(m)) model.unquantized.push_back(m);
   }
   for (const auto& [name, shards] : layers) {
-    if (filter && !std::regex_search(name, *filter)) continue;
+    if (filter && !filter->matches(name)) continue;
     QL_ASSIGN_OR_RETURN(const Scheme* scheme, scheme_for_layer(model.config, name, shards));
     if (scheme == nullptr) {
       model.unquantized.push_back(name);
       continue;
     }
     LayerLoader loader(model.checkpoint, *scheme, opt, dims);
+    if (shards.size() > 1 && !shards_fit_the_row_blocks(model.checkpoint, *scheme, shards, opt.tp_size)) {
+      // A shard other than the last ends in a partial weight block (fp8 128x128 blocks of q/k/v or gate/up
+      // with row counts like 576 or 192): the fused layer's block grid would put one scale row across two
+      // shards, so each shard loads as its own layer (vLLM refuses these checkpoints).
+      for (const std::string& shard : shards) {
+        QL_ASSIGN_OR_RETURN(LoadedLayer layer, loader.load(shard, {shard}));
+        model.layers.push_back(std::move(layer));
+      }
+      continue;
+    }
     QL_ASSIGN_OR_RETURN(LoadedLayer layer, loader.load(name, shards));
     model.layers.push_back(std::move(layer));
   }

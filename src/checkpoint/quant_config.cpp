@@ -7,12 +7,15 @@
 #include <array>
 #include <cctype>
 #include <charconv>
-#include <regex>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <set>
 
 #include "checkpoint/quant_config_internal.hpp"
 #include "checkpoint/strict_json.hpp"
-#include "qlinear/regex_limits.hpp"
+#include "qlinear/name_pattern.hpp"
 
 namespace qlinear {
 
@@ -161,27 +164,37 @@ Result<std::vector<std::string>> read_string_list(const Json& obj, const char* k
 
 Status check_name_pattern(const std::string& entry, const Where& where) {
   if (entry.rfind("re:", 0) != 0) return Status::ok();
-  if (Status s = check_regex_limits(entry.substr(3)); !s) return where.error(s.message());
-  try {
-    std::regex re(entry.substr(3), std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    return where.error("regex " + quote_pattern(entry.substr(3)) + " does not compile (" + e.what() +
-                       "; qlinear uses ECMAScript regexes: Python-only syntax such as (?P<name>...) is not "
-                       "accepted)");
-  }
+  auto compiled = NamePattern::compile(std::string_view(entry).substr(3), NamePattern::Anchor::kStart);
+  if (!compiled) return where.error(compiled.message());
   return Status::ok();
 }
 
+namespace {
+
+// "re:" entries compiled once: a config's few patterns are matched against every layer name. Bounded, so
+// that a long-running process that loads many configs does not grow without end; shared, so that clearing it
+// while another thread matches is safe. nullptr: the pattern does not compile.
+std::shared_ptr<const NamePattern> cached_start_pattern(std::string_view pattern) {
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<const NamePattern>, std::less<>> cache;
+  constexpr size_t kMaxCached = 1024;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache.find(pattern); it != cache.end()) return it->second;
+  if (cache.size() >= kMaxCached) cache.clear();
+  auto compiled = NamePattern::compile(pattern, NamePattern::Anchor::kStart);
+  std::shared_ptr<const NamePattern> value;
+  if (compiled) value = std::make_shared<const NamePattern>(std::move(*compiled));
+  cache.emplace(std::string(pattern), value);
+  return value;
+}
+
+}  // namespace
+
 bool equal_or_regex_match(std::string_view value, const std::string& entry) {
   if (entry.rfind("re:", 0) != 0) return value == entry;
-  if (!check_regex_limits(entry.substr(3))) return false;  // parse_quant_config refused it already
-  try {
-    // re.match: the match must start at the first character but may end anywhere.
-    std::regex re(entry.substr(3), std::regex::ECMAScript);
-    return std::regex_search(value.begin(), value.end(), re, std::regex_constants::match_continuous);
-  } catch (const std::regex_error&) {
-    return false;  // parse_quant_config refused it already
-  }
+  // re.match: the match must start at the first character but may end anywhere.
+  const auto re = cached_start_pattern(std::string_view(entry).substr(3));
+  return re != nullptr && re->matches(value);  // nullptr: parse_quant_config refused it already
 }
 
 bool any_equal_or_regex_match(std::string_view value, std::span<const std::string> entries) {

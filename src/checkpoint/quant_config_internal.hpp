@@ -40,8 +40,8 @@ Result<std::optional<std::string>> read_string(const Json& obj, const char* key,
 Result<std::vector<std::string>> read_string_list(const Json& obj, const char* key, const Where& where);
 
 // ---- Names --------------------------------------------------------------------------------------------
-// An ignore / target entry: "re:<regex>" or an exact name. Checks that a regex compiles (std::regex,
-// ECMAScript grammar: Python-only syntax such as (?P<name>...) or look-behind is refused here).
+// An ignore / target entry: "re:<regex>" or an exact name. Checks that a regex compiles (NamePattern: RE2
+// syntax, matched in linear time; backreferences and lookaround are refused, naming the construct).
 Status check_name_pattern(const std::string& entry, const Where& where);
 // vLLM's _is_equal_or_regex_match: "re:" entries use re.match (anchored at the start, not the end).
 bool equal_or_regex_match(std::string_view value, const std::string& entry);

@@ -184,9 +184,9 @@ Result<const Scheme*> resolve_compressed_tensors(const ConfigGroup& g, std::stri
   }
   if (*wk == kMxfp4Static) {
     // vLLM's CompressedTensorsW4A4MxFp4 takes no input args: its kernel (Marlin on Hopper) keeps activations
-    // in high precision, so the weight-only scheme runs it when no W4A4 MXFP4 scheme exists.
-    Wanted want{*wk, ik, "CompressedTensorsW4A4MxFp4", in ? "w4a4-mxfp4" : "w4a16-mxfp4", /*fallback=*/true};
-    return pick_scheme(want, g, layer, args_text);
+    // in high precision, so these layers run weight-only here too (w4a4-mxfp4 quantizes inputs by Quark's
+    // rule, which compressed-tensors' input args do not name).
+    return pick_scheme({*wk, std::nullopt, "CompressedTensorsW4A4MxFp4", "w4a16-mxfp4"}, g, layer, args_text);
   }
   if (*wk == kMxfp8Static) {
     if (in && *ik != kMxfp8Dynamic) {

@@ -317,6 +317,12 @@ Result<const Scheme*> resolve_quark_scheme(const ConfigGroup& g, std::string_vie
                        "scale_format e8m0; FP8 / INT8 need per_tensor or per_channel (ch_axis 0), static)");
   }
   if (in && !ik) return unsupported("no qlinear format quantizes this input");
+  // Dynamic MX inputs are quantized by Quark's "even" scale rule (its default, written as "even" or null).
+  if (in && in->is_dynamic && is_ocp_mx(*in) && in->other.count("scale_calculation_mode") &&
+      in->other.at("scale_calculation_mode") != "\"even\"" && in->other.at("scale_calculation_mode") != "null") {
+    return unsupported("input scale_calculation_mode " + in->other.at("scale_calculation_mode") +
+                       ": qlinear quantizes dynamic MX inputs by Quark's \"even\" rule only");
+  }
 
   if (is_ocp_mx(w)) {
     const std::string wn = mx_name(w.dtype);

@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "checkpoint/safetensors_internal.hpp"
+#include "checkpoint/staged_files.hpp"
 
 namespace qlinear {
 
@@ -43,6 +44,7 @@ Status write_file_atomically(const std::string& path, const std::vector<ByteSpan
   tmp_name += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   const fs::path tmp = dir / tmp_name;
   const std::string where = "writing '" + path + "'";
+  remove_stale_temporaries(dir.string());  // a killed writer's leftovers; ours are named by this pid
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (fd < 0) {
     return Status::error(where + ": cannot create temporary file '" + tmp.string() + "': " + std::strerror(errno));
@@ -336,6 +338,18 @@ Result<Tensor> SafetensorsFile::tensor(const std::string& name) const {
   Tensor copy = Tensor::empty(e.dtype, e.shape);
   std::memcpy(copy.raw(), p, e.end - e.begin);
   return copy;
+}
+
+void SafetensorsFile::release_pages(const std::string& name) const {
+  auto it = state_->entries.find(name);
+  if (it == state_->entries.end()) return;
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const uint64_t page_size = page > 0 ? static_cast<uint64_t>(page) : 4096;
+  const uint64_t begin = state_->data_offset + it->second.begin, end = state_->data_offset + it->second.end;
+  const uint64_t first = (begin + page_size - 1) / page_size * page_size, last = end / page_size * page_size;
+  if (last <= first) return;
+  // A private read-only file mapping: dropped pages are read from the file again if touched.
+  (void)::madvise(static_cast<uint8_t*>(state_->mapping->base) + first, last - first, MADV_DONTNEED);
 }
 
 Status SafetensorsFile::verify_unchanged() const {

@@ -1,285 +1,400 @@
-// qlinear bench: medians of a kernel over repetitions with cold weights, TFLOP/s, weight GB/s, the fraction
-// of this machine's roofline, and the ratio to an anchor measured in the same run.
-#include <cmath>
+// qlinear bench: one or more schemes on one or more shapes and token counts, timed with the device's method
+// (src/bench/timing.hpp), TFLOP/s, weight GB/s, the fraction of this machine's roofline, and the ratio to
+// each anchor of --compare measured in the same run. --json, --report (HTML) and --plot (SVG) give the same
+// rows in other forms.
+#include <omp.h>
+
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
 
+#include "bench/shapes.hpp"
 #include "cli/args.hpp"
+#include "cli/bench_anchor.hpp"
+#include "cli/bench_layer.hpp"
+#include "cli/bench_load.hpp"
+#include "cli/bench_record.hpp"
+#include "cli/bench_report.hpp"
 #include "cli/commands.hpp"
-#include "cli/layer_runner.hpp"
 #include "cli/onednn_anchor.hpp"
 #include "cli/platform_option.hpp"
-#include "cli/roofline.hpp"
-#include "qlinear/make_layer.hpp"
-#include "qlinear/random.hpp"
 
 namespace qlinear::cli {
 
 namespace {
 
 const std::vector<OptionSpec> kSpecs = {
-    {"--scheme", "S", "scheme to benchmark (qlinear kernels --list-schemes)"},
+    {"--scheme", "LIST", "schemes to benchmark, comma-separated (qlinear kernels --list-schemes)"},
     {"--backend", "B", "cpu (default), cuda, reference, or a kernel name to force"},
     {"--m", "LIST", "token counts (default 1,16,128)"},
     {"--n", "N", "output features (default 4096)"},
     {"--k", "K", "input features (default 4096)"},
-    {"--shapes", "SET", "llama3-8b or llama3-70b: the model's qkv, o, gate_up and down shapes"},
-    {"--compare", "A", "reference, onednn (CPU) or cublaslt (CUDA): measured in the same run"},
-    {"--reps", "N", "timed repetitions (default 20)"},
+    {"--shapes", "SET", "a model's qkv, o, gate_up and down shapes: llama3-8b, llama3-70b or qwen2.5-7b"},
+    {"--compare", "LIST", "anchors measured in the same run: bf16, vendor, reference (comma-separated)"},
+    {"--reps", "N", "timed repetitions (default 20; at least 20 on CUDA)"},
     {"--check", "", "also compare each output with the reference kernel"},
     {"--roofline", "", "measure and print this machine's roofline (with no --scheme: only that)"},
+    {"--load", "N", "run N busy processes for the duration (a machine that is not idle)"},
     {"--plot", "FILE", "draw the results against the roofline as SVG"},
+    {"--report", "FILE", "write an HTML page: speed-up over the anchor against M, rooflines, tables"},
     {"--json", "", "machine-readable output"},
     {"--help", "", "this help"},
 };
 
-struct Shape3 {
-  std::string name;
-  int64_t n, k;
-};
-
-std::vector<Shape3> shape_set(const std::string& set) {
-  if (set == "llama3-8b") {
-    return {{"8b.qkv", 6144, 4096}, {"8b.o", 4096, 4096}, {"8b.gate_up", 28672, 4096}, {"8b.down", 4096, 14336}};
-  }
-  if (set == "llama3-70b") {
-    return {{"70b.qkv", 10240, 8192}, {"70b.o", 8192, 8192}, {"70b.gate_up", 57344, 8192}, {"70b.down", 8192, 28672}};
-  }
-  return {};
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(item);
+  return out;
 }
 
-struct Record {
-  std::string shape, kernel;
-  Measurement ours;
-  double ops_per_byte = 0, roofline_fraction = -1;
-  std::string compare_name, compare_impl, compare_error;
-  double compare_ms = -1;
-};
-
-void write_svg(const std::string& path, const Roofline& r, bool int8_family, const std::vector<Record>& records) {
-  // Log-log axes: arithmetic intensity 0.1 .. 1000 OP/byte, rate 1 .. 10^4 GOP/s.
-  const double peak = int8_family ? r.int8_gops : (r.bf16_gflops > 0 ? r.bf16_gflops : r.fp32_gflops);
-  auto px = [](double ai) { return 60 + 500 * (std::log10(ai) + 1) / 4; };
-  auto py = [](double g) { return 360 - 320 * std::log10(std::max(g, 1.0)) / 4; };
-  std::ofstream out(path);
-  out << "<svg xmlns='http://www.w3.org/2000/svg' width='600' height='400' font-family='sans-serif' font-size='11'>\n"
-      << "<rect width='600' height='400' fill='white'/>\n"
-      << "<line x1='60' y1='360' x2='560' y2='360' stroke='black'/><line x1='60' y1='40' x2='60' y2='360' stroke='black'/>\n"
-      << "<text x='250' y='390'>arithmetic intensity (OP/byte)</text>\n"
-      << "<text x='5' y='30'>GOP/s</text>\n";
-  for (int e = -1; e <= 3; ++e) out << "<text x='" << px(std::pow(10, e)) - 8 << "' y='375'>1e" << e << "</text>\n";
-  for (int e = 0; e <= 4; ++e) out << "<text x='25' y='" << py(std::pow(10, e)) + 4 << "'>1e" << e << "</text>\n";
-  // Roofline: bandwidth slope up to the ridge, then the peak.
-  const double ridge = peak / r.dram_gbps;
-  out << "<polyline fill='none' stroke='steelblue' stroke-width='2' points='" << px(0.1) << "," << py(r.dram_gbps * 0.1)
-      << " " << px(ridge) << "," << py(peak) << " " << px(1000) << "," << py(peak) << "'/>\n";
-  for (const Record& rec : records) {
-    const double gops = rec.ours.tflops * 1e3;
-    out << "<circle cx='" << px(rec.ops_per_byte) << "' cy='" << py(gops) << "' r='4' fill='crimson'/>"
-        << "<text x='" << px(rec.ops_per_byte) + 6 << "' y='" << py(gops) - 4 << "'>" << rec.shape << " M=" << rec.ours.m
-        << "</text>\n";
+std::string command_line(int argc, char** argv) {
+  std::string out = "qlinear";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool quote = a.find_first_of(" \t'\"$") != std::string::npos;
+    out += " " + (quote ? "'" + a + "'" : a);
   }
-  out << "</svg>\n";
+  return out;
 }
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown CPU";
+}
+
+double cpu_mhz() {
+  std::ifstream in("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq");
+  double khz = 0;
+  if (in >> khz) return khz / 1000;
+  std::ifstream info("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(info, line)) {
+    if (line.rfind("cpu MHz", 0) == 0) return std::stod(line.substr(line.find(':') + 2));
+  }
+  return 0;
+}
+
+std::string fmt_double(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
+
+std::vector<std::pair<std::string, std::string>> describe_machine(const Platform& platform) {
+  std::vector<std::pair<std::string, std::string>> m;
+  char cpu[512];
+  std::snprintf(cpu, sizeof cpu, "%s, %.0f MHz, %d threads, last-level cache %lld MiB (%s)", cpu_model().c_str(),
+                cpu_mhz(), omp_get_max_threads(), static_cast<long long>(bench::last_level_cache_bytes() >> 20),
+                Platform::host_cpu().cpu.to_string().c_str());
+  m.emplace_back("cpu", cpu);
+  if (platform.kind == PlatformKind::kCuda) {
+    auto timer = bench::DeviceTimer::create(platform.cuda ? platform.cuda->index : 0);
+    m.emplace_back("gpu", timer ? (*timer)->describe() : platform.describe());
+    if (timer) m.emplace_back("method", (*timer)->method());
+  } else {
+    m.emplace_back("method", bench::host_method());
+  }
+  std::ifstream loadavg("/proc/loadavg");
+  double load1 = -1;
+  if (loadavg >> load1) {
+    m.emplace_back("load average", fmt_double(load1) + " (1 min, before the run) on " +
+                                       std::to_string(std::thread::hardware_concurrency()) + " CPUs");
+  }
+  std::string versions = "qlinear " QLINEAR_VERSION_STRING ", compiler " __VERSION__;
+  if (onednn_available()) versions += ", oneDNN " + onednn_version();
+  m.emplace_back("versions", versions);
+  return m;
+}
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "qlinear bench: %s\n", message.c_str());
+  return 2;
+}
+
+const auto g_start = std::chrono::steady_clock::now();
+
+double elapsed_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now() - g_start).count(); }
+
+void print_row(FILE* out, const BenchRun& run, const BenchRow& r) {
+  char frac[16] = "-";
+  if (r.roofline_fraction >= 0) std::snprintf(frac, sizeof frac, "%.0f%%", 100 * r.roofline_fraction);
+  char host[24] = "";
+  if (r.ours.host_us >= 0) std::snprintf(host, sizeof host, " host %.1f us", r.ours.host_us);
+  std::fprintf(out, "%-18s %-14s %6lld %6lld %6lld %-30s %10.4f %10.4f %9.3f %9.1f %8s%s", r.scheme.c_str(),
+              r.shape.c_str(), static_cast<long long>(r.ours.m), static_cast<long long>(r.n),
+              static_cast<long long>(r.k), r.kernel.c_str(), r.ours.median_ms, r.ours.min_ms, r.ours.tflops,
+              r.ours.weight_gbps, frac, host);
+  for (const std::string& kind : run.anchors) {
+    auto it = r.compare.find(kind);
+    if (it == r.compare.end()) continue;
+    if (it->second.error.empty()) {
+      std::fprintf(out, "  | %s %s %.4f ms %.2fx", kind.c_str(), it->second.name.c_str(), it->second.median_ms, r.ratio(kind));
+    } else {
+      std::fprintf(out, "  | %s: none", kind.c_str());
+    }
+  }
+  std::fprintf(out, "  at %.1f s\n", elapsed_s());
+  if (!r.ours.note.empty()) std::fprintf(out, "    timed %s\n", r.ours.note.c_str());
+  for (const auto& [kind, a] : r.compare) {
+    if (!a.error.empty()) std::fprintf(out, "    %s anchor could not run: %s\n", kind.c_str(), a.error.c_str());
+  }
+  std::fflush(out);
+}
+
+// The anchor `kind` of one row: measured once per (anchor, M) within a shape and shared by the schemes
+// whose anchor it is; an anchor that cannot run gives the row its error.
+AnchorRow measure_anchor(const std::string& kind, const Scheme& scheme, const LinearLayer& layer,
+                         const Platform& platform, int64_t m, int reps,
+                         std::map<std::string, std::unique_ptr<BenchAnchor>>& made,
+                         std::map<std::pair<std::string, int64_t>, AnchorRow>& measured) {
+  AnchorRow a;
+  auto key = BenchAnchor::key_for(kind, scheme, layer.config.k, platform);
+  if (!key) {
+    a.name = kind;
+    a.error = key.message();
+    return a;
+  }
+  if (auto hit = measured.find({*key, m}); hit != measured.end()) return hit->second;
+  // An anchor whose call at a smaller M took half a measurement's budget is not run at larger M.
+  for (const auto& [km, row] : measured) {
+    if (km.first == *key && km.second < m && row.median_ms * 1e-3 > bench::kBudgetSeconds / 2) {
+      a.name = row.name;
+      a.error = "skipped: one call took " + std::to_string(row.median_ms * 1e-3) + " s at M=" +
+                std::to_string(km.second) + " (time budget)";
+      return measured[{*key, m}] = a;
+    }
+  }
+  auto it = made.find(*key);
+  if (it == made.end()) {
+    auto created = BenchAnchor::create(kind, scheme, layer, platform);
+    if (!created) {
+      a.name = kind;
+      a.error = created.message();
+      return measured[{*key, m}] = a;
+    }
+    it = made.emplace(*key, std::move(*created)).first;
+  }
+  a.name = it->second->name();
+  auto t = it->second->measure(m, reps);
+  if (t) {
+    a.name = t->name;
+    a.impl = t->impl;
+    a.median_ms = t->timing.median_ms;
+    a.min_ms = t->timing.min_ms;
+    a.note = t->timing.note;
+  } else {
+    a.error = t.message();
+  }
+  return measured[{*key, m}] = a;
+}
+
+volatile std::sig_atomic_t g_stop = 0;
+void on_stop_signal(int sig) { g_stop = sig; }
 
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
   auto args = Args::parse(argc, argv, 2, kSpecs, 0);
-  if (!args) {
-    std::fprintf(stderr, "qlinear bench: %s\n", args.message().c_str());
-    return 2;
-  }
+  if (!args) return usage_error(args.message());
   if (args->flag("--help")) {
-    std::printf("Usage: qlinear bench --scheme S [--backend B] [--m LIST] [--n N --k K | --shapes SET]\n"
-                "                     [--compare reference|onednn|cublaslt] [--json] [--roofline] [--plot FILE.svg]\n\n%s",
+    std::printf("Usage: qlinear bench --scheme A[,B...] [--backend B] [--m LIST] [--n N --k K | --shapes SET]\n"
+                "                     [--compare bf16,vendor,reference] [--load N] [--json] [--roofline]\n"
+                "                     [--plot FILE.svg] [--report FILE.html]\n\n%s",
                 options_help(kSpecs).c_str());
     return 0;
   }
+  BenchRun run;
+  run.command = command_line(argc, argv);
   const bool json = args->flag("--json");
-  const std::string backend = args->get_or("--backend", "cpu");
-  auto platform = parse_platform(backend == "cuda" ? "cuda" : "cpu");
-  if (!platform) {
-    std::fprintf(stderr, "qlinear bench: --backend %s: %s\n", backend.c_str(), platform.message().c_str());
-    return 2;
-  }
-  Roofline roof;
-  const bool want_roofline = args->flag("--roofline") || args->get("--plot").has_value();
-  if (want_roofline && platform->kind == PlatformKind::kX86Cpu) roof = measure_roofline(*platform);
-  const auto scheme_name = args->get("--scheme");
-  if (!scheme_name) {
-    if (!args->flag("--roofline")) {
-      std::fprintf(stderr, "qlinear bench: --scheme is required (one of: %s)\n", scheme_names().c_str());
-      return 2;
-    }
-    if (json) {
-      std::printf("%s\n", nlohmann::json({{"dram_gbps", roof.dram_gbps}, {"fp32_gflops", roof.fp32_gflops},
-                                          {"bf16_gflops", roof.bf16_gflops}, {"int8_gops", roof.int8_gops}})
-                              .dump(2)
-                              .c_str());
-    } else {
-      std::printf("%s: %s\n", platform->describe().c_str(), roof.describe().c_str());
-    }
-    return 0;
-  }
-  const Scheme* scheme = find_scheme(*scheme_name);
-  if (scheme == nullptr) {
-    std::fprintf(stderr, "qlinear bench: unknown scheme '%s' for --scheme; schemes: %s\n", scheme_name->c_str(),
-                 scheme_names().c_str());
-    return 2;
-  }
+  run.backend = args->get_or("--backend", "cpu");
+  auto platform = parse_platform(run.backend == "cuda" ? "cuda" : "cpu");
+  if (!platform) return usage_error("--backend " + run.backend + ": " + platform.message());
+
   auto ms = args->get_int_list("--m", {1, 16, 128}, 1, kMaxDimension);
   auto n = args->get_int("--n", 4096, 1, kMaxDimension);
   auto k = args->get_int("--k", 4096, 1, kMaxDimension);
   auto reps = args->get_int("--reps", 20, 1, kMaxReps);
-  for (const Status& s : {ms.status(), n.status(), k.status(), reps.status()}) {
-    if (!s) {
-      std::fprintf(stderr, "qlinear bench: %s\n", s.message().c_str());
-      return 2;
-    }
+  auto load = args->get_int("--load", 0, 0, 1024);
+  for (const Status& s : {ms.status(), n.status(), k.status(), reps.status(), load.status()}) {
+    if (!s) return usage_error(s.message());
   }
-  std::vector<Shape3> shapes = {{"custom", *n, *k}};
+  std::vector<const Scheme*> schemes;
+  if (auto list = args->get("--scheme")) {
+    for (const std::string& name : split_commas(*list)) {
+      const Scheme* s = find_scheme(name);
+      if (s == nullptr) {
+        return usage_error("unknown scheme '" + name + "' for --scheme; schemes: " + scheme_names());
+      }
+      schemes.push_back(s);
+      run.schemes.emplace_back(s->name);
+    }
+  } else if (!args->flag("--roofline")) {
+    return usage_error("--scheme is required (one of: " + scheme_names() + ")");
+  }
+  std::vector<bench::LayerShape> shapes = {{"custom", *n, *k}};
   if (auto set = args->get("--shapes")) {
-    shapes = shape_set(*set);
-    if (shapes.empty()) {
-      std::fprintf(stderr, "qlinear bench: --shapes %s: expected llama3-8b or llama3-70b\n", set->c_str());
-      return 2;
-    }
+    const bench::ShapeSet* found = bench::find_shape_set(*set);
+    if (found == nullptr) return usage_error("--shapes " + *set + ": expected " + bench::shape_set_names());
+    shapes = found->layers;
   }
-  const std::string compare = args->get_or("--compare", "");
-  if (!compare.empty() && compare != "reference" && compare != "onednn" && compare != "cublaslt") {
-    std::fprintf(stderr, "qlinear bench: --compare %s: expected reference, onednn or cublaslt\n", compare.c_str());
-    return 2;
+  if (auto list = args->get("--compare")) {
+    auto anchors = BenchAnchor::parse_list(*list);
+    if (!anchors) return usage_error(anchors.message());
+    run.anchors = *anchors;
   }
   SelectOptions select;
-  if (backend == "reference") {
-    select.force = "reference_" + std::string(family_name(scheme->family));
-  } else if (backend != "cpu" && backend != "cuda") {
-    if (find_kernel(backend) == nullptr) {
-      std::fprintf(stderr, "qlinear bench: --backend %s: not cpu, cuda, reference or a kernel name (qlinear kernels)\n",
-                   backend.c_str());
-      return 2;
+  if (run.backend != "cpu" && run.backend != "cuda" && run.backend != "reference") {
+    if (find_kernel(run.backend) == nullptr) {
+      return usage_error("--backend " + run.backend + ": not cpu, cuda, reference or a kernel name (qlinear kernels)");
     }
-    select.force = backend;
-    if (std::string(backend).rfind("cublaslt", 0) == 0 || std::string(backend).rfind("sm90", 0) == 0 ||
-        std::string(backend).rfind("cuda", 0) == 0) {
+    select.force = run.backend;
+    if (run.backend.rfind("cublaslt", 0) == 0 || run.backend.rfind("sm90", 0) == 0 || run.backend.rfind("cuda", 0) == 0) {
       platform = parse_platform("cuda");
+      if (!platform) return usage_error("--backend " + run.backend + ": " + platform.message());
     }
   }
-  const bool int8_family = scheme->family == Family::kInt8ScaledMM;
-  std::vector<Record> records;
+
+  // SIGTERM / SIGINT (timeout, Ctrl-C): finish the current row, then print what was measured.
+  std::signal(SIGTERM, on_stop_signal);
+  std::signal(SIGINT, on_stop_signal);
+  run.machine = describe_machine(*platform);  // the load average before --load adds to it
+  BusyLoad busy;  // before any thread pool exists (fork)
+  if (*load > 0) {
+    if (Status s = busy.start(static_cast<int>(*load)); !s) {
+      std::fprintf(stderr, "qlinear bench: %s\n", s.message().c_str());
+      return 1;
+    }
+  }
+  run.load = static_cast<int>(*load);
+  const bool want_roofline = args->flag("--roofline") || args->get("--plot") || args->get("--report");
+  if (want_roofline) {
+    if (platform->kind == PlatformKind::kCuda) {
+      auto r = measure_cuda_roofline(*platform);
+      if (r) {
+        run.roofline = *r;
+        run.have_roofline = true;
+      } else {
+        std::fprintf(stderr, "qlinear bench: roofline: %s\n", r.message().c_str());
+      }
+    } else {
+      run.roofline = measure_cpu_roofline(*platform);
+      run.have_roofline = true;
+    }
+  }
+  if (schemes.empty()) {  // --roofline alone
+    if (json) {
+      std::printf("%s\n", run.to_json().dump(2).c_str());
+    } else {
+      std::printf("%s: %s\n", platform->describe().c_str(), run.roofline.describe().c_str());
+    }
+    return 0;
+  }
+  // Rows as they are measured: on stdout, or on stderr when stdout carries the JSON (a log of a run that is
+  // stopped still shows what it reached).
+  FILE* progress = json ? stderr : stdout;
+  std::fprintf(progress, "qlinear bench on %s%s%s\n", platform->describe().c_str(),
+               run.have_roofline ? ("\nroofline: " + run.roofline.describe()).c_str() : "",
+               run.load > 0 ? ("\nload: " + std::to_string(run.load) + " busy processes").c_str() : "");
+  std::fprintf(progress, "%-18s %-14s %6s %6s %6s %-30s %10s %10s %9s %9s %8s  anchors (time, anchor/ours)\n",
+               "scheme", "shape", "M", "N", "K", "kernel", "median ms", "min ms", "TFLOP/s", "GB/s", "roofline");
+  std::fflush(progress);
   int failures = 0;
-  if (!json) {
-    std::printf("qlinear bench %s on %s%s\n", std::string(scheme->name).c_str(), platform->describe().c_str(),
-                want_roofline ? ("\nroofline: " + roof.describe()).c_str() : "");
-    std::printf("%-12s %6s %6s %6s %-28s %10s %9s %9s %8s %-14s %10s %7s\n", "shape", "M", "N", "K", "kernel",
-                "median ms", "TFLOP/s", "GB/s", "roofline", "compare", "median ms", "ratio");
-  }
-  for (const Shape3& sh : shapes) {
-    auto layer = quantize_layer("bench." + sh.name, *scheme, random_normal(DType::kF32, {sh.n, sh.k}, 7, 0.02));
-    if (!layer) {
-      std::fprintf(stderr, "qlinear bench: %s\n", layer.message().c_str());
-      return 1;
-    }
-    int64_t bytes = 0;
-    for (const auto& [name, t] : layer->params) bytes += t.nbytes();
-    auto runner = LayerRunner::create(*layer, Tensor(), *platform, select, cold_copies_for(bytes));
-    if (!runner) {
-      std::fprintf(stderr, "qlinear bench: %s\n", runner.message().c_str());
-      return 1;
-    }
-    std::unique_ptr<LayerRunner> anchor_runner;
-    if (compare == "reference" || compare == "cublaslt") {
-      SelectOptions anchor_select;
-      // cuBLASLt is the vendor anchor of the FP8 families (its MX scale modes are Blackwell-only).
-      anchor_select.force = compare == "reference"                        ? "reference_" + std::string(family_name(scheme->family))
-                            : scheme->family == Family::kFp8BlockScaled ? "cublaslt_fp8_block_scaled"
-                                                                         : "cublaslt_fp8_scaled_mm";
-      auto ar = LayerRunner::create(*layer, Tensor(), *platform, anchor_select, compare == "reference" ? 1 : cold_copies_for(bytes));
-      if (!ar) {
-        std::fprintf(stderr, "qlinear bench: --compare %s: %s\n", compare.c_str(), ar.message().c_str());
+  // Shapes outer, schemes inner: anchors that several schemes share (cuBLAS BF16, one cuBLASLt mode, one
+  // oneDNN matmul) are made and measured once per shape and M.
+  for (const bench::LayerShape& sh : shapes) {
+    std::map<std::string, std::unique_ptr<BenchAnchor>> made;  // by key_for
+    std::map<std::pair<std::string, int64_t>, AnchorRow> measured;
+    for (const Scheme* scheme : schemes) {
+      if (g_stop) break;
+      SelectOptions scheme_select = select;
+      if (run.backend == "reference") scheme_select.force = "reference_" + std::string(family_name(scheme->family));
+      auto layer = bench_layer("bench." + sh.name, *scheme, sh.n, sh.k, 7);
+      if (!layer) {
+        std::fprintf(stderr, "qlinear bench: %s\n", layer.message().c_str());
         return 1;
       }
-      anchor_runner = std::move(*ar);
-    }
-    for (int64_t m : *ms) {
-      auto r = (*runner)->measure(m, static_cast<int>(*reps), args->flag("--check"), 11);
-      if (!r) {
-        std::fprintf(stderr, "qlinear bench: %s M=%lld: %s\n", sh.name.c_str(), static_cast<long long>(m),
-                     r.message().c_str());
+      auto runner = LayerRunner::create(*layer, Tensor(), *platform, scheme_select, LayerRunner::kCopiesForMethod);
+      if (!runner) {
+        std::fprintf(stderr, "qlinear bench: %s %s: %s\n", std::string(scheme->name).c_str(), sh.name.c_str(),
+                     runner.message().c_str());
         ++failures;
         continue;
       }
-      Record rec{sh.name, std::string((*runner)->kernel().name()), *r};
-      const double io_bytes = bytes + 2.0 * m * sh.k + 2.0 * m * sh.n;
-      rec.ops_per_byte = 2.0 * m * sh.n * sh.k / io_bytes;
-      if (want_roofline && roof.dram_gbps > 0) {
-        rec.roofline_fraction = r->tflops * 1e3 / attainable_gops(roof, int8_family, true, rec.ops_per_byte);
-      }
-      if (compare == "onednn") {
-        auto a = time_onednn_matmul(int8_family, m, sh.n, sh.k, static_cast<int>(*reps));
-        rec.compare_name = int8_family ? "onednn_s8s8" : "onednn_bf16";
-        if (a) {
-          rec.compare_name = a->name;
-          rec.compare_ms = a->median_ms;
-          rec.compare_impl = a->impl;
-        } else {
-          rec.compare_error = a.message();
+      double slow_call_s = 0;  // > half the budget at a smaller M: larger M are skipped
+      int64_t slow_m = 0;
+      for (int64_t m : *ms) {
+        if (g_stop) break;
+        if (slow_call_s > 0 && m > slow_m) {
+          char why[200];
+          std::snprintf(why, sizeof why, "one call of %s took %.3g s at M=%lld (time budget of %.0f s per measurement)",
+                        std::string((*runner)->kernel().name()).c_str(), slow_call_s, static_cast<long long>(slow_m),
+                        bench::kBudgetSeconds);
+          run.skipped.push_back({std::string(scheme->name), sh.name, m, why});
+          std::fprintf(progress, "%-18s %-14s %6lld skipped: %s\n", std::string(scheme->name).c_str(), sh.name.c_str(),
+                       static_cast<long long>(m), why);
+          continue;
         }
-      } else if (anchor_runner) {
-        rec.compare_name = std::string(anchor_runner->kernel().name());
-        auto a = anchor_runner->measure(m, compare == "reference" ? 1 : static_cast<int>(*reps), false, 11);
-        if (a) {
-          rec.compare_ms = a->median_ms;
-        } else {
-          rec.compare_error = a.message();
+        auto r = (*runner)->measure(m, static_cast<int>(*reps), args->flag("--check"), 11);
+        if (!r) {
+          std::fprintf(stderr, "qlinear bench: %s %s M=%lld: %s\n", std::string(scheme->name).c_str(),
+                       sh.name.c_str(), static_cast<long long>(m), r.message().c_str());
+          ++failures;
+          continue;
         }
-      }
-      records.push_back(rec);
-      if (!json) {
-        char cmp[64] = "", ratio[32] = "";
-        if (rec.compare_ms > 0) {
-          std::snprintf(cmp, sizeof cmp, "%10.4f", rec.compare_ms);
-          std::snprintf(ratio, sizeof ratio, "%6.2fx", rec.compare_ms / r->median_ms);
+        if (r->median_ms * 1e-3 > bench::kBudgetSeconds / 2) {
+          slow_call_s = r->median_ms * 1e-3;
+          slow_m = m;
         }
-        char frac[16] = "-";
-        if (rec.roofline_fraction >= 0) std::snprintf(frac, sizeof frac, "%7.0f%%", 100 * rec.roofline_fraction);
-        std::printf("%-12s %6lld %6lld %6lld %-28s %10.4f %9.3f %9.1f %8s %-14s %10s %7s\n", sh.name.c_str(),
-                    static_cast<long long>(m), static_cast<long long>(sh.n), static_cast<long long>(sh.k),
-                    rec.kernel.c_str(), r->median_ms, r->tflops, r->weight_gbps, frac, rec.compare_name.c_str(), cmp,
-                    ratio);
-        if (!rec.compare_error.empty()) std::printf("  compare failed: %s\n", rec.compare_error.c_str());
-        std::fflush(stdout);
+        BenchRow row;
+        row.scheme = std::string(scheme->name);
+        row.family = std::string(family_name(scheme->family));
+        row.shape = sh.name;
+        row.kernel = std::string((*runner)->kernel().name());
+        row.n = sh.n;
+        row.k = sh.k;
+        row.ours = *r;
+        const double io_bytes = (*runner)->weight_bytes() + 2.0 * m * sh.k + 2.0 * m * sh.n;
+        row.ops_per_byte = 2.0 * m * sh.n * sh.k / io_bytes;
+        if (run.have_roofline && run.roofline.dram_gbps > 0) {
+          row.roofline_fraction = r->tflops * 1e3 / attainable_gops(run.roofline, *scheme, row.ops_per_byte);
+        }
+        for (const std::string& kind : run.anchors) {
+          row.compare[kind] = measure_anchor(kind, *scheme, *layer, *platform, m, static_cast<int>(*reps), made, measured);
+        }
+        run.rows.push_back(row);
+        print_row(progress, run, run.rows.back());
       }
     }
   }
-  if (json) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const Record& r : records) {
-      nlohmann::json j = {{"scheme", scheme->name}, {"kernel", r.kernel}, {"shape", r.shape}, {"m", r.ours.m},
-                          {"n", 0}, {"k", 0}, {"median_ms", r.ours.median_ms}, {"tflops", r.ours.tflops},
-                          {"weight_gbps", r.ours.weight_gbps}};
-      for (const Shape3& sh : shapes) {
-        if (sh.name == r.shape) {
-          j["n"] = sh.n;
-          j["k"] = sh.k;
-        }
-      }
-      if (r.roofline_fraction >= 0) j["roofline_fraction"] = r.roofline_fraction;
-      if (r.ours.rel_err >= 0) j["rel_err_reference"] = r.ours.rel_err;
-      if (!r.compare_name.empty()) {
-        j["compare"] = {{"name", r.compare_name},
-                        {"median_ms", r.compare_ms > 0 ? nlohmann::json(r.compare_ms) : nlohmann::json(nullptr)},
-                        {"ratio", r.compare_ms > 0 ? nlohmann::json(r.compare_ms / r.ours.median_ms) : nlohmann::json(nullptr)},
-                        {"impl", r.compare_impl}};
-        if (!r.compare_error.empty()) j["compare"]["error"] = r.compare_error;
-      }
-      out.push_back(j);
-    }
-    std::printf("%s\n", out.dump(2).c_str());
+  if (g_stop) {
+    run.interrupted = "stopped by signal " + std::to_string(static_cast<int>(g_stop)) + " after " +
+                      std::to_string(run.rows.size()) + " rows";
+    std::fprintf(stderr, "qlinear bench: %s\n", run.interrupted.c_str());
+    ++failures;
   }
-  if (auto plot = args->get("--plot")) write_svg(*plot, roof, int8_family, records);
+  busy.stop();
+  if (json) std::printf("%s\n", run.to_json().dump(2).c_str());
+  if (auto plot = args->get("--plot")) {
+    if (Status s = write_plot_svg(*plot, run); !s) {
+      std::fprintf(stderr, "qlinear bench: --plot %s: %s\n", plot->c_str(), s.message().c_str());
+      ++failures;
+    }
+  }
+  if (auto report = args->get("--report")) {
+    if (Status s = write_report_html(*report, run); !s) {
+      std::fprintf(stderr, "qlinear bench: --report %s: %s\n", report->c_str(), s.message().c_str());
+      ++failures;
+    }
+  }
   return failures == 0 ? 0 : 1;
 }
 

@@ -138,11 +138,16 @@ int cmd_kernels(int argc, char** argv) {
                           {"config", config.to_string()},
                           {"platform", platform->describe()},
                           {"selected", sel.kernel ? nlohmann::json(sel.kernel->name()) : nlohmann::json(nullptr)},
+                          {"summary", sel.kernel ? nlohmann::json(sel.kernel->summary()) : nlohmann::json(nullptr)},
                           {"candidates", cands}};
     std::printf("%s\n", doc.dump(2).c_str());
   } else {
     std::printf("%s on %s\n%s", config.to_string().c_str(), platform->describe().c_str(), sel.explain().c_str());
     if (sel.kernel == nullptr) std::printf("no kernel can implement this layer here\n");
+    // The summary says what runs for which M where a kernel hands small M to another code path (AMX).
+    if (sel.kernel != nullptr) {
+      std::printf("%s: %s\n", std::string(sel.kernel->name()).c_str(), std::string(sel.kernel->summary()).c_str());
+    }
   }
   return sel.kernel ? 0 : 1;
 }

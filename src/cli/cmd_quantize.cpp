@@ -1,20 +1,22 @@
 // qlinear quantize IN OUT --scheme S: a BF16/FP16/FP32 safetensors model -> a compressed-tensors (or, for
-// MXFP6, Quark) checkpoint that qlinear and vLLM load. Linear weights are quantized with qlinear's reference
-// quantizers; every other tensor is copied as it is.
+// MXFP6, Quark) model directory that qlinear and vLLM load, streamed by quantize_checkpoint
+// (quantize_checkpoint.hpp): linear weights quantized with qlinear's reference quantizers in parallel row
+// chunks, every other tensor copied as it is, shards of at most --max-shard-size, progress on a terminal.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <regex>
-#include <sstream>
+#include <nlohmann/json.hpp>
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
-#include "qlinear/checkpoint_writer.hpp"
+#include "cli/progress.hpp"
 #include "qlinear/kernel.hpp"
 #include "qlinear/make_layer.hpp"
-#include "qlinear/regex_limits.hpp"
+#include "qlinear/quantize_checkpoint.hpp"
+#include "qlinear/name_pattern.hpp"
 #include "qlinear/safetensors.hpp"
 
 namespace qlinear::cli {
@@ -25,26 +27,34 @@ const std::vector<OptionSpec> kSpecs = {
     {"--scheme", "S", "target scheme (qlinear kernels --list-schemes)"},
     {"--ignore", "REGEX", "linear weights to keep dense (default: lm_head|embed|norm)"},
     {"--input-range", "MIN,MAX", "activation range for static input scales (required by static schemes)"},
+    {"--max-shard-size", "SIZE", "largest output file (default 5GB; also MB, GiB, ...)"},
+    {"--json", "", "print a JSON summary (and no progress line)"},
     {"--help", "", "this help"},
 };
 
-// One line, redrawn in place, when stderr is a terminal.
-class Progress {
- public:
-  explicit Progress(size_t total) : total_(total), tty_(::isatty(2) != 0) {}
-  void step(const std::string& what) {
-    ++done_;
-    if (!tty_) return;
-    const int width = 30, filled = static_cast<int>(width * done_ / std::max<size_t>(total_, 1));
-    std::fprintf(stderr, "\r[%s%s] %zu/%zu %-60.60s", std::string(filled, '#').c_str(),
-                 std::string(width - filled, '.').c_str(), done_, total_, what.c_str());
-    if (done_ == total_) std::fprintf(stderr, "\n");
+// "5GB", "500MB", "2GiB", "123456" (bytes): save_pretrained's max_shard_size spellings.
+Result<uint64_t> parse_size(const std::string& text) {
+  static const std::pair<const char*, double> kUnits[] = {{"GiB", 1024.0 * 1024 * 1024}, {"MiB", 1024.0 * 1024},
+                                                          {"KiB", 1024.0}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3},
+                                                          {"B", 1.0}};
+  double scale = 1.0;
+  std::string number = text;
+  for (const auto& [unit, factor] : kUnits) {
+    if (text.size() > std::strlen(unit) && text.ends_with(unit)) {
+      number = text.substr(0, text.size() - std::strlen(unit));
+      scale = factor;
+      break;
+    }
   }
-
- private:
-  size_t total_, done_ = 0;
-  bool tty_;
-};
+  try {
+    size_t used = 0;
+    const double v = std::stod(number, &used);
+    if (used != number.size() || !(v * scale >= 1e6) || !(v * scale <= 1e15)) throw std::invalid_argument("range");
+    return static_cast<uint64_t>(v * scale);
+  } catch (const std::exception&) {
+    return Status::error("--max-shard-size " + text + ": expected a size from 1MB to 1000TB such as 5GB, 500MB or 2GiB");
+  }
+}
 
 Result<std::pair<float, float>> parse_range(const std::string& text) {
   const size_t comma = text.find(',');
@@ -60,8 +70,6 @@ Result<std::pair<float, float>> parse_range(const std::string& text) {
   }
 }
 
-bool is_float_tensor(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
-
 }  // namespace
 
 int cmd_quantize(int argc, char** argv) {
@@ -71,7 +79,7 @@ int cmd_quantize(int argc, char** argv) {
     return 2;
   }
   if (args->flag("--help")) {
-    std::printf("Usage: qlinear quantize IN OUT --scheme S [--ignore REGEX] [--input-range MIN,MAX]\n"
+    std::printf("Usage: qlinear quantize IN OUT --scheme S [--ignore REGEX] [--input-range MIN,MAX] [--max-shard-size SIZE] [--json]\n"
                 "IN: a safetensors model (directory with config.json, or one .safetensors file); OUT: a new directory.\n\n%s",
                 options_help(kSpecs).c_str());
     return 0;
@@ -88,7 +96,10 @@ int cmd_quantize(int argc, char** argv) {
     return 2;
   }
   MakeLayerOptions mo;
-  const bool static_input = scheme->activation_key && scheme->activation_key->scale.is_static;
+  // Static input scales, and NVFP4's input global scale (a checkpoint stores it as input_global_scale), are
+  // made from the activations' range; none is assumed.
+  const bool static_input = scheme->activation_key &&
+                            (scheme->activation_key->scale.is_static || scheme->activation_key->scale2.has_value());
   if (auto range = args->get("--input-range")) {
     auto r = parse_range(*range);
     if (!r) {
@@ -99,20 +110,30 @@ int cmd_quantize(int argc, char** argv) {
     mo.input_max = r->second;
   } else if (static_input) {
     std::fprintf(stderr,
-                 "qlinear quantize: %s has static input scales: give the activations' range with "
-                 "--input-range MIN,MAX (qlinear does not read calibration data)\n",
+                 "qlinear quantize: %s stores static activation scales (input_scale, or NVFP4's "
+                 "input_global_scale): give the activations' range with --input-range MIN,MAX (qlinear does not "
+                 "read calibration data; the Python package's qlinear.torch.calibrate observes it)\n",
                  std::string(scheme->name).c_str());
     return 2;
   }
-  auto ignore_re = compile_regex(args->get_or("--ignore", "lm_head|embed|norm"));
-  if (!ignore_re) {
-    std::fprintf(stderr, "qlinear quantize: --ignore: %s\n", ignore_re.message().c_str());
+  QuantizeCheckpointOptions qo;
+  qo.layer = mo;
+  qo.ignore_regex = args->get_or("--ignore", "lm_head|embed|norm");
+  if (auto ignore = NamePattern::compile(qo.ignore_regex, NamePattern::Anchor::kSearch); !ignore) {
+    std::fprintf(stderr, "qlinear quantize: --ignore: %s\n", ignore.message().c_str());
     return 2;
   }
-  const std::regex ignore = std::move(*ignore_re);
-  namespace fs = std::filesystem;
+  if (auto size = args->get("--max-shard-size")) {
+    auto bytes = parse_size(*size);
+    if (!bytes) {
+      std::fprintf(stderr, "qlinear quantize: %s\n", bytes.message().c_str());
+      return 2;
+    }
+    qo.max_shard_bytes = *bytes;
+  }
+  const bool json = args->flag("--json");
   const std::string in = args->positional()[0], out = args->positional()[1];
-  if (fs::exists(out) && !fs::is_empty(out)) {
+  if (std::filesystem::exists(out) && !std::filesystem::is_empty(out)) {
     std::fprintf(stderr, "qlinear quantize: OUT %s exists and is not empty; choose a new directory\n", out.c_str());
     return 2;
   }
@@ -121,52 +142,35 @@ int cmd_quantize(int argc, char** argv) {
     std::fprintf(stderr, "qlinear quantize: %s\n", ckpt.message().c_str());
     return 1;
   }
-  std::string base_config = "{}";
-  const fs::path cfg = (fs::is_directory(in) ? fs::path(in) : fs::path(in).parent_path()) / "config.json";
-  if (fs::exists(cfg)) {
-    std::ifstream f(cfg);
-    std::stringstream text;
-    text << f.rdbuf();
-    base_config = text.str();
+  auto total = checkpoint_tensor_bytes(in);
+  Progress progress("tensors", ckpt->names().size(), total ? *total : 0, json);
+  qo.on_tensor = [&](const std::string& name, uint64_t bytes) { progress.step(name, bytes); };
+  const auto start = std::chrono::steady_clock::now();
+  auto summary = quantize_checkpoint(in, out, *scheme, qo);
+  progress.clear();
+  if (!summary) {
+    std::fprintf(stderr, "qlinear quantize: %s\n", summary.message().c_str());
+    return 1;
   }
-  // Linear layers: 2-D float "<module>.weight" tensors not matched by --ignore.
-  std::vector<std::string> linear;
-  std::vector<std::pair<std::string, Tensor>> dense;
-  for (const std::string& name : ckpt->names()) {
-    auto e = ckpt->entry(name);
-    const bool is_weight = name.size() > 7 && name.ends_with(".weight");
-    if (is_weight && e && e->shape.size() == 2 && is_float_tensor(e->dtype) && !std::regex_search(name, ignore)) {
-      linear.push_back(name.substr(0, name.size() - 7));
-    } else {
-      dense.emplace_back(name, ckpt->tensor(name).value());
-    }
-  }
-  if (linear.empty()) {
+  if (summary->quantized == 0) {
     std::fprintf(stderr, "qlinear quantize: %s has no float 2-D '*.weight' tensor to quantize\n", in.c_str());
+    std::filesystem::remove_all(out);
     return 1;
   }
-  std::vector<LinearLayer> layers;
-  layers.reserve(linear.size());
-  std::vector<CheckpointModule> modules;
-  Progress progress(linear.size());
-  for (const std::string& m : linear) {
-    const Tensor w = ckpt->tensor(m + ".weight").value();
-    auto layer = quantize_layer(m, *scheme, w.contiguous(), mo);
-    if (!layer) {
-      std::fprintf(stderr, "\nqlinear quantize: layer %s (%s): %s\n", m.c_str(), w.describe().c_str(),
-                   layer.message().c_str());
-      return 1;
-    }
-    layers.push_back(std::move(*layer));
-    progress.step(m);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (json) {
+    nlohmann::json j = {{"out", out}, {"scheme", scheme->name}, {"quantized", summary->quantized},
+                        {"copied", summary->copied}, {"shards", summary->shards},
+                        {"input_bytes", summary->input_bytes}, {"output_bytes", summary->output_bytes},
+                        {"carried_files", summary->carried_files}, {"seconds", seconds},
+                        {"input_gbps", summary->input_bytes / 1e9 / seconds}};
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("wrote %s: %zu linear layers as %s, %zu tensors copied, %zu shard(s), %.2f GB from %.2f GB in %.1f s "
+                "(%.2f GB/s)\n",
+                out.c_str(), summary->quantized, std::string(scheme->name).c_str(), summary->copied, summary->shards,
+                summary->output_bytes / 1e9, summary->input_bytes / 1e9, seconds, summary->input_bytes / 1e9 / seconds);
   }
-  for (size_t i = 0; i < linear.size(); ++i) modules.push_back({linear[i], &layers[i], Tensor()});
-  if (Status s = write_quantized_checkpoint(out, *scheme, modules, dense, base_config); !s) {
-    std::fprintf(stderr, "qlinear quantize: %s\n", s.message().c_str());
-    return 1;
-  }
-  std::printf("wrote %s: %zu linear layers as %s, %zu tensors copied\n", out.c_str(), linear.size(),
-              std::string(scheme->name).c_str(), dense.size());
   return 0;
 }
 

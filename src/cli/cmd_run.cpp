@@ -11,6 +11,7 @@
 #include "cli/commands.hpp"
 #include "cli/layer_runner.hpp"
 #include "cli/checkpoint_args.hpp"
+#include "cli/progress.hpp"
 #include "cli/tp_check.hpp"
 #include "qlinear/weight_cache.hpp"
 
@@ -107,7 +108,16 @@ int cmd_run(int argc, char** argv) {
   std::optional<WeightCache> cache;
   if (cache_dir) cache.emplace(*cache_dir);
   std::vector<std::pair<std::string, WeightCacheOutcome>> outcomes;  // per layer, with --weight-cache
+  auto layer_bytes = [](const LoadedLayer& l) {
+    uint64_t b = 0;
+    for (const auto& [name, t] : l.layer.params) b += t.defined() ? static_cast<uint64_t>(t.nbytes()) : 0;
+    return b;
+  };
+  uint64_t total_bytes = 0;
+  for (const LoadedLayer& l : model->layers) total_bytes += layer_bytes(l);
+  Progress progress("layers", model->layers.size(), total_bytes, json);
   for (const LoadedLayer& l : model->layers) {
+    progress.clear();  // the table goes to stdout; the progress line to stderr, redrawn below it
     // Tensors may be views of the mapped files: a file replaced or truncated since loading is reported here
     // rather than read (SIGBUS) while processing (safetensors.hpp, LIMITATION).
     if (Status s = model->checkpoint.verify_unchanged(); !s) {
@@ -127,6 +137,7 @@ int cmd_run(int argc, char** argv) {
     if (!runner) {
       std::fprintf(stderr, "qlinear run: %s: %s\n", l.layer.name.c_str(), runner.message().c_str());
       ++failures;
+      progress.step(l.layer.name, layer_bytes(l));
       continue;
     }
     for (int64_t m : *ms) {
@@ -161,7 +172,10 @@ int cmd_run(int argc, char** argv) {
                     static_cast<long long>(m), err, r->median_ms, r->tflops, r->weight_gbps);
       }
     }
+    std::fflush(stdout);
+    progress.step(l.layer.name, layer_bytes(l));
   }
+  progress.clear();
   if (cache && !json) print_cache_report(*cache_dir, outcomes);
   if (json) std::printf("%s\n", records.dump(2).c_str());
   if (failures > 0 && !json) std::printf("\n%d check(s) failed\n", failures);

@@ -1,7 +1,6 @@
 #include "cli/layer_runner.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 #include "qlinear/random.hpp"
@@ -15,11 +14,6 @@ LinearLayer clone_layer(const LinearLayer& layer) {
   LinearLayer copy = layer;
   for (auto& [name, t] : copy.params) t = t.clone();
   return copy;
-}
-
-int cold_copies_for(int64_t bytes) {
-  constexpr int64_t kColdBytes = int64_t{256} << 20;  // 8x a 32 MiB L3 (anchors/CPU.md method)
-  return static_cast<int>(std::clamp<int64_t>((kColdBytes + bytes - 1) / std::max<int64_t>(bytes, 1), 1, 64));
 }
 
 double relative_error(const Tensor& a, const Tensor& b) {
@@ -42,6 +36,16 @@ Result<std::unique_ptr<LayerRunner>> LayerRunner::create(const LinearLayer& laye
   r->platform_ = platform;
   QL_ASSIGN_OR_RETURN(r->kernel_, select_kernel(layer.config, platform, select));
   for (const auto& [name, t] : layer.params) r->weight_bytes_ += t.nbytes();
+  if (platform.kind == PlatformKind::kCuda) {
+#if QLINEAR_WITH_CUDA
+    QL_ASSIGN_OR_RETURN(r->timer_, bench::DeviceTimer::create(platform.cuda->index));
+#else
+    return Status::error("a CUDA platform in a build without the CUDA backend");
+#endif
+  }
+  if (copies == kCopiesForMethod) {
+    copies = r->timer_ ? r->timer_->device_copies_for(r->weight_bytes_) : bench::cold_copies_for(r->weight_bytes_);
+  }
   for (int i = 0; i < copies; ++i) {
     LinearLayer c = clone_layer(layer);
     QL_RETURN_IF_ERROR(process ? process(c, *r->kernel_) : r->kernel_->process_weights_after_loading(c));
@@ -53,7 +57,7 @@ Result<std::unique_ptr<LayerRunner>> LayerRunner::create(const LinearLayer& laye
 Result<Measurement> LayerRunner::measure(int64_t m, int reps, bool check, uint64_t seed) {
   if (reps < 1) return Status::error("measure: at least one repetition is needed, got " + std::to_string(reps));
   const LinearConfig& c = original_.config;
-  const Tensor x_host = random_normal(c.input_dtype, {m, c.k}, seed, 1.0);
+  const Tensor x_host = bench::random_rows(c.input_dtype, m, c.k, seed, 1.0);
   Tensor x = x_host, bias = bias_, out;
   const bool on_gpu = platform_.kind == PlatformKind::kCuda;
 #if QLINEAR_WITH_CUDA
@@ -66,29 +70,22 @@ Result<Measurement> LayerRunner::measure(int64_t m, int reps, bool check, uint64
   }
 #endif
   if (!on_gpu) out = Tensor::empty(c.out_dtype, {m, c.n});
-  auto sync = [&]() -> Status {
-#if QLINEAR_WITH_CUDA
-    if (on_gpu) return cuda::synchronize();
-#endif
-    return Status::ok();
-  };
   const Activation act = Activation::dense(x);
   const Tensor* b = bias.defined() ? &bias : nullptr;
-  QL_RETURN_IF_ERROR(kernel_->apply(copies_[0], act, b, out));  // warm-up (and first-call allocations)
-  QL_RETURN_IF_ERROR(sync());
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    const LinearLayer& layer = copies_[(i + 1) % copies_.size()];
-    const auto t0 = std::chrono::steady_clock::now();
-    QL_RETURN_IF_ERROR(kernel_->apply(layer, act, b, out));
-    QL_RETURN_IF_ERROR(sync());
-    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  const bench::TimedCall call = [&](int rep) { return kernel_->apply(copies_[rep % copies_.size()], act, b, out); };
+  bench::Timing t;
+  if (timer_) {
+    QL_ASSIGN_OR_RETURN(t, timer_->time(call, reps));
+  } else {
+    QL_ASSIGN_OR_RETURN(t, bench::time_host(call, reps));
   }
-  std::sort(times.begin(), times.end());
   Measurement ms;
   ms.m = m;
-  ms.median_ms = times[times.size() / 2];
-  ms.min_ms = times.front();
+  ms.median_ms = t.median_ms;
+  ms.min_ms = t.min_ms;
+  ms.host_us = t.host_us;
+  ms.reps = t.reps;
+  ms.note = t.note;
   ms.tflops = 2.0 * m * c.n * c.k / (ms.median_ms * 1e-3) / 1e12;
   ms.weight_gbps = weight_bytes_ / (ms.median_ms * 1e-3) / 1e9;
   if (check) {

@@ -2,22 +2,28 @@
 
 #if QLINEAR_WITH_ONEDNN
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <dnnl.hpp>
 #include <unordered_map>
 #include <vector>
+
+#include "bench/timing.hpp"
 #endif
 
 namespace qlinear::cli {
 
 #if !QLINEAR_WITH_ONEDNN
 bool onednn_available() { return false; }
+std::string onednn_version() { return ""; }
 Result<AnchorTiming> time_onednn_matmul(bool, int64_t, int64_t, int64_t, int) {
   return Status::error("qlinear was built without oneDNN (install Debian's libdnnl-dev and reconfigure)");
 }
 #else
 bool onednn_available() { return true; }
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
 
 namespace {
 Result<AnchorTiming> time_matmul(dnnl::memory::data_type type, int64_t m, int64_t n, int64_t k, int reps);
@@ -52,7 +58,7 @@ Result<AnchorTiming> time_matmul(dnnl::memory::data_type type, int64_t m, int64_
     memory plain(wei_plain_md, eng);
     std::memset(plain.get_data_handle(), 1, wei_plain_md.get_size());
     const double wbytes = static_cast<double>(wei_plain_md.get_size());
-    const int copies = static_cast<int>(std::clamp((256.0 * (1 << 20)) / wbytes, 1.0, 64.0));
+    const int copies = bench::cold_copies_for(static_cast<int64_t>(wbytes));
     std::vector<memory> weights;
     for (int i = 0; i < copies; ++i) {
       memory w(pd.weights_desc(), eng);
@@ -62,20 +68,16 @@ Result<AnchorTiming> time_matmul(dnnl::memory::data_type type, int64_t m, int64_
     strm.wait();
     memory src(pd.src_desc(), eng), dst(pd.dst_desc(), eng);
     std::memset(src.get_data_handle(), 1, pd.src_desc().get_size());
-    auto run = [&](int i) {
-      prim.execute(strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights[i % copies]}, {DNNL_ARG_DST, dst}});
-      strm.wait();
-    };
-    run(0);
-    std::vector<double> t;
-    for (int i = 0; i < reps; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      run(i + 1);
-      t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(t.begin(), t.end());
+    auto t = bench::time_host(
+        [&](int i) {
+          prim.execute(strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights[i % copies]}, {DNNL_ARG_DST, dst}});
+          strm.wait();
+          return Status::ok();
+        },
+        reps);
+    if (!t) return t.status();
     const char* name = int8 ? "onednn_s8s8" : type == dt::bf16 ? "onednn_bf16" : "onednn_f32";
-    return AnchorTiming{name, pd.impl_info_str(), t[t.size() / 2], wbytes};
+    return AnchorTiming{name, pd.impl_info_str(), *t, wbytes};
   } catch (const dnnl::error& e) {
     return Status::error(std::string("oneDNN matmul failed: ") + e.what());
   }

@@ -9,6 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
+
+#include "bench/timing.hpp"
 
 namespace qlinear::cli {
 
@@ -18,25 +21,63 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Streaming read of 1 GiB: the rate a weight-streaming (decode) kernel can at best reach.
-double measure_dram_gbps() {
-  const size_t bytes = size_t{1} << 30;
-  auto* p = static_cast<uint64_t*>(std::aligned_alloc(64, bytes));
-  const size_t n = bytes / sizeof(uint64_t);
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; ++i) p[i] = i;
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
+// Vector loads of [begin, end), four independent accumulators (as the kernels stream weights).
+__attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t* begin, const uint8_t* end) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (const uint8_t* p = begin; p < end; p += 128) {
+    a0 = _mm256_xor_si256(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+    a1 = _mm256_xor_si256(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32)));
+    a2 = _mm256_xor_si256(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 64)));
+    a3 = _mm256_xor_si256(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 96)));
+  }
+  const __m256i x = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+  return static_cast<uint64_t>(_mm256_extract_epi64(x, 0) ^ _mm256_extract_epi64(x, 3));
+}
+
+__attribute__((target("avx512f"))) uint64_t read_avx512(const uint8_t* begin, const uint8_t* end) {
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  for (const uint8_t* p = begin; p < end; p += 256) {
+    a0 = _mm512_xor_si512(a0, _mm512_load_si512(p));
+    a1 = _mm512_xor_si512(a1, _mm512_load_si512(p + 64));
+    a2 = _mm512_xor_si512(a2, _mm512_load_si512(p + 128));
+    a3 = _mm512_xor_si512(a3, _mm512_load_si512(p + 192));
+  }
+  alignas(64) uint64_t lanes[8];
+  _mm512_store_si512(lanes, _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3)));
+  return lanes[0] ^ lanes[7];
+}
+
+// The DRAM read rate a weight-streaming (decode) kernel can at best reach: every thread reads its share of
+// a set twice the last-level cache (at least 1 GiB) with vector loads; median of 7 runs after one warm-up.
+double measure_dram_gbps(const CpuFeatures& f) {
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(int64_t{1} << 30, 2 * bench::last_level_cache_bytes())) & ~size_t{4095};
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes));
+  if (p == nullptr) return 0;
+  const int threads = omp_get_max_threads();
+  const size_t chunk = bytes / static_cast<size_t>(threads) & ~size_t{255};
+  // First touch by the thread that reads the part later (its memory node on a NUMA machine).
+#pragma omp parallel num_threads(threads)
+  {
+    const size_t t = static_cast<size_t>(omp_get_thread_num());
+    std::memset(p + t * chunk, static_cast<int>(t + 1), chunk);
+  }
+  const bool wide = f.avx512f;
+  std::vector<double> rates;
+  for (int rep = 0; rep < 8; ++rep) {
     uint64_t total = 0;
     const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel for schedule(static) reduction(+ : total)
-    for (size_t i = 0; i < n; i += 8) total += p[i] ^ p[i + 1] ^ p[i + 2] ^ p[i + 3] ^ p[i + 4] ^ p[i + 5] ^ p[i + 6] ^ p[i + 7];
+#pragma omp parallel num_threads(threads) reduction(^ : total)
+    {
+      const uint8_t* b = p + static_cast<size_t>(omp_get_thread_num()) * chunk;
+      total ^= wide ? read_avx512(b, b + chunk) : read_avx2(b, b + chunk);
+    }
     const double s = seconds_since(t0);
-    if (total == 42) std::puts("");  // keep the sum alive
-    best = std::max(best, bytes / s / 1e9);
+    if (total == 42) std::puts("");  // keep the loads alive
+    if (rep > 0) rates.push_back(static_cast<double>(chunk) * threads / s / 1e9);
   }
   std::free(p);
-  return best;
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
 }
 
 constexpr long kIters = 20'000'000;
@@ -116,10 +157,10 @@ double rate(F chain, double ops_per_iter) {
 
 }  // namespace
 
-Roofline measure_roofline(const Platform& platform) {
+Roofline measure_cpu_roofline(const Platform& platform) {
   Roofline r;
-  r.dram_gbps = measure_dram_gbps();
   const CpuFeatures& f = platform.cpu;
+  if (f.avx2) r.dram_gbps = measure_dram_gbps(f);
   if (f.avx2 && f.fma) {
     r.fp32_gflops = rate(fma_chain_avx2, kFmaChains * 8 * 2) / 1e9;
     r.int8_gops = rate(int8_chain_avx2, 8 * 32 * 2) / 1e9;
@@ -130,15 +171,40 @@ Roofline measure_roofline(const Platform& platform) {
 }
 
 std::string Roofline::describe() const {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "DRAM read %.1f GB/s; fp32 FMA %.0f GFLOP/s; bf16 dot %.0f GFLOP/s; int8 dot %.0f GOP/s",
-                dram_gbps, fp32_gflops, bf16_gflops, int8_gops);
-  return buf;
+  // GFLOP/s below 10^4, TFLOP/s above (the GPU's units).
+  auto rate = [](double g, const char* unit) {
+    char buf[64];
+    if (g >= 1e4) {
+      std::snprintf(buf, sizeof buf, "%.0f T%s", g / 1e3, unit);
+    } else {
+      std::snprintf(buf, sizeof buf, "%.0f G%s", g, unit);
+    }
+    return std::string(buf);
+  };
+  char dram[64];
+  std::snprintf(dram, sizeof dram, "DRAM read %.1f GB/s", dram_gbps);
+  std::string out = dram;
+  if (fp32_gflops > 0) out += "; fp32 FMA " + rate(fp32_gflops, "FLOP/s");
+  if (bf16_gflops > 0) out += "; bf16 " + rate(bf16_gflops, "FLOP/s");
+  if (fp8_gflops > 0) out += "; fp8 " + rate(fp8_gflops, "FLOP/s");
+  if (int8_gops > 0) out += "; int8 " + rate(int8_gops, "OP/s");
+  return out;
 }
 
-double attainable_gops(const Roofline& r, bool int8_family, bool bf16_family, double ops_per_byte) {
-  double peak = int8_family ? r.int8_gops : (bf16_family && r.bf16_gflops > 0 ? r.bf16_gflops : r.fp32_gflops);
-  return std::min(peak, r.dram_gbps * ops_per_byte);
+nlohmann::json Roofline::to_json() const {
+  return {{"dram_gbps", dram_gbps}, {"fp32_gflops", fp32_gflops}, {"bf16_gflops", bf16_gflops},
+          {"int8_gops", int8_gops}, {"fp8_gflops", fp8_gflops}};
+}
+
+double Roofline::peak_gops(const Scheme& scheme) const {
+  if (scheme.family == Family::kInt8ScaledMM && int8_gops > 0) return int8_gops;
+  const bool fp8_inputs = scheme.activation_key && scheme.activation_key->dtype == DType::kF8E4M3;
+  if (fp8_inputs && fp8_gflops > 0) return fp8_gflops;
+  return bf16_gflops > 0 ? bf16_gflops : fp32_gflops;
+}
+
+double attainable_gops(const Roofline& r, const Scheme& scheme, double ops_per_byte) {
+  return std::min(r.peak_gops(scheme), r.dram_gbps * ops_per_byte);
 }
 
 }  // namespace qlinear::cli

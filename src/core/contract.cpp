@@ -23,9 +23,9 @@ constexpr std::array kMxfp8ActKeys = {kMxfp8Dynamic};
 constexpr std::array kMxfp6WeightKeys = {kMxfp6E2M3Static, kMxfp6E3M2Static};
 constexpr std::array kMxfp6ActKeys = {kMxfp8Dynamic, kMxfp6E2M3Dynamic, kMxfp6E3M2Dynamic, kMxfp4Dynamic};
 constexpr std::array kMxfp4WeightKeys = {kMxfp4Static};
-constexpr std::array kMxfp4ActKeys = {kMxfp8Dynamic, kMxfp4Dynamic};
+constexpr std::array kMxfp4ActKeys = {kMxfp8Dynamic, kMxfp6E2M3Dynamic, kMxfp4Dynamic, kFp8StaticTensorSym};
 constexpr std::array kNvfp4WeightKeys = {kNvfp4Static};
-constexpr std::array kNvfp4ActKeys = {kNvfp4Dynamic};
+constexpr std::array kNvfp4ActKeys = {kNvfp4Dynamic, kNvfp4DynamicGlobal};
 
 const std::array<FamilyContract, kNumFamilies> kContracts = {{
     {Family::kFp8ScaledMM, kFp8WeightKeys, kFp8ActKeys, false},
@@ -191,7 +191,7 @@ Status validate_layer_tensors(const LinearLayer& layer) {
       }
     }
   }
-  if (c.activation_key && c.activation_key->scale2) {
+  if (c.activation_key && c.activation_key->scale2 && c.activation_key->scale2->is_static) {
     QL_ASSIGN_OR_RETURN(Tensor g, layer.get("input_global_scale"));
     if (g.dtype() != DType::kF32 || !is_per_tensor_shape(g, c.num_shards())) {
       return Status::error(expect_shape_msg(layer, "input_global_scale", g, "f32 [1] or [num_shards]"));

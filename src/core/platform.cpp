@@ -1,12 +1,18 @@
 #include "qlinear/platform.hpp"
 
 #include <cpuid.h>
-#include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
 
+#include "core/threads.hpp"
+
 namespace qlinear {
+
+int cpu_threads() { return threads::max_threads(); }
+void set_cpu_threads(int n) { threads::set_max_threads(n); }
 
 std::string_view platform_kind_name(PlatformKind kind) {
   return kind == PlatformKind::kX86Cpu ? "x86_cpu" : "cuda";
@@ -26,6 +32,7 @@ std::string CpuFeatures::to_string() const {
   add(avx512dq, "avx512dq");
   add(avx512vnni, "avx512_vnni");
   add(avx512bf16, "avx512_bf16");
+  add(avx512vbmi, "avx512_vbmi");
   add(avx512fp16, "avx512_fp16");
   add(avx_vnni, "avx_vnni");
   add(amx_tile, "amx_tile");
@@ -59,6 +66,7 @@ CpuFeatures detect_cpu_features() {
     f.avx512bw = zmm_ok && (b & (1u << 30));
     f.avx512vl = zmm_ok && (b & (1u << 31));
     f.avx512vnni = zmm_ok && (c & (1u << 11));
+    f.avx512vbmi = zmm_ok && (c & (1u << 1));
     f.avx512fp16 = zmm_ok && (d & (1u << 23));
     f.amx_bf16 = amx_ok && (d & (1u << 22));
     f.amx_tile = amx_ok && (d & (1u << 24));
@@ -71,6 +79,22 @@ CpuFeatures detect_cpu_features() {
   return f;
 }
 
+const std::string& amx_tile_permission_refusal() {
+  // ARCH_REQ_XCOMP_PERM (asm/prctl.h) for XFEATURE_XTILEDATA (state component 18): without it the first tile
+  // instruction faults. The grant is per process, so every thread may use tiles after one request.
+  static const std::string refusal = [] {
+    const CpuFeatures f = detect_cpu_features();
+    if (!f.amx_tile) return std::string("CPU (or the OS's XCR0) lacks AMX tiles");
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtiledata = 18;
+    if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
+      return std::string("the OS refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA failed)");
+    }
+    return std::string();
+  }();
+  return refusal;
+}
+
 namespace {
 // QLINEAR_CPU_ISA masks features away so tests and benchmarks can run the lower ISA paths here.
 CpuFeatures mask_features(CpuFeatures f) {
@@ -78,9 +102,10 @@ CpuFeatures mask_features(CpuFeatures f) {
   if (env == nullptr) return f;
   const std::string isa(env);
   if (isa == "avx2" || isa == "scalar") {
-    f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512vnni = f.avx512bf16 = f.avx512fp16 = false;
+    f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512vnni = f.avx512bf16 = f.avx512vbmi = f.avx512fp16 = false;
     f.amx_tile = f.amx_int8 = f.amx_bf16 = false;
   }
+  if (isa == "avx512") f.amx_tile = f.amx_int8 = f.amx_bf16 = false;
   if (isa == "scalar") f.avx2 = f.fma = f.f16c = f.avx_vnni = false;
   return f;
 }
@@ -90,7 +115,7 @@ Platform Platform::host_cpu() {
   Platform p;
   p.kind = PlatformKind::kX86Cpu;
   p.cpu = mask_features(detect_cpu_features());
-  p.num_threads = omp_get_max_threads();
+  p.num_threads = threads::max_threads();
   return p;
 }
 

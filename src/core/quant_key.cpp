@@ -58,6 +58,7 @@ std::string key_name(const QuantKey& key) {
   for (const NamedKey& k : kNamedKeys) {
     if (k.key == key) return k.name;
   }
+  if (key == kNvfp4DynamicGlobal) return "kNvfp4DynamicGlobal";
   return key.to_string();
 }
 

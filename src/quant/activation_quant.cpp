@@ -61,7 +61,7 @@ Result<Activation> quantize_activation_for(const LinearKernel& kernel, const Lin
       options.static_zero_point = *zp;
     }
   }
-  if (key.scale2) {
+  if (key.scale2 && key.scale2->is_static) {
     auto g = max_scale(layer, "input_global_scale");
     if (!g) return g.status().with_context(at);
     options.nvfp4_global_scale = *g;

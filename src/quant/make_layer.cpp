@@ -41,6 +41,13 @@ Result<LinearLayer> quantize_layer(std::string name, const Scheme& scheme, const
   LinearLayer layer;
   layer.name = std::move(name);
   layer.config = make_config(scheme, weight.size(0), weight.size(1), options.input_dtype, options.out_dtype);
+  if (options.dynamic_input_global_scale) {
+    if (!scheme.activation_key || !scheme.activation_key->scale2) {
+      return Status::error("quantize_layer " + layer.name + " as " + std::string(scheme.name) +
+                           ": dynamic_input_global_scale applies to NVFP4 activations only");
+    }
+    layer.config.activation_key = kNvfp4DynamicGlobal;
+  }
   layer.config.logical_widths = options.logical_widths;
   if (Verdict v = check_config(layer.config); !v) {
     return Status::error("quantize_layer " + layer.name + " as " + std::string(scheme.name) + ": " + v.reason);
@@ -89,7 +96,9 @@ Result<LinearLayer> quantize_layer(std::string name, const Scheme& scheme, const
         layer.params["input_scale"] = f32_vector({amax / qmax});
       }
     }
-    if (act->scale2) layer.params["input_global_scale"] = f32_vector({448.0f * 6.0f / amax});
+    if (act->scale2 && !options.dynamic_input_global_scale) {
+      layer.params["input_global_scale"] = f32_vector({448.0f * 6.0f / amax});
+    }
   }
   return layer;
 }

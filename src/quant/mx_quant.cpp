@@ -8,6 +8,7 @@
 // ceil(log2(amax / 448)) in f32, which can land one binade low when amax / 448 is within an f32 ulp above a
 // power of two. Elements are encode(elem, x / 2^e) with RNE and saturation; the division is exact.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "quant/quant_internal.hpp"
@@ -35,6 +36,16 @@ int ceil_log2_ratio(double a, double m) {
   return ka - km + (fa > fm ? 1 : 0);
 }
 
+// Quark's "even" rule (quantize.hpp) on the f32 bits of amax, as its even_round does it.
+int quark_even_exponent(double amax, DType elem) {
+  const uint32_t bits = std::bit_cast<uint32_t>(static_cast<float>(amax));
+  const int mbits = traits(elem).mantissa_bits;
+  const int field = static_cast<int>(((bits + (1u << (22 - mbits))) >> 23) & 0xFF);
+  if (field == 0) return kMinExp;
+  if (field == 0xFF) return kMaxExp;
+  return field - 127 - floor_log2(traits(elem).max_finite);
+}
+
 int shared_exponent(double amax, DType elem, MxScaleRule rule) {
   if (amax == 0) return kMinExp;
   const double max_finite = traits(elem).max_finite;
@@ -43,6 +54,7 @@ int shared_exponent(double amax, DType elem, MxScaleRule rule) {
     case MxScaleRule::kCeilOverMax: e = ceil_log2_ratio(amax, max_finite); break;
     case MxScaleRule::kFloorLog2: e = floor_log2(amax); break;
     case MxScaleRule::kOcp: e = floor_log2(amax) - floor_log2(max_finite); break;  // emax = floor(log2 max)
+    case MxScaleRule::kQuarkEven: e = quark_even_exponent(amax, elem); break;
   }
   return std::clamp(e, kMinExp, kMaxExp);
 }
@@ -70,6 +82,20 @@ Status read_static_exponents(const Tensor& t, int64_t rows, int64_t blocks, cons
 
 }  // namespace
 
+}  // namespace qlinear::quant
+
+namespace qlinear {
+
+MxScaleRule default_mx_rule(const QuantKey& key) {
+  const bool fp6_or_fp4 = key.dtype == DType::kF6E2M3 || key.dtype == DType::kF6E3M2 || key.dtype == DType::kF4E2M1;
+  const bool dynamic_mx = key.scale.dtype == DType::kE8M0 && !key.scale.is_static;
+  return fp6_or_fp4 && dynamic_mx ? MxScaleRule::kQuarkEven : MxScaleRule::kCeilOverMax;
+}
+
+}  // namespace qlinear
+
+namespace qlinear::quant {
+
 Result<QuantizedTensor> quantize_mx(const Input& x, const QuantKey& key, const QuantizeOptions& options) {
   const std::string where = "quantize " + key_name(key) + ": ";
   if (x.cols % kBlock != 0) {
@@ -80,6 +106,7 @@ Result<QuantizedTensor> quantize_mx(const Input& x, const QuantKey& key, const Q
 
   // Unbiased exponent per block: given (a static key with options.static_scale), else from the data.
   std::vector<int> exps;
+  const MxScaleRule rule = options.mx_rule.value_or(default_mx_rule(key));
   if (options.static_scale.defined()) {
     QL_RETURN_IF_ERROR(read_static_exponents(options.static_scale, x.rows, blocks, where + "static_scale", exps));
   } else {
@@ -90,7 +117,7 @@ Result<QuantizedTensor> quantize_mx(const Input& x, const QuantKey& key, const Q
         const double* v = x.row(r) + b * kBlock;
         double amax = 0;
         for (int64_t i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(v[i]));
-        exps[static_cast<size_t>(r * blocks + b)] = shared_exponent(amax, elem, options.mx_rule);
+        exps[static_cast<size_t>(r * blocks + b)] = shared_exponent(amax, elem, rule);
       }
     }
   }

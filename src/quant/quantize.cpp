@@ -58,8 +58,8 @@ Result<Family> classify(const QuantKey& key) {
         return unsupported(key, "element format " + elem + " with E4M3 block scales (NVFP4 is f4e2m1)");
       }
       if (g != kNvfp4Block) return unsupported(key, "NVFP4 scale group " + g.to_string() + " (1x16 expected)");
-      if (!key.scale2 || *key.scale2 != kF32StaticTensor) {
-        return unsupported(key, "NVFP4 needs scale2 = f32,static,per_tensor (the global scale)");
+      if (!key.scale2 || (*key.scale2 != kF32StaticTensor && *key.scale2 != kF32DynamicTensor)) {
+        return unsupported(key, "NVFP4 needs scale2 = f32,static|dynamic,per_tensor (the global scale)");
       }
       if (!key.symmetric) return unsupported(key, "NVFP4 has no zero point");
       return Family::kNvfp4;
@@ -240,6 +240,10 @@ Status check_options(const QuantKey& key, Family family, const QuantizeOptions& 
     if (family != Family::kNvfp4) {
       return Status::error(where + "nvfp4_global_scale = " + std::to_string(*o.nvfp4_global_scale) +
                            " only applies to NVFP4");
+    }
+    if (!key.scale2->is_static) {
+      return Status::error(where + "nvfp4_global_scale = " + std::to_string(*o.nvfp4_global_scale) +
+                           " given for a key whose global scale is dynamic (computed from each input)");
     }
     if (!finite_positive(*o.nvfp4_global_scale)) {
       return Status::error(where + "nvfp4_global_scale = " + std::to_string(*o.nvfp4_global_scale) +

@@ -11,14 +11,21 @@ namespace {
 const LinearKernel* const kX86CpuPriority[] = {
 #if QLINEAR_WITH_X86
     // INT8 W8A8
+    &x86::kAmxInt8,
     &x86::kAvx512VnniInt8,
     &x86::kAvx2Int8,
+    // FP8 / MXFP8 / MXFP4 weight-only on AMX-BF16 tiles (M >= 2; M = 1, the AVX-512 kernels' code)
+    &x86::kAmxBf16Fp8W8A16,
+    &x86::kAmxBf16Mxfp8W8A16,
+    &x86::kAmxBf16Mxfp4W4A16,
     // FP8 weight-only (W8A16)
     &x86::kAvx512Bf16Fp8W8A16,
     // MXFP8 weight-only (W8A16)
     &x86::kAvx512Bf16Mxfp8W8A16,
     // MXFP4 weight-only (W4A16)
     &x86::kAvx512Bf16Mxfp4W4A16,
+    // FP8 W8A8 on AMX-BF16 tiles (M >= 2; M = 1, the AVX2 code)
+    &x86::kAmxBf16Fp8ScaledMM,
     // AVX2 + FMA: every FP8 / MX / NVFP4 family (weight-only paths first, then W8A8, then NVFP4)
     &x86::kAvx2Mxfp8,
     &x86::kAvx2Fp8WeightOnly,

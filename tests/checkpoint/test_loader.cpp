@@ -247,7 +247,7 @@ LoadOptions tp(int rank, int size) {
 TEST(Loader, BadCheckpointsAreRefusedWithReasons) {
   const std::vector<BadCase> cases = {
       {"no config.json", [](const std::string& d) { write_one(d, "w8a8-mxfp8"); fs::remove(d + "/config.json"); }, {},
-       "config.json: cannot open"},
+       "is not a checkpoint: the directory has no config.json"},
       {"config without quantization_config",
        [](const std::string& d) { write_one(d, "w8a8-mxfp8"); std::ofstream(d + "/config.json") << "{}"; }, {},
        "quantization_config"},
@@ -302,7 +302,7 @@ TEST(Loader, BadCheckpointsAreRefusedWithReasons) {
        [](const std::string& d) { write_one(d, "w8a8-fp8-block", 256, 256, "model.layers.0.mlp.up_proj"); }, tp(1, 4),
        "do not align with the 128x128 weight blocks"},
       {"invalid layer regex", [](const std::string& d) { write_one(d, "w8a8-mxfp8"); },
-       [] { LoadOptions o; o.layer_regex = "(["; return o; }(), "layer regex '([' is invalid"},
+       [] { LoadOptions o; o.layer_regex = "(["; return o; }(), "layer regex (--layers): regex \"([\" does not compile: missing ]"},
       {"regex that selects nothing", [](const std::string& d) { write_one(d, "w8a8-mxfp8"); },
        [] { LoadOptions o; o.layer_regex = "attn"; return o; }(), "no quantized linear layer matches --layers 'attn'"},
       {"rank beyond size", [](const std::string& d) { write_one(d, "w8a8-mxfp8"); }, tp(2, 2),

@@ -103,3 +103,52 @@ TEST(Cli, DemoRunsEverySchemeAndAgreesWithTheReference) {
 
 }  // namespace
 }  // namespace qlinear
+
+namespace qlinear::test_cli {
+namespace {
+
+// Progress lines go to a terminal only: through a pipe (and with --json) stderr stays free of them; under a
+// pseudo-terminal (script(1), when installed) `quantize` and `run` draw "N/M tensors|layers ... left".
+TEST(Cli, ProgressOnlyOnATerminal) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("qlinear-progress-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "dense");
+  ASSERT_TRUE(write_safetensors((dir / "dense/model.safetensors").string(),
+                                {{"model.layers.0.mlp.up_proj.weight", random_normal(DType::kBF16, {96, 64}, 1, 0.1)},
+                                 {"model.layers.0.mlp.down_proj.weight", random_normal(DType::kBF16, {64, 96}, 2, 0.1)},
+                                 {"model.norm.weight", random_normal(DType::kBF16, {64}, 3)}}));
+  std::ofstream(dir / "dense/config.json") << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64})";
+  const std::string in = (dir / "dense").string();
+  CliRun piped = run("quantize " + in + " " + (dir / "a").string() + " --scheme w8a16-fp8");
+  ASSERT_EQ(piped.code, 0) << piped.out;
+  EXPECT_EQ(piped.out.find("3/3 tensors"), std::string::npos) << piped.out;
+  EXPECT_EQ(piped.out.find('\r'), std::string::npos) << piped.out;
+  CliRun json = run("run " + (dir / "a").string() + " --m 1 --reps 1 --json");
+  ASSERT_EQ(json.code, 0) << json.out;
+  EXPECT_EQ(json.out.find('\r'), std::string::npos) << json.out;
+  if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "script(1) not installed";
+  auto under_pty = [&](const std::string& args) {
+    CliRun r;
+    const std::string cmd = "script -qec \"" + std::string(QLINEAR_CLI_PATH) + " " + args + "\" /dev/null";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    std::array<char, 4096> buf;
+    size_t n;
+    while (p != nullptr && (n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+    r.code = p != nullptr ? WEXITSTATUS(::pclose(p)) : -1;
+    return r;
+  };
+  CliRun q = under_pty("quantize " + in + " " + (dir / "b").string() + " --scheme w8a16-fp8");
+  ASSERT_EQ(q.code, 0) << q.out;
+  EXPECT_NE(q.out.find("3/3 tensors"), std::string::npos) << q.out;
+  EXPECT_NE(q.out.find(" left"), std::string::npos) << q.out;
+  CliRun r = under_pty("run " + (dir / "b").string() + " --m 1 --reps 1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("2/2 layers"), std::string::npos) << r.out;
+  CliRun rj = under_pty("run " + (dir / "b").string() + " --m 1 --reps 1 --json");
+  EXPECT_EQ(rj.out.find("layers  "), std::string::npos) << rj.out;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace qlinear::test_cli

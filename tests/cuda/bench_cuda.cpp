@@ -1,33 +1,35 @@
 // GPU benchmark (disabled by default; run with --gtest_also_run_disabled_tests --gtest_filter=CudaBench.*):
-// the CUDA kernels against cuBLASLt FP8 and cuBLAS BF16 on the Llama-3.1 8B / 70B shapes of
-// ../shared/anchors/GPU.md, in the same process. Medians of CUDA-event timings, L2 flushed (a 256 MiB
-// read) before every repetition. Weights are random valid codes (timing does not depend on quantization).
+// the CUDA kernels, each route forced, against the anchors of `qlinear bench --compare` (cuBLAS BF16,
+// cuBLASLt FP8) on the shapes of src/bench/shapes.hpp (QLINEAR_BENCH_SHAPES=llama3-8b,... picks sets;
+// default llama3-8b), in the same process, with the benchmark method of src/bench/timing.hpp (CUDA
+// events, L2 flushed before every repetition, medians). Weights are random valid codes (timing does not
+// depend on quantization).
 // Each line: "BENCH <shape> N K M <variant> <us> <metric>", the metric being weight GB/s (codes + scales)
 // for M <= 64 and TFLOP/s above.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <sstream>
 #include <vector>
+
+#include "bench/cuda_anchors.hpp"
+#include "bench/shapes.hpp"
+#include "bench/timing.hpp"
 
 #include "qlinear/platform.hpp"
 #include "qlinear/scheme.hpp"
 
 #if QLINEAR_WITH_CUDA
-#include "backends/cuda/cublaslt_gemm.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
 #include "qlinear/cuda.hpp"
 #include "qlinear/random.hpp"
 
 namespace qlinear {
 namespace {
-
-struct Shape2 {
-  const char* name;
-  int64_t n, k;
-};
 
 uint64_t g_state = 0x9E3779B97F4A7C15ull;
 uint64_t next_u64() {
@@ -87,52 +89,19 @@ LinearLayer synthetic_layer(const char* scheme_name, int64_t n, int64_t k) {
   return l;
 }
 
-struct Timer {
-  Tensor flush, sink;
-  cudaEvent_t a = nullptr, b = nullptr;
-  Timer() {
-    flush = cuda::empty(DType::kU8, {256 << 20}).value();
-    sink = cuda::empty(DType::kF32, {1}).value();
-    (void)cuda::fill_bytes(flush, 0x5A);
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
+// Median microseconds of fn with the benchmark method; NaN when fn fails (the error is printed).
+double median_us(bench::DeviceTimer& timer, const std::function<Status()>& fn) {
+  auto t = timer.time([&](int) { return fn(); }, 25);
+  if (!t) {
+    std::printf("  failed: %s\n", t.message().c_str());
+    return NAN;
   }
-  ~Timer() {
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-  }
-  // Median microseconds of fn; NaN when fn fails (the error is printed).
-  double median_us(const std::function<Status()>& fn, int reps = 25) {
-    const cudaStream_t s = cuda::current_stream();
-    std::vector<double> t;
-    for (int i = 0; i < reps + 3; ++i) {
-      (void)cuda::l2_flush_read(flush.raw(), static_cast<size_t>(flush.nbytes()), sink.data<float>(), s);
-      cudaEventRecord(a, s);
-      const Status st = fn();
-      cudaEventRecord(b, s);
-      if (!st.is_ok()) {
-        std::printf("  failed: %s\n", st.message().c_str());
-        cudaStreamSynchronize(s);
-        return NAN;
-      }
-      cudaEventSynchronize(b);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, a, b);
-      if (i >= 3) t.push_back(ms * 1000.0);
-    }
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) {
-      std::printf("  failed: %s\n", cudaGetErrorString(err));
-      return NAN;
-    }
-    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-    return t[t.size() / 2];
-  }
-};
+  return t->median_ms * 1000.0;
+}
 
-void report(const Shape2& sh, int64_t m, const char* variant, double us, double weight_bytes) {
+void report(const bench::LayerShape& sh, int64_t m, const char* variant, double us, double weight_bytes) {
   const double metric = m <= 64 ? weight_bytes / (us * 1e-6) / 1e9 : 2.0 * m * sh.n * sh.k / (us * 1e-6) / 1e12;
-  std::printf("BENCH %-12s %6lld %6lld %5lld %-34s %9.2f us %8.1f %s\n", sh.name, static_cast<long long>(sh.n),
+  std::printf("BENCH %-14s %6lld %6lld %5lld %-34s %9.2f us %8.1f %s\n", sh.name.c_str(), static_cast<long long>(sh.n),
               static_cast<long long>(sh.k), static_cast<long long>(m), variant, us, metric, m <= 64 ? "GB/s" : "TFLOP/s");
   std::fflush(stdout);
 }
@@ -154,17 +123,38 @@ TEST(CudaBench, DISABLED_LlamaShapes) {
   if (!platform) GTEST_SKIP() << "no CUDA device: " << platform.message();
   if (platform->cuda->compute_capability != 90) GTEST_SKIP() << "needs sm_90";
   std::printf("device: %s\n", platform->describe().c_str());
-  const std::vector<Shape2> shapes = {{"8b.qkv", 6144, 4096},    {"8b.o", 4096, 4096},
-                                      {"8b.gate_up", 28672, 4096}, {"8b.down", 4096, 14336},
-                                      {"70b.qkv", 10240, 8192},  {"70b.down", 8192, 28672}};
-  Timer timer;
-  for (const Shape2& sh : shapes) {
+  std::vector<bench::LayerShape> shapes;
+  const char* sets = std::getenv("QLINEAR_BENCH_SHAPES");
+  std::stringstream names(sets != nullptr ? sets : "llama3-8b");
+  for (std::string name; std::getline(names, name, ',');) {
+    const bench::ShapeSet* set = bench::find_shape_set(name);
+    ASSERT_NE(set, nullptr) << "QLINEAR_BENCH_SHAPES: no set " << name << "; sets: " << bench::shape_set_names();
+    shapes.insert(shapes.end(), set->layers.begin(), set->layers.end());
+  }
+  auto timer_or = bench::DeviceTimer::create(0);
+  ASSERT_TRUE(timer_or) << timer_or.message();
+  bench::DeviceTimer& timer = **timer_or;
+  for (const bench::LayerShape& sh : shapes) {
     const int64_t n = sh.n, k = sh.k;
     // Anchors' operands.
-    auto w_bf16 = cuda::to_device(random_normal(DType::kBF16, {n, k}, 1, 0.05)).value();
-    auto w_fp8 = cuda::to_device(random_bytes(DType::kF8E4M3, {n, k}, true)).value();
-    auto ws_vec = cuda::to_device(f32_filled({n}, 0.01f)).value();
-    auto ws_blk = cuda::to_device(f32_filled({(n + 127) / 128, (k + 127) / 128}, 0.01f)).value();
+    // The anchors of `qlinear bench --compare bf16,vendor` (src/bench/cuda_anchors.hpp).
+    struct NamedAnchor {
+      const char* variant;
+      const char* kind;
+      const char* scheme;
+      double bytes_per_weight;
+      std::shared_ptr<bench::CudaAnchor> anchor;
+    };
+    std::vector<NamedAnchor> anchors = {{"anchor.cublas.bf16", "bf16", "w8a16-fp8", 2, nullptr},
+                                        {"anchor.cublaslt.fp8.tensor", "vendor", "w8a8-fp8-tensor", 1, nullptr},
+                                        {"anchor.cublaslt.fp8.rowwise", "vendor", "w8a8-fp8-channel", 1, nullptr},
+                                        {"anchor.cublaslt.fp8.block", "vendor", "w8a8-fp8-block", 1, nullptr},
+                                        {"anchor.cublaslt.int8", "vendor", "w8a8-int8-dynamic", 1, nullptr}};
+    for (NamedAnchor& a : anchors) {
+      auto made = bench::CudaAnchor::create(a.kind, *find_scheme(a.scheme), n, k, timer);
+      ASSERT_TRUE(made) << a.variant << ": " << made.message();
+      a.anchor = std::move(*made);
+    }
     struct Named {
       const char* variant;
       const LinearKernel* kernel;
@@ -201,46 +191,15 @@ TEST(CudaBench, DISABLED_LlamaShapes) {
       o.layer.params.clear();  // host copies no longer needed
     }
     std::vector<int64_t> ms = {1, 16, 1024, 4096};
-    if (sh.n == 6144 || sh.n == 8192) ms = {1, 2, 4, 8, 16, 64, 1024, 4096};
+    if (sh.name.ends_with(".qkv")) ms = {1, 2, 4, 8, 16, 64, 1024, 4096};
     for (int64_t m : ms) {
       auto x = cuda::to_device(random_normal(DType::kBF16, {m, k}, 2)).value();
-      auto xq = cuda::to_device(random_bytes(DType::kF8E4M3, {m, k}, true)).value();
-      auto xs = cuda::to_device(f32_filled({m * ((k + 127) / 128)}, 0.02f)).value();
       auto out = cuda::empty(DType::kBF16, {m, n}).value();
       const double fp8_bytes = static_cast<double>(n) * k;
-      cuda::LtGemm g;
-      g.m = m;
-      g.n = n;
-      g.k = k;
-      g.ld_w = k;
-      g.ld_x = k;
-      g.out = out.raw();
-      g.out_dtype = DType::kBF16;
-      g.ab_dtype = DType::kBF16;
-      g.w = w_bf16.raw();
-      g.x = x.raw();
-      report(sh, m, "anchor.cublas.bf16", timer.median_us([&] { return cuda::lt_gemm(g, cuda::current_stream()); }),
-             2 * fp8_bytes);
-      g.ab_dtype = DType::kF8E4M3;
-      g.w = w_fp8.raw();
-      g.x = xq.raw();
-      g.scale_mode = cuda::LtScaleMode::kScalar;
-      g.w_scale = ws_vec.data<float>();
-      g.x_scale = xs.data<float>();
-      report(sh, m, "anchor.cublaslt.fp8.tensor.gemm", timer.median_us([&] { return cuda::lt_gemm(g, cuda::current_stream()); }),
-             fp8_bytes);
-      g.fast_accum = true;
-      report(sh, m, "anchor.cublaslt.fp8.tensor.fast.gemm",
-             timer.median_us([&] { return cuda::lt_gemm(g, cuda::current_stream()); }), fp8_bytes);
-      g.fast_accum = false;
-      g.scale_mode = cuda::LtScaleMode::kOuterVec;
-      report(sh, m, "anchor.cublaslt.fp8.rowwise.gemm",
-             timer.median_us([&] { return cuda::lt_gemm(g, cuda::current_stream()); }), fp8_bytes);
-      if (m > 1) {
-        g.scale_mode = cuda::LtScaleMode::kBlock;
-        g.w_scale = ws_blk.data<float>();
-        report(sh, m, "anchor.cublaslt.fp8.block.gemm",
-               timer.median_us([&] { return cuda::lt_gemm(g, cuda::current_stream()); }), fp8_bytes);
+      for (NamedAnchor& a : anchors) {
+        auto t = a.anchor->time(m, 25);
+        if (!t) std::printf("  %s M=%lld failed: %s\n", a.variant, static_cast<long long>(m), t.message().c_str());
+        report(sh, m, a.variant, t ? t->median_ms * 1000.0 : NAN, a.bytes_per_weight * fp8_bytes);
       }
       for (Named& o : ours) {
         if (m > o.max_m) continue;
@@ -248,7 +207,7 @@ TEST(CudaBench, DISABLED_LlamaShapes) {
         double bytes = fp8_bytes;
         if (s.weight_key.scale.dtype == DType::kE8M0) bytes = storage_bytes(s.weight_key.dtype, k) * double(n) + n * (k / 32.0);
         report(sh, m, o.variant,
-               timer.median_us([&] { return o.kernel->apply(o.layer, Activation::dense(x), nullptr, out); }), bytes);
+               median_us(timer, [&] { return o.kernel->apply(o.layer, Activation::dense(x), nullptr, out); }), bytes);
       }
     }
   }

@@ -22,12 +22,14 @@ def rng_normal(shape, seed, scale=1.0):
 def test_schemes_kernels_and_keys_are_the_library_tables():
     names = [s.name for s in qlinear.schemes()]
     for expected in ["w8a8-fp8-tensor", "w8a8-fp8-channel", "w8a8-fp8-block", "w8a16-fp8", "w8a8-int8-dynamic",
-                     "w8a8-mxfp8", "w4a16-mxfp4", "w4a4-nvfp4"]:
+                     "w8a8-mxfp8", "w4a16-mxfp4", "w4a4-nvfp4", "w4a4-mxfp4", "w6a6-mxfp6-e2m3",
+                     "w6a6-mxfp6-e3m2", "w4a6-mxfp4-mxfp6-e2m3", "w4a8-mxfp4-fp8"]:
         assert expected in names
     s = qlinear.find_scheme("w8a8-fp8-channel")
     assert s.family == "fp8_scaled_mm"
     assert s.weight_key.dtype == "f8e4m3fn" and s.activation_key.name == "kFp8DynamicTokenSym"
     assert qlinear.find_scheme("w4a16-mxfp4").activation_key is None
+    assert qlinear.find_scheme("w4a4-mxfp4").activation_key.name == "kMxfp4Dynamic"
     kernel_names = [k.name for k in qlinear.kernels()]
     assert len(kernel_names) == len(set(kernel_names)) and "reference_mxfp4" in kernel_names
     assert qlinear.find_kernel("reference_mxfp4").family == "mxfp4"

@@ -107,6 +107,9 @@ int check_roundtrip(const QuantizedTensor& q, const std::vector<double>& x, MxSc
         if (rule == MxScaleRule::kOcp) {
           const int emax = std::ilogb(b.max_code);
           sat_limit = (1 - b.max_code / std::ldexp(1.0, emax + 1)) * std::fabs(xv);
+        } else if (rule == MxScaleRule::kQuarkEven) {  // amax < (2 - 2^-(M+1)) * 2^emax * sigma
+          const double threshold = 2.0 - std::ldexp(1.0, -(traits(key.dtype).mantissa_bits + 1));
+          sat_limit = (1 - b.max_code / std::ldexp(threshold, std::ilogb(b.max_code))) * std::fabs(xv);
         }
       } else if (nvfp4) {
         sigma = decode(DType::kF8E4M3, quant_test::u8_at(q.scale, r * (q.cols / 16) + c / 16)) / g;
@@ -141,7 +144,8 @@ TEST(RoundTrip, EveryNamedKeyWithinItsFormatBound) {
   const std::vector<double> v = as_seen(x);
   for (const NamedKey& k : named_keys()) {
     const bool is_mx = k.key.scale.dtype == DType::kE8M0;
-    for (MxScaleRule rule : {MxScaleRule::kCeilOverMax, MxScaleRule::kFloorLog2, MxScaleRule::kOcp}) {
+    for (MxScaleRule rule :
+         {MxScaleRule::kCeilOverMax, MxScaleRule::kFloorLog2, MxScaleRule::kOcp, MxScaleRule::kQuarkEven}) {
       if (!is_mx && rule != MxScaleRule::kCeilOverMax) continue;
       SCOPED_TRACE(std::string(k.name) + " rule " + std::to_string(static_cast<int>(rule)));
       QuantizeOptions o = options_for(k.key, v, rows, cols);
@@ -168,7 +172,7 @@ TEST(RoundTrip, OtherInputDtypes) {
       SCOPED_TRACE(key_name(key) + " from " + std::string(name(dtype)));
       const auto q = quantize(x, key);
       ASSERT_TRUE(q.is_ok()) << q.message();
-      EXPECT_EQ(check_roundtrip(*q, v, MxScaleRule::kCeilOverMax), 0);
+      EXPECT_EQ(check_roundtrip(*q, v, default_mx_rule(key)), 0);
     }
   }
 }

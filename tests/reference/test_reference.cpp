@@ -3,13 +3,13 @@
 // (tested against Python separately) and decoded here, products summed in FP64.
 #include <gtest/gtest.h>
 
-#include <omp.h>
-
 #include <cmath>
 #include <cstring>
 
 #include "backends/reference/reference_kernels.hpp"
+#include "core/threads.hpp"
 #include "qlinear/make_layer.hpp"
+#include "qlinear/platform.hpp"
 #include "qlinear/random.hpp"
 #include "qlinear/registry.hpp"
 
@@ -170,10 +170,13 @@ TEST(Reference, ResultsDoNotDependOnThreadCount) {
   auto layer = quantize_layer("det", *find_scheme("w4a16-mxfp4"), random_normal(DType::kF32, {64, 128}, 5, 0.1)).value();
   ASSERT_TRUE(reference::kMxfp4.process_weights_after_loading(layer));
   const Tensor x = random_normal(DType::kBF16, {33, 128}, 6);
-  omp_set_num_threads(1);
+  set_cpu_threads(1);
   auto a = reference::kMxfp4.apply(layer, Activation::dense(x)).value();
-  omp_set_num_threads(2);
+  set_cpu_threads(2);
+  threads::set_min_ns_per_thread_for_testing(1.0);  // threaded although the layer is small
   auto b = reference::kMxfp4.apply(layer, Activation::dense(x)).value();
+  threads::set_min_ns_per_thread_for_testing(0);
+  set_cpu_threads(0);
   EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
 }
 

@@ -1,9 +1,8 @@
 // Determinism: for every kernel this machine's CPU priority list selects, the same inputs give bit-identical
-// outputs across OpenMP thread counts (1, 2, the default) and across independent runs (the layer quantized
+// outputs across thread counts (1, 2, the default; every call threaded, whatever its size) and across independent runs (the layer quantized
 // and processed again from the same seed). No CPU kernel splits K across threads, so none needs a
 // deterministic mode; a kernel that starts to would fail here and must say so in its header (issue 9).
-#include <omp.h>
-
+#include "core/threads.hpp"
 #include "reliability_util.hpp"
 
 namespace qlinear::reliability {
@@ -11,10 +10,15 @@ namespace {
 
 const int64_t kMs[] = {1, 3, 16, 33, 130};
 
-// Restores the OpenMP thread count when the test ends, whatever happens.
-struct OmpThreads {
-  int saved = omp_get_max_threads();
-  ~OmpThreads() { omp_set_num_threads(saved); }
+// Threads every call (the cost model would keep these small layers on one thread) and restores the thread
+// policy when the test ends, whatever happens.
+struct ThreadPolicy {
+  int saved = threads::max_threads();
+  ThreadPolicy() { threads::set_min_ns_per_thread_for_testing(1.0); }
+  ~ThreadPolicy() {
+    set_cpu_threads(0);
+    threads::set_min_ns_per_thread_for_testing(0);
+  }
 };
 
 std::vector<Tensor> outputs(const LinearKernel& k, const LinearLayer& layer, const Tensor* bias, uint64_t seed) {
@@ -36,21 +40,20 @@ void expect_same(const std::vector<Tensor>& a, const std::vector<Tensor>& b, con
 }
 
 TEST(Determinism, EverySelectedCpuKernelIsBitIdenticalAcrossThreadCounts) {
-  OmpThreads restore;
+  ThreadPolicy restore;
   const int default_threads = restore.saved;
   for (const SelectedKernel& sk : cpu_selected_kernels()) {
     SCOPED_TRACE(std::string(sk.scheme->name) + " on " + std::string(sk.kernel->name()));
     LinearLayer layer = make_layer(*sk.scheme, kN, kK, 31);
     ASSERT_TRUE(sk.kernel->process_weights_after_loading(layer));
     const Tensor bias = random_normal(DType::kF32, {kN}, 32, 0.5);
-    omp_set_num_threads(1);
+    set_cpu_threads(1);
     const std::vector<Tensor> one = outputs(*sk.kernel, layer, &bias, 40);
-    omp_set_num_threads(2);
+    set_cpu_threads(2);
     expect_same(one, outputs(*sk.kernel, layer, &bias, 40), "2 threads vs 1");
-    omp_set_num_threads(std::max(default_threads, 3));
+    set_cpu_threads(std::max(default_threads, 3));
     expect_same(one, outputs(*sk.kernel, layer, &bias, 40),
                 std::to_string(std::max(default_threads, 3)) + " threads vs 1");
-    omp_set_num_threads(default_threads);
   }
 }
 

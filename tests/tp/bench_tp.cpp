@@ -4,7 +4,8 @@
 // (N = 8192, K = 28672) row-parallel with the all-reduce — on one GPU and on 2, in the same process.
 // The SiLU x up product between them is left out (elementwise over M x 28672, well under 1% of the block):
 // down reads the gate half of gate_up's output (a strided view). Weights are random valid codes.
-// Medians of CUDA-event times on rank 0's stream (every forward ends in collectives that wait for both
+// Timed with the benchmark method of src/bench/timing.hpp on every rank (L2 flushed before each repetition,
+// CUDA events, medians); rank 0's median is reported (every forward ends in collectives that wait for both
 // ranks, so rank 0's time is the block's time). Lines: "BENCH_TP <scheme> M <one GPU us> <2 GPUs us> <speedup>".
 #include <gtest/gtest.h>
 #if QLINEAR_WITH_CUDA
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "bench/timing.hpp"
 #include "qlinear/cuda.hpp"
 #include "qlinear/scheme.hpp"
 #include "qlinear/tensor_parallel.hpp"
@@ -67,24 +69,6 @@ LoadedLayer synthetic(const Scheme& s, const char* name, Parallelism par, int64_
   return l;
 }
 
-struct Events {
-  cudaEvent_t a = nullptr, b = nullptr;
-  Events() {
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-  }
-  ~Events() {
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-  }
-};
-
-double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
-
 TEST(TensorParallelBench, DISABLED_Llama70BMlpBlock) {
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) GTEST_SKIP() << "needs 2 GPUs";
@@ -115,13 +99,12 @@ TEST(TensorParallelBench, DISABLED_Llama70BMlpBlock) {
     ASSERT_TRUE(gu_tp && dn_tp) << (gu_tp ? dn_tp.message() : gu_tp.message());
 
     for (int64_t m : {1, 16, 1024, 4096}) {
-      const bool slow_mx = s.family == Family::kMxfp8 && m > 64;  // CUDA-core MX kernels: few reps
-      const int reps = slow_mx ? 3 : 20;
-      // Runs the block `reps` times on `g` (1 or 2 ranks); rank 0's median in microseconds.
+      // Runs the block on `g` (1 or 2 ranks) with the benchmark method (src/bench/timing.hpp; each rank
+      // flushes its own L2 and calls the block the same number of times); rank 0's median in microseconds.
       auto time_block = [&](tp::Group& g, tp::ParallelLinear& a, tp::ParallelLinear& b) -> double {
         const int w = g.size();
         std::vector<Tensor> x(w), mid(w), y(w);
-        std::vector<double> times;
+        double median_us = NAN;
         const Status st = g.run([&](int r) -> Status {
           const int dev = g.device(r);
           QL_ASSIGN_OR_RETURN(x[r], cuda::empty(DType::kBF16, {m, kH}, dev));
@@ -130,23 +113,18 @@ TEST(TensorParallelBench, DISABLED_Llama70BMlpBlock) {
           QL_RETURN_IF_ERROR(cuda::fill_bytes(x[r], 0x3C));  // bf16 0x3C3C ~ 0.0115
           QL_RETURN_IF_ERROR(cuda::fill_bytes(mid[r], 0x3C));
           QL_ASSIGN_OR_RETURN(Tensor gate, mid[r].narrow(1, 0, kI / w));
-          Events ev;
-          for (int i = 0; i < reps + 2; ++i) {
-            if (r == 0) cudaEventRecord(ev.a, cuda::current_stream());
-            QL_RETURN_IF_ERROR(a.forward(r, x[r], mid[r], {false}));
-            QL_RETURN_IF_ERROR(b.forward(r, gate, y[r]));
-            if (r == 0) {
-              cudaEventRecord(ev.b, cuda::current_stream());
-              cudaEventSynchronize(ev.b);
-              float ms = 0;
-              cudaEventElapsedTime(&ms, ev.a, ev.b);
-              if (i >= 2) times.push_back(ms * 1000.0);
-            }
-          }
+          QL_ASSIGN_OR_RETURN(auto timer, bench::DeviceTimer::create(dev));
+          QL_ASSIGN_OR_RETURN(bench::Timing t, timer->time(
+                                                   [&](int) -> Status {
+                                                     QL_RETURN_IF_ERROR(a.forward(r, x[r], mid[r], {false}));
+                                                     return b.forward(r, gate, y[r]);
+                                                   },
+                                                   bench::kMinDeviceReps));
+          if (r == 0) median_us = t.median_ms * 1000.0;
           return Status::ok();
         });
         EXPECT_TRUE(st.is_ok()) << st.message();
-        return median(times);
+        return median_us;
       };
       const double t1 = time_block(**one, **gu_one, **dn_one);
       const double t2 = time_block(**group, **gu_tp, **dn_tp);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backends/x86/fp_isa.hpp"
+#include "qlinear/make_layer.hpp"
 #include "backends/x86/x86_kernels.hpp"
 #include "x86_test_util.hpp"
 
@@ -47,10 +48,7 @@ const Scheme kFp8WoBlock{"fp8-w8a16-block", Family::kFp8WeightOnly, kFp8Static12
 const Scheme kFp8DynTensor{"fp8-dyn-tensor", Family::kFp8ScaledMM, kFp8StaticChannelSym, kFp8DynamicTensorSym, ""};
 const Scheme kFp8TensorTensor{"fp8-tensor-dyn-token", Family::kFp8ScaledMM, kFp8StaticTensorSym,
                               kFp8DynamicTokenSym, ""};
-const Scheme kMxfp6A6{"mxfp6-a6", Family::kMxfp6, kMxfp6E2M3Static, kMxfp6E2M3Dynamic, ""};
 const Scheme kMxfp6A8{"mxfp6-e3m2-a8", Family::kMxfp6, kMxfp6E3M2Static, kMxfp8Dynamic, ""};
-const Scheme kMxfp6A6E3M2{"mxfp6-e3m2-a6", Family::kMxfp6, kMxfp6E3M2Static, kMxfp6E3M2Dynamic, ""};
-const Scheme kMxfp4A4{"mxfp4-a4", Family::kMxfp4, kMxfp4Static, kMxfp4Dynamic, ""};
 const Scheme kMxfp4A8{"mxfp4-a8", Family::kMxfp4, kMxfp4Static, kMxfp8Dynamic, ""};
 const Scheme kNvfp4A16{"nvfp4-a16", Family::kNvfp4, kNvfp4Static, std::nullopt, ""};
 
@@ -64,9 +62,13 @@ std::vector<FamilyCase> families() {
   return {
       {&x86::kAvx2Mxfp8, {find_scheme("w8a16-mxfp8"), find_scheme("w8a8-mxfp8")}, KRule::kMx},
       {&x86::kAvx2Fp8WeightOnly, {find_scheme("w8a16-fp8"), &kFp8WoTensor, &kFp8WoBlock}, KRule::kBlock128},
-      {&x86::kAvx2Mxfp4, {find_scheme("w4a16-mxfp4"), &kMxfp4A4, &kMxfp4A8}, KRule::kMx},
+      {&x86::kAvx2Mxfp4,
+       {find_scheme("w4a16-mxfp4"), find_scheme("w4a4-mxfp4"), find_scheme("w4a6-mxfp4-mxfp6-e2m3"),
+        find_scheme("w4a8-mxfp4-fp8"), &kMxfp4A8},
+       KRule::kMx},
       {&x86::kAvx2Mxfp6,
-       {find_scheme("w6a16-mxfp6-e2m3"), find_scheme("w6a16-mxfp6-e3m2"), &kMxfp6A6, &kMxfp6A8, &kMxfp6A6E3M2},
+       {find_scheme("w6a16-mxfp6-e2m3"), find_scheme("w6a16-mxfp6-e3m2"), find_scheme("w6a6-mxfp6-e2m3"), &kMxfp6A8,
+        find_scheme("w6a6-mxfp6-e3m2")},
        KRule::kMx},
       {&x86::kAvx2Fp8ScaledMM,
        {find_scheme("w8a8-fp8-tensor"), find_scheme("w8a8-fp8-channel"), &kFp8DynTensor, &kFp8TensorTensor},
@@ -162,6 +164,7 @@ TEST(X86Avx2Fp, ActivationQuantizerIsBitIdenticalToTheReference) {
   struct Mode {
     x86::FpActMode mode;
     QuantKey key;
+    std::optional<MxScaleRule> rule = std::nullopt;  // none: the key's default (default_mx_rule)
   };
   const Mode modes[] = {
       {x86::FpActMode::kFp8DynToken, kFp8DynamicTokenSym}, {x86::FpActMode::kFp8DynTensor, kFp8DynamicTensorSym},
@@ -169,6 +172,8 @@ TEST(X86Avx2Fp, ActivationQuantizerIsBitIdenticalToTheReference) {
       {x86::FpActMode::kMxDyn, kMxfp8Dynamic},             {x86::FpActMode::kMxDyn, kMxfp6E2M3Dynamic},
       {x86::FpActMode::kMxDyn, kMxfp6E3M2Dynamic},         {x86::FpActMode::kMxDyn, kMxfp4Dynamic},
       {x86::FpActMode::kNvfp4Dyn, kNvfp4Dynamic},
+      {x86::FpActMode::kMxDyn, kMxfp4Dynamic, MxScaleRule::kCeilOverMax},
+      {x86::FpActMode::kMxDyn, kMxfp6E3M2Dynamic, MxScaleRule::kCeilOverMax},
   };
   for (DType in : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (int variant = 0; variant < 2; ++variant) {
@@ -184,6 +189,9 @@ TEST(X86Avx2Fp, ActivationQuantizerIsBitIdenticalToTheReference) {
         SCOPED_TRACE(key_name(md.key) + " in=" + std::string(name(in)) + " variant " + std::to_string(variant));
         QuantizeOptions qo;
         x86::FpActQuant q;
+        qo.mx_rule = md.rule;
+        q.mx_rule = md.rule.value_or(default_mx_rule(md.key)) == MxScaleRule::kQuarkEven ? x86::FpMxRule::kQuarkEven
+                                                                                          : x86::FpMxRule::kCeilOverMax;
         if (md.mode == x86::FpActMode::kFp8Static) {
           q.static_scale = 0.0173f;
           qo.static_scale = Tensor::scalar_f32(q.static_scale).reshape({1}).value();
@@ -319,6 +327,46 @@ TEST(X86Avx2Fp, NanWeightCodeGivesNanColumn) {
   for (int64_t i = 0; i < 3; ++i) {
     for (int64_t j = 0; j < 20; ++j) EXPECT_EQ(std::isnan(element_as_double(*y, i * 20 + j)), j == 5) << i << "," << j;
   }
+}
+
+// NVFP4 activations whose global scale each call computes (kNvfp4DynamicGlobal: a layer made from a float
+// model without calibration): the engine takes g from the whole activation as the reference quantizer does,
+// and ignores a stored input_global_scale (make_layer stores one for this synthetic scheme).
+TEST(X86Avx2Fp, Nvfp4DynamicGlobalScaleMatchesTheReference) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAvx2Nvfp4);
+  const Scheme dynamic_global{"nvfp4-dynamic-global", Family::kNvfp4, kNvfp4Static, kNvfp4DynamicGlobal, ""};
+  const std::vector<Case> cases = {{1, 64, 96}, {2, 67, 160, DType::kF32, DType::kF32, true},
+                                   {17, 67, 96, DType::kF16, DType::kBF16, false, {16, 24, 27}}};
+  uint64_t seed = 60;
+  for (const Case& c : cases) x86_test::expect_matches_reference(x86::kAvx2Nvfp4, dynamic_global, c, ++seed, f32_sum_rel(c.k));
+}
+
+// Made without an input range, an NVFP4 layer stores no input global scale and clips nothing: activations
+// of 1e4 (far beyond any default range) keep NVFP4's own error against the dense product.
+TEST(X86Avx2Fp, Nvfp4WithoutInputRangeClipsNothing) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAvx2Nvfp4);
+  MakeLayerOptions o;
+  o.dynamic_input_global_scale = true;
+  o.input_dtype = o.out_dtype = DType::kF32;
+  const Tensor w = random_normal(DType::kF32, {64, 256}, 71, 0.1);
+  LinearLayer layer = quantize_layer("nvfp4", *find_scheme("w4a4-nvfp4"), w, o).value();
+  EXPECT_EQ(layer.params.count("input_global_scale"), 0u);
+  EXPECT_TRUE(*layer.config.activation_key == kNvfp4DynamicGlobal);
+  ASSERT_TRUE(x86::kAvx2Nvfp4.process_weights_after_loading(layer));
+  Tensor x = random_normal(DType::kF32, {5, 256}, 72, 1e4);
+  auto y = x86::kAvx2Nvfp4.apply(layer, Activation::dense(x));
+  ASSERT_TRUE(y) << y.message();
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < 5; ++i) {
+    for (int64_t j = 0; j < 64; ++j) {
+      double dense = 0;
+      for (int64_t k = 0; k < 256; ++k) dense += double(x.data<float>()[i * 256 + k]) * w.data<float>()[j * 256 + k];
+      const double d = element_as_double(*y, i * 64 + j) - dense;
+      num += d * d;
+      den += dense * dense;
+    }
+  }
+  EXPECT_LT(std::sqrt(num / den), 0.2);  // NVFP4 weights and activations: about 0.14; clipped at 4: 0.99
 }
 
 TEST(X86Avx2Fp, InfiniteActivationIsAnErrorWhenQuantized) {

@@ -1,6 +1,7 @@
 // A quick timing helper for the x86 kernels (not a test: skipped unless QLINEAR_X86_BENCH=1; the project's
-// benchmark is `qlinear bench`). Cold weights: each call uses the next of several processed copies of the
-// layer, > 256 MiB of packed weights in all, so weights come from DRAM as in decode. Prints medians.
+// benchmark is `qlinear bench`). The benchmark method of src/bench/timing.hpp: each call uses the next of
+// several processed copies of the layer (bench::cold_copies_for), so weights come from DRAM as in decode;
+// bench::time_host's medians.
 //   QLINEAR_X86_BENCH=1 [QLINEAR_X86_BENCH_SCHEMES=a,b] [QLINEAR_X86_BENCH_M=1,16,128] test_x86 --gtest_filter='X86Bench.*'
 #include <algorithm>
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include "bench/timing.hpp"
 #include "x86_test_util.hpp"
 
 namespace qlinear {
@@ -97,28 +99,21 @@ TEST(X86Bench, Kernels) {
     ASSERT_TRUE(sel) << sel.message();
     const LinearKernel& kernel = **sel;
     const double weight_bytes = static_cast<double>(base->params.at("weight").nbytes());
-    const int copies = static_cast<int>(std::max(2.0, std::ceil(300.0 * (1 << 20) / weight_bytes)));
+    const int copies = std::max(2, bench::cold_copies_for(static_cast<int64_t>(weight_bytes)));
     std::vector<LinearLayer> layers(copies, *base);
     for (auto& l : layers) ASSERT_TRUE(kernel.process_weights_after_loading(l));
     for (const std::string& mstr : ms) {
       const int64_t m = std::stoll(mstr);
       const Tensor x = random_normal(DType::kBF16, {m, k}, 2, 1.0);
       Tensor out = Tensor::empty(opt.out_dtype, {m, n});
-      std::vector<double> times;
       const int reps = m >= 128 ? 30 : 100;
-      for (int r = 0; r < reps + 3; ++r) {
-        const LinearLayer& l = layers[r % copies];
-        const auto t0 = std::chrono::steady_clock::now();
-        Status s = kernel.apply(l, Activation::dense(x), nullptr, out);
-        const auto t1 = std::chrono::steady_clock::now();
-        ASSERT_TRUE(s) << s.message();
-        if (r >= 3) times.push_back(std::chrono::duration<double>(t1 - t0).count());
-      }
-      std::sort(times.begin(), times.end());
-      const double med = times[times.size() / 2];
+      auto t = bench::time_host(
+          [&](int r) { return kernel.apply(layers[r % copies], Activation::dense(x), nullptr, out); }, reps);
+      ASSERT_TRUE(t) << t.message();
+      const double med = t->median_ms * 1e-3, min = t->min_ms * 1e-3;
       std::printf("BENCH %-22s %-28s M=%-4lld N=%lld K=%lld  median %.3f ms  min %.3f ms  %.1f GOP/s  weights %.1f GB/s\n",
                   sname.c_str(), std::string(kernel.name()).c_str(), static_cast<long long>(m),
-                  static_cast<long long>(n), static_cast<long long>(k), med * 1e3, times.front() * 1e3,
+                  static_cast<long long>(n), static_cast<long long>(k), med * 1e3, min * 1e3,
                   2.0 * m * n * k / med * 1e-9, weight_bytes / med * 1e-9);
     }
   }

@@ -205,7 +205,10 @@ TEST(X86Int8, SelectedOnThisCpu) {
   ASSERT_TRUE(k) << k.message();
   const CpuFeatures f = Platform::host_cpu().cpu;
   const bool vnni = f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
-  EXPECT_EQ((*k)->name(), vnni ? "x86_avx512vnni_int8" : (f.avx2 ? "x86_avx2_int8" : "reference_int8_scaled_mm"));
+  const bool amx = x86::kAmxInt8.is_supported(Platform::host_cpu()).ok;  // AMX-INT8 and the OS's grant
+  EXPECT_EQ((*k)->name(), amx    ? "x86_amx_int8"
+                          : vnni ? "x86_avx512vnni_int8"
+                                 : (f.avx2 ? "x86_avx2_int8" : "reference_int8_scaled_mm"));
 }
 
 }  // namespace

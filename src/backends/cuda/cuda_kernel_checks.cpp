@@ -21,6 +21,10 @@ Verdict CudaLinearKernel::can_implement(const LinearConfig& c) const {
     return Verdict::no("MX activations quantized to " + std::string(qlinear::name(c.activation_key->dtype)) +
                        " are not implemented on the GPU (MXFP8 or unquantized activations are)");
   }
+  if (c.activation_key && c.weight_key.scale.dtype == DType::kE8M0 && c.activation_key->scale.dtype != DType::kE8M0) {
+    return Verdict::no("input " + key_name(*c.activation_key) + " on MX weights is not implemented on the GPU " +
+                       "(MXFP8 or unquantized activations are)");
+  }
   if (family_ == Family::kInt8ScaledMM) {
     if (c.n % 4 != 0) return Verdict::no("N=" + std::to_string(c.n) + " is not a multiple of 4 (cuBLASLt INT8 output)");
     return Verdict::yes();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/threads.hpp"
 #include "qlinear/quantize.hpp"
 
 #if QLINEAR_WITH_CUDA
@@ -108,7 +109,8 @@ Result<Tensor> effective_activation(const LinearLayer& layer, const Activation& 
     options.static_scale = Tensor::scalar_f32(max_of(layer.params.at("input_scale"))).reshape({1}).value();
     if (!key.symmetric) options.static_zero_point = layer.params.at("input_zero_point");
   }
-  if (key.scale2) options.nvfp4_global_scale = max_of(layer.params.at("input_global_scale"));
+  // A dynamic global scale (kNvfp4DynamicGlobal) is computed by the quantizer from this call's activation.
+  if (key.scale2 && key.scale2->is_static) options.nvfp4_global_scale = max_of(layer.params.at("input_global_scale"));
   QL_ASSIGN_OR_RETURN(QuantizedTensor q, quantize(dense, key, options));
   return dequantize(q, DType::kF64);
 }
@@ -166,9 +168,11 @@ Status ReferenceLinearKernel::apply_impl(const LinearLayer& layer, const Activat
   const double* wp = w.data<double>();
   const double* ap = a.data<double>();
   const DType out_dtype = out.dtype();
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t m = 0; m < m_rows; ++m) {
-    for (int64_t n = 0; n < n_cols; ++n) {
+  // An item per 64 outputs of a row; the double dot product costs ~1 ns per multiply-add.
+  const int64_t blocks = (n_cols + 63) / 64;
+  threads::parallel_for(m_rows * blocks, threads::threads_for(0, m_rows * n_cols * k, 1.0), [&](int64_t item) {
+    const int64_t m = item / blocks, n_begin = item % blocks * 64;
+    for (int64_t n = n_begin; n < std::min(n_cols, n_begin + 64); ++n) {
       const double* wr = wp + n * k;
       const double* ar = ap + m * k;
       double acc = 0.0;
@@ -181,7 +185,7 @@ Status ReferenceLinearKernel::apply_impl(const LinearLayer& layer, const Activat
         default: out.data<uint16_t>()[o] = static_cast<uint16_t>(encode(DType::kF16, acc, Overflow::kNonSaturating)); break;
       }
     }
-  }
+  });
   return Status::ok();
 }
 

@@ -14,8 +14,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backends/x86/fp_isa.hpp"
+#include "core/threads.hpp"
 #include "backends/x86/act_load_avx2.hpp"
 
 namespace qlinear::x86 {
@@ -29,16 +31,17 @@ using avx2::load8;
 struct Grid {
   int emin, mbits;
   double max;
+  int emax;  // floor(log2(max)): OCP's emax
 };
 
 Grid grid_of(FpElem e) {
   switch (e) {
-    case FpElem::kE4M3: return {-6, 3, 448.0};
-    case FpElem::kE3M2: return {-2, 2, 28.0};
-    case FpElem::kE2M3: return {0, 3, 7.5};
-    case FpElem::kE2M1: return {0, 1, 6.0};
+    case FpElem::kE4M3: return {-6, 3, 448.0, 8};
+    case FpElem::kE3M2: return {-2, 2, 28.0, 4};
+    case FpElem::kE2M3: return {0, 3, 7.5, 2};
+    case FpElem::kE2M1: return {0, 1, 6.0, 2};
   }
-  return {-6, 3, 448.0};
+  return {-6, 3, 448.0, 8};
 }
 
 double pow2d(int e) {  // 2^e, e in [-1022, 1023]
@@ -86,6 +89,17 @@ int ceil_log2_ratio(double a, double m) {
   const double fa = std::frexp(a, &ka);
   const double fm = std::frexp(m, &km);
   return ka - km + (fa > fm ? 1 : 0);
+}
+
+// Quark's "even" rule (mx_quant.cpp) on the f32 bits of amax (exact: amax is an input value).
+int quark_even_exponent(double amax, const Grid& g) {
+  const float a = static_cast<float>(amax);
+  uint32_t bits;
+  std::memcpy(&bits, &a, 4);
+  const int field = static_cast<int>(((bits + (1u << (22 - g.mbits))) >> 23) & 0xFF);
+  if (field == 0) return -127;
+  if (field == 0xFF) return 127;
+  return field - 127 - g.emax;
 }
 
 // The reference's FP8 per-token / per-tensor rule (fp8_quant.cpp), amax given.
@@ -138,7 +152,9 @@ void prepare_row(const FpActQuant& q, int64_t r, double tensor_scale) {
       const Grid g = grid_of(q.elem);
       for (int64_t b = 0; b < q.k; b += 32) {
         const double amax = amax_of(row, q.x_kind, b, b + 32, &finite);
-        int e = amax == 0 ? -127 : ceil_log2_ratio(amax, g.max);
+        int e = amax == 0                             ? -127
+                : q.mx_rule == FpMxRule::kQuarkEven ? quark_even_exponent(amax, g)
+                                                    : ceil_log2_ratio(amax, g.max);
         e = e < -127 ? -127 : (e > 127 ? 127 : e);
         for (int64_t i = b; i < b + 32; ++i) {
           const double v = std::ldexp(grid_round(std::ldexp(static_cast<double>(load1(row, q.x_kind, i)), -e), g), e);
@@ -186,17 +202,30 @@ void fp_prepare_activations_avx2(const FpActQuant& q) {
     const double s = to_f32(amax / 448.0);
     tensor_scale = s > 0 ? s : kMinScale;
   }
-  uint8_t bad = 0, inexact = 0;
-  FpActQuant local = q;
-#pragma omp parallel for schedule(static) if (q.m > 1) firstprivate(local) reduction(| : bad, inexact)
-  for (int64_t r = 0; r < q.m; ++r) {
+  uint8_t bad = 0, inexact = 0;  // set by any row: __atomic builtins (no std::atomic code compiled here)
+  FpActQuant base = q;
+  if (q.mode == FpActMode::kNvfp4Dyn && q.dynamic_global) {
+    bool finite = true;
+    double amax = 0;
+    for (int64_t r = 0; r < q.m; ++r) {
+      const double a = amax_of(row_ptr(q, r), q.x_kind, 0, q.k, &finite);
+      amax = a > amax ? a : amax;
+    }
+    if (!finite) q.bad_input[0] = 1;
+    // nvfp4_quant.cpp: g = f32(448 * 6 / amax), 1 for zeros, the largest f32 where the quotient overflows.
+    double g = amax > 0 ? to_f32(448.0 * 6.0 / amax) : 1.0;
+    if (!std::isfinite(g)) g = static_cast<double>(std::numeric_limits<float>::max());
+    base.global_scale = static_cast<float>(g);
+  }
+  threads::parallel_for(q.m, q.threads, [&](int64_t r) {
+    FpActQuant local = base;
     uint8_t b = 0, x = 0;
     local.bad_input = &b;
     local.inexact = &x;
     prepare_row(local, r, tensor_scale);
-    bad |= b;
-    inexact |= x;
-  }
+    if (b) __atomic_store_n(&bad, 1, __ATOMIC_RELAXED);
+    if (x) __atomic_store_n(&inexact, 1, __ATOMIC_RELAXED);
+  });
   if (bad) q.bad_input[0] = 1;
   if (inexact) q.inexact[0] = 1;
 }

@@ -1,8 +1,6 @@
 // x86_avx2_{fp8_scaled_mm, fp8_block_scaled, fp8_weight_only, mxfp8, mxfp6, mxfp4, nvfp4}: checks, weight
 // prepacking into code panels, scale preparation and the apply driver, baseline flags. Layout and
 // numerics: fp_isa.hpp.
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -11,9 +9,12 @@
 #include <memory>
 
 #include "backends/reference/reference_kernels.hpp"
+#include "backends/x86/amx_isa.hpp"
 #include "backends/x86/fp_isa.hpp"
 #include "backends/x86/x86_kernels.hpp"
 #include "core/processed_io.hpp"
+#include "core/threads.hpp"
+#include "qlinear/quantize.hpp"
 
 namespace qlinear::x86 {
 
@@ -129,8 +130,13 @@ const FpAvx2Kernel kAvx2Mxfp8("x86_avx2_mxfp8", Family::kMxfp8);
 const FpAvx2Kernel kAvx2Mxfp6("x86_avx2_mxfp6", Family::kMxfp6);
 const FpAvx2Kernel kAvx2Mxfp4("x86_avx2_mxfp4", Family::kMxfp4);
 const FpAvx2Kernel kAvx2Nvfp4("x86_avx2_nvfp4", Family::kNvfp4);
+const FpAvx2Kernel kAmxBf16Fp8ScaledMM("x86_amx_bf16_fp8_scaled_mm", Family::kFp8ScaledMM, Isa::kAmxBf16);
 
 std::string_view FpAvx2Kernel::summary() const {
+  if (isa_ == Isa::kAmxBf16) {
+    return "FP8 W8A8 (per-tensor/channel weights, activations quantized as the reference), AMX-BF16 tdpbf16ps for "
+           "M >= 2 on E4M3 decoded to BF16 tiles (products exact), f32 accumulation; M = 1: the AVX2 code";
+  }
   switch (family_) {
     case Family::kFp8ScaledMM:
       return "FP8 W8A8 (per-tensor/channel weights, static or dynamic activations quantized as the reference), "
@@ -143,7 +149,8 @@ std::string_view FpAvx2Kernel::summary() const {
     case Family::kMxfp8: return "MXFP8 weights (E8M0 folded) x f32/bf16/f16 or MXFP8 activations, AVX2 FMA, f32 sums";
     case Family::kMxfp6:
       return "MXFP6 E2M3/E3M2 weights (E8M0 folded) x f32/bf16/f16 or MX activations, AVX2 FMA, f32 sums";
-    case Family::kMxfp4: return "MXFP4 weights (vpshufb, E8M0 folded) x f32/bf16/f16 or MX activations, AVX2 FMA";
+    case Family::kMxfp4:
+      return "MXFP4 weights (vpshufb, E8M0 folded) x f32/bf16/f16, MX or static FP8 activations, AVX2 FMA";
     default: return "NVFP4 weights (E4M3 block scales folded, global in the epilogue) x dense or NVFP4 activations, AVX2 FMA";
   }
 }
@@ -176,8 +183,8 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
   std::memset(st->packed.get(), st->elem == FpElem::kE2M1 ? 0xFF : 0, static_cast<size_t>(bytes));
   const bool e4m3 = st->elem == FpElem::kE4M3;
   std::vector<uint8_t> nan_col(static_cast<size_t>(c.n), 0);
-#pragma omp parallel for schedule(static)
-  for (int64_t p = 0; p < st->n_pad / 16; ++p) {  // one thread per panel: its records share bytes
+  // One item per panel (its records share bytes); ~5 ns per code.
+  threads::parallel_for(st->n_pad / 16, threads::threads_for(0, c.n * c.k * 5, 1.0), [&](int64_t p) {
     for (int64_t n = p * 16; n < std::min(c.n, p * 16 + 16); ++n) {
       for (int64_t k = 0; k < c.k; ++k) {
         const uint32_t v = code(n, k);
@@ -185,7 +192,7 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
         set_code(*st, n, k, v);
       }
     }
-  }
+  });
   if (std::find(nan_col.begin(), nan_col.end(), 1) != nan_col.end()) {
     st->col_nan.assign(static_cast<size_t>(st->n_pad), 0.0f);
     for (int64_t n = 0; n < c.n; ++n) {
@@ -242,7 +249,9 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
     st->col_scale = per_column(c, ws, st->n_pad, g.is_per_channel());
   }
   if (c.activation_key && c.activation_key->scale.is_static) st->in_scale = max_of(layer.params.at("input_scale"));
-  if (c.activation_key && c.activation_key->scale2) st->in_global = max_of(layer.params.at("input_global_scale"));
+  if (c.activation_key && c.activation_key->scale2 && c.activation_key->scale2->is_static) {
+    st->in_global = max_of(layer.params.at("input_global_scale"));
+  }
   layer.kernel_state = st;
   layer.params.erase("weight");  // the panels replace it; row_major_weight rebuilds it
   return Status::ok();
@@ -378,35 +387,71 @@ Status FpAvx2Kernel::reference_apply(const LinearLayer& layer, const Activation&
   return ref->apply(copy, x, bias, out);
 }
 
+std::optional<QuantKey> FpAvx2Kernel::input_quant_key(const LinearConfig& c) const {
+  if (c.activation_key && c.activation_key->scale.dtype == DType::kE8M0) return c.activation_key;
+  return std::nullopt;
+}
+
+namespace {
+
+// A pre-quantized MX activation (input_quant_key) as the f32 values code * 2^(e - 127), what
+// fp_prepare_activations_avx2 makes of dense input; *inexact when one is not an f32 (or a scale is NaN).
+void decode_mx_activation(const QuantizedTensor& xq, int64_t k_pad, float* act, uint8_t* inexact) {
+  const DType elem = xq.key.dtype;
+  const Tensor data = xq.data.contiguous(), scale = xq.scale.contiguous();
+  const uint8_t* codes = static_cast<const uint8_t*>(data.raw());
+  const uint8_t* e8m0 = static_cast<const uint8_t*>(scale.raw());
+  const int64_t k = xq.cols, blocks = k / 32;
+  const int64_t row_bytes = is_packed(elem) ? storage_bytes(elem, k) : k;
+  for (int64_t r = 0; r < xq.rows; ++r) {
+    const uint8_t* row = codes + r * row_bytes;
+    float* out = act + r * k_pad;
+    for (int64_t i = 0; i < k; ++i) {
+      const uint8_t e = e8m0[r * blocks + i / 32];
+      const uint32_t code = is_packed(elem) ? unpack_code(elem, row, i) : row[i];
+      const double v = std::ldexp(decode(elem, code), static_cast<int>(e) - 127);
+      out[i] = static_cast<float>(v);
+      if (e == 0xFF || static_cast<double>(out[i]) != v) *inexact = 1;
+    }
+    std::fill(out + k, out + k_pad, 0.0f);
+  }
+}
+
+}  // namespace
+
 Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const {
   const FpState& st = *state_of(layer);
   const LinearConfig& c = layer.config;
   if (st.use_reference) return reference_apply(layer, x, bias, out);
-  const Tensor& xd = x.dense_tensor();
-  const int64_t m = xd.size(0);
+  const int64_t m = x.rows();
   const int64_t block_cols = (c.k + 127) / 128;
 
   FpActQuant q;
-  q.x = xd.raw();
-  q.x_kind = static_cast<FloatKind>(float_kind_of(xd.dtype()));
   q.m = m;
   q.k = c.k;
-  q.ldx = xd.strides()[0];
+  if (!x.is_quantized()) {
+    const Tensor& xd = x.dense_tensor();
+    q.x = xd.raw();
+    q.x_kind = static_cast<FloatKind>(float_kind_of(xd.dtype()));
+    q.ldx = xd.strides()[0];
+  }
   if (c.activation_key) {
     const QuantKey& ak = *c.activation_key;
-    if (c.family == Family::kFp8ScaledMM) {
-      q.mode = ak.scale.is_static ? FpActMode::kFp8Static
-               : ak.scale.group.is_per_token() ? FpActMode::kFp8DynToken
-                                               : FpActMode::kFp8DynTensor;
-      q.static_scale = st.in_scale;
-    } else if (c.family == Family::kFp8BlockScaled) {
+    if (c.family == Family::kFp8BlockScaled) {
       q.mode = FpActMode::kFp8Dyn1x128;
     } else if (c.family == Family::kNvfp4) {
       q.mode = FpActMode::kNvfp4Dyn;
       q.global_scale = st.in_global;
-    } else {
+      q.dynamic_global = ak.scale2 && !ak.scale2->is_static;
+    } else if (ak.scale.dtype == DType::kE8M0) {
       q.mode = FpActMode::kMxDyn;
       q.elem = elem_of(ak.dtype);
+      q.mx_rule = default_mx_rule(ak) == MxScaleRule::kQuarkEven ? FpMxRule::kQuarkEven : FpMxRule::kCeilOverMax;
+    } else {  // FP8 per tensor / per token (fp8_scaled_mm, and MXFP4 weights with static FP8 input)
+      q.mode = ak.scale.is_static ? FpActMode::kFp8Static
+               : ak.scale.group.is_per_token() ? FpActMode::kFp8DynToken
+                                               : FpActMode::kFp8DynTensor;
+      q.static_scale = st.in_scale;
     }
   }
   AlignedBytes act = aligned_bytes(m * st.k_pad * 4);
@@ -419,7 +464,13 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   q.block_scale = act_block.data();
   q.bad_input = &bad;
   q.inexact = &inexact;
-  fp_prepare_activations_avx2(q);
+  // Dense rows convert at ~1 element/ns; the quantizing modes round each element in double (~20 ns).
+  q.threads = threads::threads_for(0, m * c.k * (q.mode == FpActMode::kDense ? 1 : 20), 1.0);
+  if (x.is_quantized()) {
+    decode_mx_activation(x.quantized_tensor(), st.k_pad, q.act, &inexact);
+  } else {
+    fp_prepare_activations_avx2(q);
+  }
   if (bad) return Status::error(std::string(name()) + ": the activation holds Inf or NaN (it cannot be quantized)");
   if (inexact) return reference_apply(layer, x, bias, out);  // MX / NVFP4 activation scales beyond f32's range
 
@@ -446,8 +497,10 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   g.m = m;
   g.out = out.raw();
   g.out_kind = static_cast<FloatKind>(float_kind_of(out.dtype()));
-  g.threads = omp_get_max_threads();
-  fp_gemm_avx2(g);
+  g.threads = threads::threads_for(packed_bytes(st), 2 * m * st.n_pad * st.k_pad);
+  // AMX: the OS grant is asked here too (cached), so a kernel applied without is_supported never faults.
+  const bool amx = isa_ == Isa::kAmxBf16 && m >= kAmxBf16MinM && amx_tile_permission_refusal().empty();
+  if (!amx || !fp8_records_gemm_amx(g)) fp_gemm_avx2(g);
   return Status::ok();
 }
 

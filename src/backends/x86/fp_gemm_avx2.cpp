@@ -10,12 +10,10 @@
 // with the same operations in the same order; an item of 1 or 2 rows covers 4 or 2 panels, run side by
 // side for more independent FMA chains.
 #include <immintrin.h>
-#include <omp.h>
-
-#include <cstdlib>
 #include <cstring>
 
 #include "backends/x86/fp_isa.hpp"
+#include "core/threads.hpp"
 
 namespace qlinear::x86 {
 
@@ -393,8 +391,7 @@ void epilogue(const FpGemm& g, const float* c, int64_t m0, int64_t rows, int64_t
 template <FpElem E, bool kScaled>
 void run_gemm(const FpGemm& g) {
   const int64_t panels = g.n_pad / 16;
-  const int64_t work = g.m * g.n_pad * g.k_pad;
-  const int nt = work < (int64_t{1} << 18) ? 1 : g.threads;
+  const int nt = g.threads;  // from the cost model (fp_common.cpp)
   // Rows split only when the panels alone cannot feed every thread.
   int64_t mblocks = 1;
   if (panels < 2 * nt && g.m > kMr * nt) {
@@ -405,21 +402,16 @@ void run_gemm(const FpGemm& g) {
   // An item covers `per_item` panels: several for the register path of 1-2 rows (fused_panels).
   const int per_item = g.m <= kFusedMaxRows ? fused_panels(g.m) : 1;
   const int64_t groups = (panels + per_item - 1) / per_item;
-#pragma omp parallel num_threads(nt)
-  {
-    // The decoded tile, then the C tiles: mb rows of one panel, or up to kMaxFusedPanels panels of few rows.
-    const size_t bytes = static_cast<size_t>((kChunk * 16 + kMaxFusedPanels * mb * 16) * 4 + 63) / 64 * 64;
-    float* buf = static_cast<float*>(std::aligned_alloc(64, bytes));
+  // The decoded tile, then the C tiles: mb rows of one panel, or up to kMaxFusedPanels panels of few rows.
+  const int64_t bytes = (kChunk * 16 + kMaxFusedPanels * mb * 16) * 4;
+  threads::parallel_for(groups * mblocks, nt, [&](int64_t item) {
+    float* buf = static_cast<float*>(threads::scratch(0, bytes));
     float* c = buf + kChunk * 16;
-#pragma omp for schedule(static)
-    for (int64_t item = 0; item < groups * mblocks; ++item) {
-      const int64_t pg = item / mblocks, mbk = item % mblocks;
-      const int64_t m0 = mbk * mb, m1 = min64(g.m, m0 + mb);
-      const int64_t p0 = pg * per_item;
-      if (m0 < m1) run_item<E, kScaled>(g, p0, static_cast<int>(min64(per_item, panels - p0)), m0, m1, buf, c);
-    }
-    std::free(buf);
-  }
+    const int64_t pg = item / mblocks, mbk = item % mblocks;
+    const int64_t m0 = mbk * mb, m1 = min64(g.m, m0 + mb);
+    const int64_t p0 = pg * per_item;
+    if (m0 < m1) run_item<E, kScaled>(g, p0, static_cast<int>(min64(per_item, panels - p0)), m0, m1, buf, c);
+  });
 }
 
 }  // namespace

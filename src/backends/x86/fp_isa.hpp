@@ -71,7 +71,7 @@ struct FpGemm {
   int64_t m = 0;
   void* out = nullptr;               // [m, n]
   FloatKind out_kind = FloatKind::kBF16;
-  int threads = 1;
+  int threads = 1;  // threads::threads_for(weight bytes, flops): small layers run on the calling thread
 };
 
 void fp_gemm_avx2(const FpGemm& g);
@@ -85,8 +85,14 @@ enum class FpActMode : uint8_t {
   kFp8DynTensor,    // E4M3, s = amax(all) / 448 (f32), or 1/(448*512) for zeros (row_scale = s)
   kFp8DynToken,     // E4M3, s = max(amax(row) / 448 (f32), 1/(448*512))        (row_scale = s)
   kFp8Dyn1x128,     // E4M3, s = max(amax(group), 1e-10f) / 448 (f32)            (block_scale = s)
-  kMxDyn,           // MX element `elem`, e = ceil(log2(amax / max)) per 1x32, value * 2^e folded
+  kMxDyn,           // MX element `elem`, e per 1x32 by `mx_rule`, value * 2^e folded
   kNvfp4Dyn,        // E2M1, sf = E4M3(amax / 6 * g) per 1x16, q = E2M1(x * g / sf), value * sf folded
+};
+
+// The MX shared-exponent rules of quantize.hpp's MxScaleRule that activations use (default_mx_rule).
+enum class FpMxRule : uint8_t {
+  kCeilOverMax,  // e = ceil(log2(amax / max))
+  kQuarkEven,    // amax's f32 bits rounded to the element's mantissa width (half up), e = floor(log2) - emax
 };
 
 struct FpActQuant {
@@ -95,8 +101,12 @@ struct FpActQuant {
   int64_t m = 0, k = 0, ldx = 0;
   FpActMode mode = FpActMode::kDense;
   FpElem elem = FpElem::kE4M3;  // kMxDyn
+  FpMxRule mx_rule = FpMxRule::kCeilOverMax;  // kMxDyn
   float static_scale = 1.0f;    // kFp8Static
   float global_scale = 1.0f;    // kNvfp4Dyn: g
+  // kNvfp4Dyn with a dynamic global scale (kNvfp4DynamicGlobal): g = 448*6/amax over all m rows (f32; 1 for
+  // zeros), computed here per call as the reference quantizer does; global_scale is then unused.
+  bool dynamic_global = false;
   // Outputs.
   float* act = nullptr;          // [m, k_pad], columns k.. zero
   int64_t k_pad = 0;
@@ -106,6 +116,7 @@ struct FpActQuant {
   // value would not be exact in f32 (the layer then takes the reference for this call).
   uint8_t* bad_input = nullptr;
   uint8_t* inexact = nullptr;
+  int threads = 1;  // rows are prepared on up to this many threads (threads::threads_for)
 };
 
 void fp_prepare_activations_avx2(const FpActQuant& q);

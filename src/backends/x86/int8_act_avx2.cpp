@@ -13,8 +13,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "backends/x86/int8_isa.hpp"
 #include "backends/x86/act_load_avx2.hpp"
+#include "backends/x86/int8_isa.hpp"
+#include "core/threads.hpp"
 
 namespace qlinear::x86 {
 
@@ -206,8 +207,7 @@ void store8(void* out, FloatKind kind, int64_t i, __m256 y) {
 }  // namespace
 
 void int8_quantize_activations_avx2(const Int8ActQuant& q) {
-#pragma omp parallel for schedule(static) if (q.m > 1)
-  for (int64_t r = 0; r < q.m; ++r) quantize_row(q, r);
+  threads::parallel_for(q.m, q.threads, [&](int64_t r) { quantize_row(q, r); });
 }
 
 void int8_epilogue_avx2(const Int8Epilogue& e, const int32_t* acc, int64_t ldacc, int64_t m0, int64_t rows,

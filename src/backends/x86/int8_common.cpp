@@ -1,16 +1,16 @@
 // INT8 W8A8 kernels (x86_avx512vnni_int8, x86_avx2_int8): checks, weight prepacking and the apply
 // driver, baseline flags. The layout and the u8 x s8 correction are described in int8_isa.hpp.
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 
+#include "backends/x86/amx_isa.hpp"
 #include "backends/x86/int8_isa.hpp"
-#include "core/processed_io.hpp"
 #include "backends/x86/x86_kernels.hpp"
+#include "core/processed_io.hpp"
+#include "core/threads.hpp"
 
 namespace qlinear::x86 {
 
@@ -47,8 +47,13 @@ const Int8State* state_of(const LinearLayer& layer) { return static_cast<const I
 
 const Int8Kernel kAvx512VnniInt8("x86_avx512vnni_int8", Isa::kAvx512Vnni);
 const Int8Kernel kAvx2Int8("x86_avx2_int8", Isa::kAvx2);
+const Int8Kernel kAmxInt8("x86_amx_int8", Isa::kAmxInt8);
 
 std::string_view Int8Kernel::summary() const {
+  if (isa_ == Isa::kAmxInt8) {
+    return "INT8 W8A8, AMX-INT8 tdpbusd 32x32 blocks for M >= 8 (smaller M: the AVX-512 VNNI kernel) on prepacked "
+           "[N/16][K/4][16][4] weights, exact int32 sums";
+  }
   return isa_ == Isa::kAvx512Vnni
              ? "INT8 W8A8, AVX-512 VNNI vpdpbusd on prepacked [N/16][K/4][16][4] weights, exact int32 sums"
              : "INT8 W8A8, AVX2 vpmaddwd on prepacked [N/16][K/4][16][4] weights, exact int32 sums";
@@ -70,15 +75,14 @@ Status Int8Kernel::process_impl(LinearLayer& layer) const {
   st->n = c.n;
   st->k = c.k;
   st->n_pad = round_up(c.n, 16);
-  st->k_pad = round_up(c.k, 4);
+  st->k_pad = round_up(c.k, k_align());
   const Tensor w = layer.params.at("weight").contiguous();
   const int8_t* wp = w.data<int8_t>();
   st->packed = aligned_bytes(st->n_pad * st->k_pad);
   int8_t* dst = reinterpret_cast<int8_t*>(st->packed.get());
   std::memset(dst, 0, static_cast<size_t>(st->n_pad * st->k_pad));
   st->colsum.assign(static_cast<size_t>(st->n_pad), 0);
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < c.n; ++n) {
+  threads::parallel_for(c.n, threads::threads_for(2 * c.n * c.k, 0), [&](int64_t n) {
     int32_t sum = 0;
     for (int64_t k = 0; k < c.k; ++k) {
       const int8_t v = wp[n * c.k + k];
@@ -86,7 +90,7 @@ Status Int8Kernel::process_impl(LinearLayer& layer) const {
       sum += v;
     }
     st->colsum[n] = sum;
-  }
+  });
   for (int32_t s : st->colsum) st->colsum_absmax = std::max(st->colsum_absmax, s < 0 ? -s : s);
 
   // Weight scales, one per output column: per-channel as stored, per-tensor from the column's shard.
@@ -144,7 +148,7 @@ Status Int8Kernel::import_impl(LinearLayer& layer, const ProcessedWeights& w) co
   st->n = c.n;
   st->k = c.k;
   st->n_pad = round_up(c.n, 16);
-  st->k_pad = round_up(c.k, 4);
+  st->k_pad = round_up(c.k, k_align());
   QL_RETURN_IF_ERROR(io::expect_meta(w, {st->n, st->k, st->n_pad, st->k_pad}, {"n", "k", "n_pad", "k_pad"}));
   QL_ASSIGN_OR_RETURN(Tensor packed, expect_processed_tensor(w, "packed", DType::kI8, {st->n_pad * st->k_pad}));
   st->packed = aligned_bytes(st->n_pad * st->k_pad);
@@ -178,8 +182,13 @@ Status Int8Kernel::apply_impl(const LinearLayer& layer, const Activation& x, con
   const Int8State& st = *state_of(layer);
   const LinearConfig& c = layer.config;
   const int64_t m = x.rows();
-  const bool offset128 = isa_ == Isa::kAvx512Vnni;
-  AlignedBytes codes = aligned_bytes(m * st.k_pad);
+  const bool offset128 = isa_ != Isa::kAvx2;
+  // The OS grant is asked here too (cached): a kernel applied without is_supported must not fault.
+  const bool amx = isa_ == Isa::kAmxInt8 && m >= kAmxInt8MinM && amx_tile_permission_refusal().empty();
+  // AMX reads whole 16-row tiles: the rows past m are padding codes whose sums are never stored.
+  const int64_t m_rows = amx ? round_up(m, 16) : m;
+  AlignedBytes codes = aligned_bytes(m_rows * st.k_pad);
+  if (m_rows > m) std::memset(codes.get() + m * st.k_pad, 0x80, static_cast<size_t>((m_rows - m) * st.k_pad));
   std::vector<float> a_scale(static_cast<size_t>(m));
   std::vector<int32_t> a_zp(static_cast<size_t>(m), 0);
 
@@ -217,6 +226,7 @@ Status Int8Kernel::apply_impl(const LinearLayer& layer, const Activation& x, con
     q.scale = a_scale.data();
     q.zp = a_zp.data();
     q.bad_row = bad.data();
+    q.threads = threads::threads_for(0, m * c.k * 2, 1.0);  // ~2 ns per element (amax pass, then round)
     int8_quantize_activations_avx2(q);
     for (int64_t r = 0; r < m; ++r) {
       if (bad[r]) return Status::error("activation row " + std::to_string(r) + " holds Inf or NaN");
@@ -230,7 +240,8 @@ Status Int8Kernel::apply_impl(const LinearLayer& layer, const Activation& x, con
   g.k_pad = st.k_pad;
   g.act = codes.get();
   g.m = m;
-  g.threads = omp_get_max_threads();
+  // The int8 kernels multiply ~4x faster than f32 FMA (vpmaddwd / vpdpbusd).
+  g.threads = threads::threads_for(st.n_pad * st.k_pad, 2 * m * st.n_pad * st.k_pad, 4 * threads::kF32FlopsPerNs);
   g.epi.w_scale = st.w_scale.data();
   g.epi.colsum = st.colsum.data();
   g.epi.colsum_absmax = st.colsum_absmax;
@@ -241,7 +252,9 @@ Status Int8Kernel::apply_impl(const LinearLayer& layer, const Activation& x, con
   g.epi.out = out.raw();
   g.epi.out_kind = static_cast<FloatKind>(float_kind_of(out.dtype()));
   g.epi.n = c.n;
-  if (isa_ == Isa::kAvx512Vnni) {
+  if (amx) {
+    int8_gemm_amx(g);
+  } else if (isa_ != Isa::kAvx2) {
     int8_gemm_avx512vnni(g);
   } else {
     int8_gemm_avx2(g);

@@ -8,11 +8,11 @@
 //   vpmaddwd -> lanes (c0: k0k1, c0: k2k3, c1: k0k1, ...), folded pairwise (vphaddd) after the K loop.
 // Register tile: MR (<= 2) rows x 16 columns = 8 accumulators.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cstring>
 
 #include "backends/x86/int8_isa.hpp"
+#include "core/threads.hpp"
 
 namespace qlinear::x86 {
 
@@ -69,18 +69,15 @@ void run_range(const Int8Gemm& g, int64_t m_begin, int64_t m_end, int64_t p_begi
 
 void int8_gemm_avx2(const Int8Gemm& g) {
   const int64_t panels = g.n_pad / 16;
-  const int64_t work = g.m * g.n_pad * g.k_pad;
-  const int threads = work < (int64_t{1} << 18) ? 1 : g.threads;
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    if (panels >= 2 * nt || g.m < 2 * kMaxMr * nt) {
-      run_range(g, 0, g.m, panels * t / nt, panels * (t + 1) / nt);
-    } else {
-      const int64_t tiles = (g.m + kMaxMr - 1) / kMaxMr;
-      const int64_t r0 = tiles * t / nt * kMaxMr, r1 = tiles * (t + 1) / nt * kMaxMr;
-      run_range(g, r0, r1 < g.m ? r1 : g.m, 0, panels);
-    }
+  const int nt = g.threads;
+  if (panels >= 2 * nt || g.m < 2 * kMaxMr * nt) {  // an item per panel: each streams its weights once
+    threads::parallel_for(panels, nt, [&](int64_t p) { run_range(g, 0, g.m, p, p + 1); });
+  } else {  // few panels, many rows: items of whole row tiles
+    const int64_t tiles = (g.m + kMaxMr - 1) / kMaxMr, items = 4 * static_cast<int64_t>(nt);
+    threads::parallel_for(items, nt, [&](int64_t i) {
+      const int64_t r0 = tiles * i / items * kMaxMr, r1 = tiles * (i + 1) / items * kMaxMr;
+      if (r0 < g.m) run_range(g, r0, r1 < g.m ? r1 : g.m, 0, panels);
+    });
   }
 }
 

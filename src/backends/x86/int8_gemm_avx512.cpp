@@ -9,12 +9,12 @@
 // Accumulation is exact int32 (see int8_isa.hpp); the epilogue (scales, zero point, bias, rounding to the
 // output type) runs on each finished tile while it is in L1.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cstdlib>
 #include <cstring>
 
 #include "backends/x86/int8_isa.hpp"
+#include "core/threads.hpp"
 
 namespace qlinear::x86 {
 
@@ -98,21 +98,17 @@ void int8_gemm_avx512vnni(const Int8Gemm& g) {
   const int64_t panels = g.n_pad / 16;
   const int64_t blocks = (panels + kMaxNv - 1) / kMaxNv;
   const int pf = prefetch_distance(g.m);
-  const int64_t work = g.m * g.n_pad * g.k_pad;
-  const int threads = work < (int64_t{1} << 18) ? 1 : g.threads;
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    if (blocks >= 2 * nt || g.m < 2 * kMaxMr * nt) {
-      // Split the column blocks: every thread streams its own share of the weights once.
-      const int64_t b0 = blocks * t / nt, b1 = blocks * (t + 1) / nt;
-      run_range(g, 0, g.m, b0, b1, pf);
-    } else {
-      // Few columns, many rows: split rows (in whole m-tiles).
-      const int64_t tiles = (g.m + kMaxMr - 1) / kMaxMr;
-      const int64_t r0 = tiles * t / nt * kMaxMr, r1 = tiles * (t + 1) / nt * kMaxMr;
-      run_range(g, r0, r1 < g.m ? r1 : g.m, 0, blocks, pf);
-    }
+  const int nt = g.threads;
+  if (blocks >= 2 * nt || g.m < 2 * kMaxMr * nt) {
+    // An item per column block: every block's weights are streamed once, by whichever thread claims it.
+    threads::parallel_for(blocks, nt, [&](int64_t b) { run_range(g, 0, g.m, b, b + 1, pf); });
+  } else {
+    // Few columns, many rows: items of whole m-tiles.
+    const int64_t tiles = (g.m + kMaxMr - 1) / kMaxMr, items = 4 * static_cast<int64_t>(nt);
+    threads::parallel_for(items, nt, [&](int64_t i) {
+      const int64_t r0 = tiles * i / items * kMaxMr, r1 = tiles * (i + 1) / items * kMaxMr;
+      if (r0 < g.m) run_range(g, r0, r1 < g.m ? r1 : g.m, 0, blocks, pf);
+    });
   }
 }
 

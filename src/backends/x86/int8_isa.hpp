@@ -48,8 +48,9 @@ struct Int8ActQuant {
   float* scale = nullptr;    // [m]
   int32_t* zp = nullptr;     // [m] (0 when symmetric)
   uint8_t* bad_row = nullptr;  // [m], zero-initialized: set to 1 for a dynamic row holding Inf or NaN
+  int threads = 1;             // rows are quantized on up to this many threads
 };
-// Quantizes every row (OpenMP over rows). AVX2 + FMA.
+// Quantizes every row (threads::parallel_for over rows). AVX2 + FMA.
 void int8_quantize_activations_avx2(const Int8ActQuant& q);
 
 // y[m, n] = a_scale[m] * w_scale[n] * (acc[m, n] - (offset + zp[m]) * colsum[n]) + bias[n]
@@ -74,7 +75,7 @@ struct Int8Gemm {
   int64_t n_pad = 0, k_pad = 0;
   const uint8_t* act = nullptr;    // [m, k_pad] codes from int8_quantize_activations_avx2
   int64_t m = 0;
-  int threads = 1;
+  int threads = 1;  // threads::threads_for(weight bytes, ops): small layers run on the calling thread
   Int8Epilogue epi;
 };
 // AVX-512 F/BW/VL + VNNI (vpdpbusd); activations with offset128.

@@ -15,6 +15,14 @@ AlignedBytes aligned_bytes(int64_t bytes) {
   return AlignedBytes(static_cast<uint8_t*>(std::aligned_alloc(64, size)));
 }
 
+namespace {
+// The platform's features say the CPU has AMX; the OS must also grant this process the tile state.
+Verdict amx_os_verdict() {
+  const std::string& refusal = amx_tile_permission_refusal();
+  return refusal.empty() ? Verdict::yes() : Verdict::no(refusal + "; the AVX-512 kernels run instead");
+}
+}  // namespace
+
 Verdict isa_supported(const Platform& p, Isa isa) {
   if (p.kind != PlatformKind::kX86Cpu) return Verdict::no("not an x86 CPU platform");
   const CpuFeatures& f = p.cpu;
@@ -26,13 +34,18 @@ Verdict isa_supported(const Platform& p, Isa isa) {
   if (!f.avx512f) return Verdict::no("CPU lacks AVX-512F");
   if (!f.avx512bw) return Verdict::no("CPU lacks AVX-512BW");
   if (!f.avx512vl) return Verdict::no("CPU lacks AVX-512VL");
-  if (isa == Isa::kAvx512Vnni) {
+  if (isa == Isa::kAvx512Vnni || isa == Isa::kAmxInt8) {
     if (!f.avx512vnni) return Verdict::no("CPU lacks AVX-512 VNNI (vpdpbusd)");
-    return Verdict::yes();
+    if (isa == Isa::kAvx512Vnni) return Verdict::yes();
+    if (!f.amx_tile || !f.amx_int8) return Verdict::no("CPU lacks AMX-INT8 (amx_tile, amx_int8)");
+    return amx_os_verdict();
   }
   if (!f.avx512dq) return Verdict::no("CPU lacks AVX-512DQ");
   if (!f.avx512bf16) return Verdict::no("CPU lacks AVX-512 BF16 (vdpbf16ps)");
-  return Verdict::yes();
+  if (isa == Isa::kAvx512Bf16) return Verdict::yes();
+  if (!f.amx_tile || !f.amx_bf16) return Verdict::no("CPU lacks AMX-BF16 (amx_tile, amx_bf16)");
+  if (!f.avx512vbmi) return Verdict::no("CPU lacks AVX-512 VBMI (vpermi2b, the FP8 decode)");
+  return amx_os_verdict();
 }
 
 uint8_t float_kind_of(DType d) { return d == DType::kF32 ? 0 : d == DType::kBF16 ? 1 : 2; }

@@ -1,16 +1,17 @@
 // FP8 / MXFP8 weight-only kernels (x86_avx512bf16_fp8_w8a16, x86_avx512bf16_mxfp8_w8a16): checks, weight
 // prepacking, the exact scalar path and the apply driver, baseline flags. Layout and numerics: w8a16_isa.hpp.
-#include <omp.h>
-
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 
+#include "backends/x86/amx_isa.hpp"
 #include "backends/x86/w8a16_isa.hpp"
 #include "backends/x86/x86_kernels.hpp"
 #include "core/processed_io.hpp"
+#include "core/threads.hpp"
 
 namespace qlinear::x86 {
 
@@ -85,9 +86,11 @@ void exact_apply(const W8A16State& st, const uint16_t* x, int64_t lda, int64_t m
   for (int64_t n = 0; n < st.n; ++n)
     for (int64_t k = 0; k < st.k; ++k) w[n * st.k + k] = weight_value(st, n, k);
   const DType od = out.dtype();
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t n = 0; n < st.n; ++n) {
+  // An item per 64 outputs of a row; ~1 ns per multiply-add in double.
+  const int64_t blocks = (st.n + 63) / 64;
+  threads::parallel_for(m * blocks, threads::threads_for(0, m * st.n * st.k, 1.0), [&](int64_t item) {
+    const int64_t i = item / blocks, n0 = item % blocks * 64;
+    for (int64_t n = n0; n < std::min(st.n, n0 + 64); ++n) {
       double acc = 0;
       for (int64_t k = 0; k < st.k; ++k) acc += static_cast<double>(bf16_to_float(x[i * lda + k])) * w[n * st.k + k];
       if (bias) acc += bias[n];
@@ -98,7 +101,7 @@ void exact_apply(const W8A16State& st, const uint16_t* x, int64_t lda, int64_t m
         out.data<uint16_t>()[o] = static_cast<uint16_t>(encode(od, acc, Overflow::kNonSaturating));
       }
     }
-  }
+  });
 }
 
 }  // namespace
@@ -106,8 +109,21 @@ void exact_apply(const W8A16State& st, const uint16_t* x, int64_t lda, int64_t m
 const W8A16Kernel kAvx512Bf16Fp8W8A16("x86_avx512bf16_fp8_w8a16", Family::kFp8WeightOnly);
 const W8A16Kernel kAvx512Bf16Mxfp8W8A16("x86_avx512bf16_mxfp8_w8a16", Family::kMxfp8);
 const W8A16Kernel kAvx512Bf16Mxfp4W4A16("x86_avx512bf16_mxfp4_w4a16", Family::kMxfp4);
+const W8A16Kernel kAmxBf16Fp8W8A16("x86_amx_bf16_fp8_w8a16", Family::kFp8WeightOnly, Isa::kAmxBf16);
+const W8A16Kernel kAmxBf16Mxfp8W8A16("x86_amx_bf16_mxfp8_w8a16", Family::kMxfp8, Isa::kAmxBf16);
+const W8A16Kernel kAmxBf16Mxfp4W4A16("x86_amx_bf16_mxfp4_w4a16", Family::kMxfp4, Isa::kAmxBf16);
 
 std::string_view W8A16Kernel::summary() const {
+  if (isa_ == Isa::kAmxBf16) {
+    return family_ == Family::kMxfp4
+               ? "MXFP4 weights x BF16 activations, AMX-BF16 tdpbf16ps for M >= 2 on weights decoded to BF16 tiles "
+                 "(E8M0 folded), f32 accumulation; M = 1: the AVX-512 BF16 kernel"
+           : family_ == Family::kMxfp8
+               ? "MXFP8 weights x BF16 activations, AMX-BF16 tdpbf16ps for M >= 2 on weights decoded to BF16 tiles "
+                 "(E8M0 folded), f32 accumulation; M = 1: the AVX-512 BF16 kernel"
+               : "FP8 E4M3 weights (per-tensor/channel scales) x BF16 activations, AMX-BF16 tdpbf16ps for M >= 2, "
+                 "f32 accumulation; M = 1: the AVX-512 BF16 kernel";
+  }
   if (family_ == Family::kMxfp4) {
     return "MXFP4 weights x BF16 activations, E2M1->BF16 by vpshufb with the E8M0 scale folded, vdpbf16ps, f32 "
            "accumulation";
@@ -119,7 +135,7 @@ std::string_view W8A16Kernel::summary() const {
 }
 
 Verdict W8A16Kernel::is_supported(const Platform& platform) const {
-  return isa_supported(platform, Isa::kAvx512Bf16);
+  return isa_supported(platform, isa_);
 }
 
 Verdict W8A16Kernel::can_implement(const LinearConfig& c) const {
@@ -131,6 +147,10 @@ Verdict W8A16Kernel::can_implement(const LinearConfig& c) const {
   if (c.input_dtype != DType::kBF16) {
     return Verdict::no("input dtype is " + std::string(qlinear::name(c.input_dtype)) +
                        ", not bf16 (vdpbf16ps multiplies bf16; rounding the input to bf16 would change the numerics)");
+  }
+  if (isa_ == Isa::kAmxBf16 && c.weight_key.scale.dtype != DType::kE8M0 && c.weight_key.scale.group == kBlock128x128) {
+    return Verdict::no("128x128 block weight scales (the AMX kernel takes per-tensor/channel or MX scales; the "
+                       "AVX-512 kernel runs them)");
   }
   return Verdict::yes();  // any N and K: padded at prepack
 }
@@ -154,19 +174,20 @@ Status W8A16Kernel::process_impl(LinearLayer& layer) const {
   const int64_t bytes = st->n_pad * st->k_pad / (fp4 ? 2 : 1);
   st->packed = aligned_bytes(bytes);
   std::memset(st->packed.get(), 0, static_cast<size_t>(bytes));
-  bool nan_code = false;
-#pragma omp parallel for schedule(static) reduction(|| : nan_code)
-  for (int64_t n = 0; n < c.n; ++n) {  // FP4: a panel's 16 rows fill its bytes, one thread per 16 rows
-    if (fp4 && n % 16 != 0) continue;
-    for (int64_t r = n; r < (fp4 ? std::min(n + 16, c.n) : n + 1); ++r) {
+  std::atomic<bool> nan_code{false};
+  // An item per 16 rows (FP4: a panel's 16 rows fill its bytes); ~5 ns per code.
+  threads::parallel_for((c.n + 15) / 16, threads::threads_for(0, c.n * c.k * 5, 1.0), [&](int64_t p) {
+    bool nan = false;
+    for (int64_t r = p * 16; r < std::min(p * 16 + 16, c.n); ++r) {
       for (int64_t k = 0; k < c.k; ++k) {
         const uint8_t v = code(r, k);
-        nan_code = nan_code || (!fp4 && (v & 0x7F) == 0x7F);
+        nan = nan || (!fp4 && (v & 0x7F) == 0x7F);
         set_code(*st, r, k, v);
       }
     }
-  }
-  st->exact_path = nan_code;
+    if (nan) nan_code.store(true, std::memory_order_relaxed);
+  });
+  st->exact_path = nan_code.load();
 
   const Tensor ws = layer.params.at("weight_scale").contiguous();
   const GroupShape g = c.weight_key.scale.group;
@@ -329,13 +350,18 @@ Status W8A16Kernel::apply_impl(const LinearLayer& layer, const Activation& x, co
   const uint16_t* act = xd.data<uint16_t>();
   int64_t lda = xd.strides()[0];
   AlignedBytes padded;
-  if (st.k_pad != st.k) {
-    padded = aligned_bytes(m * st.k_pad * 2);
+  // AMX reads whole 16-row tiles: rows past m are zeros whose sums are never stored.
+  // The OS grant is asked here too (cached): a kernel applied without is_supported must not fault.
+  const bool amx = isa_ == Isa::kAmxBf16 && m >= kAmxBf16MinM && !st.exact_path && amx_tile_permission_refusal().empty();
+  const int64_t m_rows = amx ? round_up(m, 16) : m;
+  if (st.k_pad != st.k || m_rows != m) {
+    padded = aligned_bytes(m_rows * st.k_pad * 2);
     uint16_t* p = reinterpret_cast<uint16_t*>(padded.get());
     for (int64_t i = 0; i < m; ++i) {
       std::memcpy(p + i * st.k_pad, act + i * lda, static_cast<size_t>(st.k) * 2);
       std::memset(p + i * st.k_pad + st.k, 0, static_cast<size_t>(st.k_pad - st.k) * 2);
     }
+    std::memset(p + m * st.k_pad, 0, static_cast<size_t>((m_rows - m) * st.k_pad * 2));
     act = p;
     lda = st.k_pad;
   }
@@ -360,8 +386,12 @@ Status W8A16Kernel::apply_impl(const LinearLayer& layer, const Activation& x, co
   g.bias = b.empty() ? nullptr : b.data();
   g.out = out.raw();
   g.out_kind = static_cast<FloatKind>(float_kind_of(out.dtype()));
-  g.threads = omp_get_max_threads();
-  w8a16_gemm_avx512bf16(g);
+  g.threads = threads::threads_for(st.n_pad * st.k_pad / (st.elem == W8Elem::kE2M1 ? 2 : 1), 2 * m * st.n_pad * st.k_pad);
+  if (amx) {
+    w8a16_gemm_amx(g);
+  } else {
+    w8a16_gemm_avx512bf16(g);
+  }
   return Status::ok();
 }
 

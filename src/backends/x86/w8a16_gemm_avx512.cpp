@@ -10,12 +10,12 @@
 //   epilogue: y = C * s[n] + bias[n], rounded to the output type.
 // The decode is amortized over M rows; at M = 1 it is the only work besides streaming the weights.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cstdlib>
 #include <cstring>
 
 #include "backends/x86/w8a16_isa.hpp"
+#include "core/threads.hpp"
 
 namespace qlinear::x86 {
 
@@ -292,30 +292,26 @@ void run_range(const W8A16Gemm& g, const Buffers& buf, int64_t m_begin, int64_t 
 void w8a16_gemm_avx512bf16(const W8A16Gemm& g) {
   const int64_t panels = g.n_pad / 16;
   const int64_t blocks = (panels + kNv - 1) / kNv;
-  const int64_t work = g.m * g.n_pad * g.k_pad;
-  const int threads = work < (int64_t{1} << 18) ? 1 : g.threads;
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int64_t m0 = 0, m1 = g.m, b0 = 0, b1 = blocks;
-    if (blocks >= 2 * nt || g.m < 2 * kMaxMr * nt) {
-      b0 = blocks * t / nt;
-      b1 = blocks * (t + 1) / nt;
-    } else {
-      const int64_t tiles = (g.m + kMaxMr - 1) / kMaxMr;
-      m0 = tiles * t / nt * kMaxMr;
-      m1 = tiles * (t + 1) / nt * kMaxMr;
+  const int nt = g.threads;
+  // Items: column blocks (each streams its weights once), or, with few columns and many rows, row ranges
+  // of whole m-tiles. Scratch and C tiles are the claiming thread's (threads::scratch).
+  const bool by_columns = blocks >= 2 * nt || g.m < 2 * kMaxMr * nt;
+  const int64_t tiles = (g.m + kMaxMr - 1) / kMaxMr, row_items = 4 * static_cast<int64_t>(nt);
+  threads::parallel_for(by_columns ? blocks : row_items, nt, [&](int64_t item) {
+    int64_t m0 = 0, m1 = g.m, b0 = item, b1 = item + 1;
+    if (!by_columns) {
+      b0 = 0;
+      b1 = blocks;
+      m0 = tiles * item / row_items * kMaxMr;
+      m1 = tiles * (item + 1) / row_items * kMaxMr;
       m1 = m1 < g.m ? m1 : g.m;
     }
+    if (m1 <= m0) return;
     Buffers buf;
-    const size_t scratch_bytes = kNv * kChunk / 2 * 64;
-    const size_t c_bytes = static_cast<size_t>((m1 > m0 ? m1 - m0 : 1) * kNv * 16 * 4);
-    buf.scratch = static_cast<uint16_t*>(std::aligned_alloc(64, scratch_bytes));
-    buf.c = static_cast<float*>(std::aligned_alloc(64, (c_bytes + 63) / 64 * 64));
-    if (m1 > m0 && b1 > b0) run_range(g, buf, m0, m1, b0, b1);
-    std::free(buf.scratch);
-    std::free(buf.c);
-  }
+    buf.scratch = static_cast<uint16_t*>(threads::scratch(0, kNv * kChunk / 2 * 64));
+    buf.c = static_cast<float*>(threads::scratch(1, (m1 - m0) * kNv * 16 * 4));
+    run_range(g, buf, m0, m1, b0, b1);
+  });
 }
 
 }  // namespace qlinear::x86

@@ -1,14 +1,20 @@
 #pragma once
 // The x86-64 CPU backend: kernel classes, one object per (ISA, family). Everything declared here is
 // compiled with baseline flags (kernels.cpp, *_common.cpp); the SIMD code lives in *_avx2.cpp and
-// *_avx512.cpp and is reached only after is_supported() has checked the ISA on this machine.
+// *_avx512.cpp / amx_*.cpp and is reached only after is_supported() has checked the ISA on this machine
+// (for AMX: and the OS's grant of the tile state).
 //
 //   registry name                 family            ISA                                   file of its SIMD code
+//   x86_amx_int8                  int8_scaled_mm    AMX-INT8 (M >= 8) + the AVX-512 VNNI kernel  amx_int8_gemm.cpp
 //   x86_avx512vnni_int8           int8_scaled_mm    AVX-512 F/BW/VL + VNNI (+AVX2 quantizer)  int8_gemm_avx512.cpp
 //   x86_avx2_int8                 int8_scaled_mm    AVX2 + FMA + F16C                      int8_gemm_avx2.cpp
+//   x86_amx_bf16_fp8_w8a16        fp8_weight_only   AMX-BF16 (M >= 2) + the AVX-512 BF16 kernel  amx_w8a16_gemm.cpp
+//   x86_amx_bf16_mxfp8_w8a16      mxfp8 (A16)       AMX-BF16 (M >= 2) + the AVX-512 BF16 kernel  amx_w8a16_gemm.cpp
+//   x86_amx_bf16_mxfp4_w4a16      mxfp4 (A16)       AMX-BF16 (M >= 2) + the AVX-512 BF16 kernel  amx_w8a16_gemm.cpp
 //   x86_avx512bf16_fp8_w8a16      fp8_weight_only   AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
 //   x86_avx512bf16_mxfp8_w8a16    mxfp8 (A16)       AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
 //   x86_avx512bf16_mxfp4_w4a16    mxfp4 (A16)       AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
+//   x86_amx_bf16_fp8_scaled_mm    fp8_scaled_mm     AMX-BF16 (M >= 2) + the AVX2 FP8 code      amx_w8a16_gemm.cpp
 //   x86_avx2_fp8_scaled_mm        fp8_scaled_mm     AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
 //   x86_avx2_fp8_block_scaled     fp8_block_scaled  AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
 //   x86_avx2_fp8_weight_only      fp8_weight_only   AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
@@ -28,7 +34,8 @@
 
 namespace qlinear::x86 {
 
-enum class Isa : uint8_t { kAvx2, kAvx512Vnni, kAvx512Bf16 };
+// kAmxInt8 / kAmxBf16: the AVX-512 level below them plus AMX tiles the OS has granted this process.
+enum class Isa : uint8_t { kAvx2, kAvx512Vnni, kAvx512Bf16, kAmxInt8, kAmxBf16 };
 
 // 64-byte aligned storage for prepacked weights (std::aligned_alloc, freed with std::free); defined in
 // kernels.cpp, at baseline flags, so no ISA-specific translation unit provides its code.
@@ -67,18 +74,21 @@ class Int8Kernel final : public LinearKernel {
   Status import_impl(LinearLayer& layer, const ProcessedWeights& weights) const override;
 
  private:
+  int64_t k_align() const { return isa_ == Isa::kAmxInt8 ? 64 : 4; }  // AMX: whole 64-byte tile rows
   std::string_view name_;
   Isa isa_;
 };
 
 extern const Int8Kernel kAvx512VnniInt8;  // "x86_avx512vnni_int8"
 extern const Int8Kernel kAvx2Int8;        // "x86_avx2_int8"
+extern const Int8Kernel kAmxInt8;         // "x86_amx_int8"
 
 // FP8 E4M3 weights (fp8_weight_only: per-tensor / per-channel / 128x128 f32 scales; mxfp8 A16: E8M0 per
 // 1x32) and FP4 E2M1 weights (mxfp4 A16) x BF16 activations, vdpbf16ps with f32 accumulation. Where each scale is applied: w8a16_isa.hpp.
 class W8A16Kernel final : public LinearKernel {
  public:
-  constexpr W8A16Kernel(std::string_view name, Family family) : name_(name), family_(family) {}
+  constexpr W8A16Kernel(std::string_view name, Family family, Isa isa = Isa::kAvx512Bf16)
+      : name_(name), family_(family), isa_(isa) {}
   std::string_view name() const override { return name_; }
   Family family() const override { return family_; }
   std::string_view summary() const override;
@@ -97,11 +107,16 @@ class W8A16Kernel final : public LinearKernel {
  private:
   std::string_view name_;
   Family family_;
+  Isa isa_;
 };
 
 extern const W8A16Kernel kAvx512Bf16Fp8W8A16;    // "x86_avx512bf16_fp8_w8a16"
 extern const W8A16Kernel kAvx512Bf16Mxfp8W8A16;  // "x86_avx512bf16_mxfp8_w8a16"
 extern const W8A16Kernel kAvx512Bf16Mxfp4W4A16;  // "x86_avx512bf16_mxfp4_w4a16"
+// The same kernels with AMX-BF16 tiles for M >= kAmxBf16MinM (amx_isa.hpp), on the same packed weights.
+extern const W8A16Kernel kAmxBf16Fp8W8A16;       // "x86_amx_bf16_fp8_w8a16"
+extern const W8A16Kernel kAmxBf16Mxfp8W8A16;     // "x86_amx_bf16_mxfp8_w8a16"
+extern const W8A16Kernel kAmxBf16Mxfp4W4A16;     // "x86_amx_bf16_mxfp4_w4a16"
 
 // Every FP8 / MX / NVFP4 family on AVX2 + FMA (fp_isa.hpp): weight codes decoded to f32 in registers
 // (group scales folded where exact), f32 activations (dense input converted exactly, or quantized inside
@@ -110,12 +125,16 @@ extern const W8A16Kernel kAvx512Bf16Mxfp4W4A16;  // "x86_avx512bf16_mxfp4_w4a16"
 // MX scales would leave f32's exact range (or activations whose would) run the reference instead.
 class FpAvx2Kernel final : public LinearKernel {
  public:
-  constexpr FpAvx2Kernel(std::string_view name, Family family) : name_(name), family_(family) {}
+  // isa kAmxBf16: the same kernel with AMX-BF16 tiles for M >= kAmxBf16MinM (FP8 W8A8 only: amx_isa.hpp).
+  constexpr FpAvx2Kernel(std::string_view name, Family family, Isa isa = Isa::kAvx2)
+      : name_(name), family_(family), isa_(isa) {}
   std::string_view name() const override { return name_; }
   Family family() const override { return family_; }
   std::string_view summary() const override;
-  Verdict is_supported(const Platform& platform) const override { return isa_supported(platform, Isa::kAvx2); }
+  Verdict is_supported(const Platform& platform) const override { return isa_supported(platform, isa_); }
   Verdict can_implement(const LinearConfig& config) const override;
+  // MX activation keys (E8M0 per 1x32) may arrive pre-quantized; every other key is quantized inside apply.
+  std::optional<QuantKey> input_quant_key(const LinearConfig& config) const override;
   Result<Tensor> row_major_weight(const LinearLayer& layer) const override;
   bool supports_pre_processed_weights() const override { return true; }
   uint32_t processed_layout_version() const override { return 2; }  // 2: FP4 records (fp_isa.hpp)
@@ -130,6 +149,7 @@ class FpAvx2Kernel final : public LinearKernel {
   Status reference_apply(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const;
   std::string_view name_;
   Family family_;
+  Isa isa_;
 };
 
 extern const FpAvx2Kernel kAvx2Fp8ScaledMM;    // "x86_avx2_fp8_scaled_mm"
@@ -139,6 +159,7 @@ extern const FpAvx2Kernel kAvx2Mxfp8;          // "x86_avx2_mxfp8"
 extern const FpAvx2Kernel kAvx2Mxfp6;          // "x86_avx2_mxfp6"
 extern const FpAvx2Kernel kAvx2Mxfp4;          // "x86_avx2_mxfp4"
 extern const FpAvx2Kernel kAvx2Nvfp4;          // "x86_avx2_nvfp4"
+extern const FpAvx2Kernel kAmxBf16Fp8ScaledMM; // "x86_amx_bf16_fp8_scaled_mm"
 
 // Shared helpers (kernels.cpp).
 // A dense f32/bf16/f16 [n] tensor as f32 (bias), or empty when t is null.

@@ -1,0 +1,54 @@
+#pragma once
+// AMX tile GEMMs on x86 (x86_amx_int8, x86_amx_bf16_*): the plain-C interface between the kernel classes
+// (baseline flags) and the AMX translation units (amx_*.cpp, compiled with -mamx-tile -mamx-int8 -mamx-bf16
+// and AVX-512). No inline functions or templates here (int8_isa.hpp says why).
+//
+// Tiles: every tile is configured once per thread per call as 16 rows x 64 bytes (palette 1):
+//   C0..C3 (tmm0-3) f32 / s32 accumulators of a 32 x 32 output block, A0, A1 (tmm4-5) 16 activation rows
+//   each, B0, B1 (tmm6-7) 16 output columns each. Rows past M and columns past N are computed on padding
+//   and never stored.
+//
+// INT8 (tdpbusd, u8 x s8 -> s32): the B tile of 16 columns x 64 k is 1 KiB of the VNNI panels int8_isa.hpp
+//   describes (panel p, groups g0 .. g0+15, row stride 64 bytes), so the AVX-512 VNNI kernel and the AMX
+//   kernel share the packed weights; only K is padded to 64 (a whole tile) instead of 4. Activations are the
+//   u8 = q + 128 codes of int8_quantize_activations_avx2, rows padded to a multiple of 16; the +128 shift and
+//   the zero point are removed exactly in int8_epilogue_avx2, so the int32 sums and every output equal the
+//   AVX-512 VNNI kernel's bit for bit.
+//
+// BF16 (tdpbf16ps, f32 accumulation): per block of 2 panels, the FP8 / FP4 codes of the whole K are decoded
+//   once into BF16 VNNI-2 rows (row = a k pair, word 2j + t = W[j][2r + t]: the B tile layout) in a per-thread
+//   scratch that stays in L2, then every 32-row block of activations runs over it. The MX E8M0 scale is
+//   folded into the BF16 exponent (exact: process checks the folded values stay normal BF16, else the layer
+//   takes the exact scalar path); per-tensor / per-channel scales multiply the f32 sums in the epilogue.
+#include <cstdint>
+
+#include "backends/x86/fp_isa.hpp"
+#include "backends/x86/int8_isa.hpp"
+#include "backends/x86/w8a16_isa.hpp"
+
+namespace qlinear::x86 {
+
+// Smallest M each AMX kernel takes; below it the layer runs the AVX-512 kernel on the same packed weights
+// (a 16-row tile at M = 1 wastes 15/16 of its work; the streaming kernels reach the memory rate there).
+// Measured on a 2-core Xeon (4096 x 4096, one thread, CPU time per call): INT8 AMX ties VNNI at M = 2-4
+// and is 1.3x faster at M = 8; the BF16 decode-to-tiles path is faster than the AVX-512 kernels from M = 2
+// (1.1-1.3x at M = 2, 2-3x at M = 8), slower at M = 1.
+constexpr int64_t kAmxInt8MinM = 8;
+constexpr int64_t kAmxBf16MinM = 2;
+
+// INT8 W8A8 on AMX-INT8. g.packed: VNNI panels with k_pad % 64 == 0; g.act: [round_up(m, 16), k_pad] u8
+// codes (offset 128); g.epi.offset must be 128.
+void int8_gemm_amx(const Int8Gemm& g);
+
+// FP8 / FP4 weights x BF16 activations on AMX-BF16 (per-column or MX scales; not 128x128 blocks).
+// g.act: BF16 [round_up(m, 16), lda] with lda == k_pad and zeros past k.
+void w8a16_gemm_amx(const W8A16Gemm& g);
+
+// FP8 W8A8 (fp8_scaled_mm) on AMX-BF16: the E4M3 code panels of fp_isa.hpp (one 16-byte record per k,
+// regrouped into quads by one vpermb, then decoded as above) x the quantized activations' exact values as
+// BF16 (E4M3 codes are BF16 values); epilogue y = acc * row_scale[m] * col_scale[n] + bias[n] + col_nan[n].
+// g.block_scale / act_block_scale / group scales must be unset. g.act (f32, [m, k_pad]) is converted to BF16
+// here; returns false, computing nothing, when a value is not exactly a BF16 (the caller runs fp_gemm_avx2).
+bool fp8_records_gemm_amx(const FpGemm& g);
+
+}  // namespace qlinear::x86

@@ -1,0 +1,146 @@
+// DeviceTimer on CUDA (timing.hpp has the method). Compiled only with the CUDA backend.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_util.hpp"
+#include "bench/timing.hpp"
+#include "qlinear/cuda.hpp"
+
+namespace qlinear::bench {
+
+namespace {
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+class CudaDeviceTimer final : public DeviceTimer {
+ public:
+  ~CudaDeviceTimer() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    if (flush_ != nullptr) cudaFree(flush_);
+  }
+
+  Status init(int device) {
+    QL_CUDA_CHECK(cudaSetDevice(device));
+    device_ = device;
+    int l2 = 0;
+    QL_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+    l2_ = l2;
+    flush_bytes_ = std::max<size_t>(size_t{256} << 20, 2 * static_cast<size_t>(l2));
+    QL_CUDA_CHECK(cudaMalloc(&flush_, flush_bytes_ + 256));
+    sink_ = reinterpret_cast<float*>(static_cast<char*>(flush_) + flush_bytes_);
+    const char* mode = std::getenv("QLINEAR_BENCH_L2_FLUSH");
+    clean_ = mode != nullptr && std::string(mode) == "clean";
+    return Status::ok();
+  }
+
+  int64_t l2_bytes() const override { return l2_; }
+
+  std::string method() const override {
+    return "CUDA events around each call, L2 flushed before each repetition by writing " +
+           std::to_string(flush_bytes_ >> 20) + " MiB" + (clean_ ? " and reading it back" : "") +
+           ", at least " + std::to_string(kMinDeviceReps) + " repetitions after " + std::to_string(kDeviceWarmup) +
+           " warm-ups, median";
+  }
+
+  std::string describe() const override {
+    cudaDeviceProp p{};
+    int sm_clock = 0, mem_clock = 0, runtime = 0, driver = 0;
+    cudaGetDeviceProperties(&p, device_);
+    cudaDeviceGetAttribute(&sm_clock, cudaDevAttrClockRate, device_);
+    cudaDeviceGetAttribute(&mem_clock, cudaDevAttrMemoryClockRate, device_);
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);
+    return std::string(p.name) + ", sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " +
+           std::to_string(p.multiProcessorCount) + " SMs, SM clock up to " + std::to_string(sm_clock / 1000) +
+           " MHz, memory clock " + std::to_string(mem_clock / 1000) + " MHz, L2 " + std::to_string(l2_ >> 20) +
+           " MiB, " + std::to_string(p.totalGlobalMem >> 30) + " GiB, CUDA runtime " + std::to_string(runtime) +
+           ", driver " + std::to_string(driver);
+  }
+
+  // Writes the flush buffer, evicting every line the call could find, as triton.testing.do_bench does (so
+  // that the two agree). The write leaves the L2 full of dirty lines, which the timed call then writes back
+  // to DRAM as it reads: QLINEAR_BENCH_L2_FLUSH=clean reads the buffer back after the write, so the L2 holds
+  // clean lines (closer to a forward pass, where the previous layer mostly read); decode figures are then a
+  // few microseconds lower.
+  Status flush(int rep, cudaStream_t s) {
+    QL_CUDA_CHECK(cudaMemsetAsync(flush_, rep & 0xFF, flush_bytes_, s));
+    if (clean_) QL_RETURN_IF_ERROR(cuda::l2_flush_read(flush_, flush_bytes_, sink_, s));
+    return Status::ok();
+  }
+
+  Result<Timing> time(const TimedCall& call, int reps) override {
+    reps = std::max(reps, kMinDeviceReps);
+    const cudaStream_t s = cuda::current_stream();
+    while (events_.size() < 2 * static_cast<size_t>(reps)) {
+      cudaEvent_t e = nullptr;
+      QL_CUDA_CHECK(cudaEventCreate(&e));
+      events_.push_back(e);
+    }
+    const int asked = reps;
+    const auto w0 = std::chrono::steady_clock::now();
+    QL_RETURN_IF_ERROR(call(0));
+    QL_CUDA_CHECK(cudaStreamSynchronize(s));
+    const double first = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    const bool slow = first * (kDeviceWarmup + reps) > kBudgetSeconds;
+    if (slow) reps = std::max(1, static_cast<int>(kBudgetSeconds / std::max(first, 1e-9)));
+    for (int i = 1; i < (slow ? 1 : kDeviceWarmup); ++i) QL_RETURN_IF_ERROR(call(i));
+    QL_CUDA_CHECK(cudaStreamSynchronize(s));
+    std::vector<double> host_us, device_ms;
+    for (int i = 0; i < reps; ++i) {
+      // The flush is queued first, so the GPU is busy while the host enqueues the call: the events then
+      // bracket the call's device work, not the host's launch latency.
+      QL_RETURN_IF_ERROR(flush(i, s));
+      QL_CUDA_CHECK(cudaEventRecord(events_[2 * i], s));
+      const auto t0 = std::chrono::steady_clock::now();
+      const Status st = call(kDeviceWarmup + i);
+      host_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      QL_CUDA_CHECK(cudaEventRecord(events_[2 * i + 1], s));
+      if (!st.is_ok()) {
+        cudaStreamSynchronize(s);
+        return st;
+      }
+      // One repetition in flight at a time: the next flush must not overlap this call.
+      QL_CUDA_CHECK(cudaEventSynchronize(events_[2 * i + 1]));
+    }
+    for (int i = 0; i < reps; ++i) {
+      float ms = 0;
+      QL_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[2 * i], events_[2 * i + 1]));
+      device_ms.push_back(ms);
+    }
+    QL_CUDA_CHECK(cudaGetLastError());
+    Timing r;
+    r.median_ms = median_of(device_ms);
+    r.min_ms = *std::min_element(device_ms.begin(), device_ms.end());
+    r.host_us = median_of(host_us);
+    r.reps = reps;
+    if (reps < asked) r.note = budget_note(reps, asked, first);
+    return r;
+  }
+
+ private:
+  int device_ = 0;
+  int64_t l2_ = 0;
+  void* flush_ = nullptr;
+  float* sink_ = nullptr;
+  bool clean_ = false;
+  size_t flush_bytes_ = 0;
+  std::vector<cudaEvent_t> events_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<DeviceTimer>> DeviceTimer::create(int device) {
+  auto t = std::make_unique<CudaDeviceTimer>();
+  QL_RETURN_IF_ERROR(t->init(device));
+  return std::unique_ptr<DeviceTimer>(std::move(t));
+}
+
+}  // namespace qlinear::bench

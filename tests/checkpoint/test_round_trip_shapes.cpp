@@ -1,0 +1,90 @@
+// Every writer produces what the loader accepts: each scheme quantized by quantize_checkpoint (what `qlinear
+// quantize` runs) over the decoder layer shapes of real models, then loaded. q/k/v and gate/up shards whose
+// row counts are not multiples of a 128-row weight block load as separate layers (a fused block grid would
+// put one scale row across two shards); the others fuse.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "qlinear/loader.hpp"
+#include "qlinear/quantize_checkpoint.hpp"
+#include "qlinear/random.hpp"
+#include "qlinear/safetensors.hpp"
+
+namespace qlinear {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ModelShape {
+  const char* name;
+  int64_t hidden, intermediate, heads, kv_heads;
+};
+
+// SmolLM2-135M, Qwen2.5-0.5B and a 2048/8192 model (one decoder layer each).
+constexpr ModelShape kShapes[] = {
+    {"smollm2-135m", 576, 1536, 9, 3},
+    {"qwen2.5-0.5b", 896, 4864, 14, 2},
+    {"2048-8192", 2048, 8192, 16, 8},
+};
+
+void write_layer_model(const std::string& dir, const ModelShape& m) {
+  fs::create_directories(dir);
+  const int64_t kv = m.kv_heads * (m.hidden / m.heads);
+  std::vector<std::pair<std::string, Tensor>> t;
+  uint64_t seed = 11;
+  auto add = [&](const std::string& name, Shape shape) {
+    t.emplace_back("model.layers.0." + name, random_normal(DType::kBF16, std::move(shape), seed++, 0.05));
+  };
+  add("self_attn.q_proj.weight", {m.hidden, m.hidden});
+  add("self_attn.k_proj.weight", {kv, m.hidden});
+  add("self_attn.v_proj.weight", {kv, m.hidden});
+  add("self_attn.o_proj.weight", {m.hidden, m.hidden});
+  add("mlp.gate_proj.weight", {m.intermediate, m.hidden});
+  add("mlp.up_proj.weight", {m.intermediate, m.hidden});
+  add("mlp.down_proj.weight", {m.hidden, m.intermediate});
+  add("input_layernorm.weight", {m.hidden});
+  ASSERT_TRUE(write_safetensors(dir + "/model.safetensors", t));
+  std::ofstream(dir + "/config.json") << "{\"hidden_size\": " << m.hidden << ", \"intermediate_size\": " << m.intermediate
+                                      << ", \"num_attention_heads\": " << m.heads
+                                      << ", \"num_key_value_heads\": " << m.kv_heads << "}";
+}
+
+TEST(RoundTripShapes, EverySchemeOverRealModelShapesLoads) {
+  const fs::path root = fs::temp_directory_path() / ("qlinear-shapes-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  for (const ModelShape& m : kShapes) {
+    const std::string in = (root / m.name / "bf16").string();
+    write_layer_model(in, m);
+    for (const Scheme& s : all_schemes()) {
+      // The 2048/8192 model only for a few schemes: the reference quantizer takes seconds per scheme there.
+      const std::string sn(s.name);
+      if (m.hidden == 2048 && sn != "w8a8-fp8-block" && sn != "w4a16-mxfp4") continue;
+      SCOPED_TRACE(std::string(m.name) + " " + sn);
+      QuantizeCheckpointOptions o;
+      o.layer.input_min = -3.0f;
+      o.layer.input_max = 3.0f;
+      const std::string out = (root / m.name / sn).string();
+      auto summary = quantize_checkpoint(in, out, s, o);
+      ASSERT_TRUE(summary) << summary.message();
+      EXPECT_EQ(summary->quantized, 7u);
+      auto model = load_checkpoint(out);
+      ASSERT_TRUE(model) << model.message();
+      std::vector<std::string> names;
+      for (const LoadedLayer& l : model->layers) names.push_back(l.layer.name);
+      const bool row_blocks = s.weight_key.scale.group.row > 1;
+      const int64_t kv = m.kv_heads * (m.hidden / m.heads);
+      const bool qkv_split = row_blocks && (m.hidden % 128 != 0 || kv % 128 != 0);
+      const bool gate_up_split = row_blocks && m.intermediate % 128 != 0;
+      EXPECT_EQ(names.size(), 4u + (qkv_split ? 2 : 0) + (gate_up_split ? 1 : 0));
+      const bool has_qkv = std::find(names.begin(), names.end(), "model.layers.0.self_attn.qkv_proj") != names.end();
+      EXPECT_EQ(has_qkv, !qkv_split);
+      fs::remove_all(out);
+    }
+  }
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace qlinear

@@ -1,0 +1,178 @@
+// x86 AMX kernels (x86_amx_int8, x86_amx_bf16_*) against the reference on the same quantized layers, at M
+// around the 16-row tile and 32-row block edges, K and N off the tile multiples; INT8 also bit for bit
+// against the AVX-512 VNNI kernel (same codes, exact int32 sums, same epilogue). Skipped, with the reason,
+// where the CPU or the OS gives no AMX.
+#include <cstring>
+
+#include "backends/x86/amx_isa.hpp"
+#include "backends/x86/x86_kernels.hpp"
+#include "qlinear/registry.hpp"
+#include "x86_test_util.hpp"
+
+namespace qlinear {
+namespace {
+
+using x86_test::Case;
+
+constexpr int64_t kMs[] = {1, 2, 15, 16, 17, 31, 32, 33, 127, 128, 129};
+
+// INT8 sums are exact; the epilogue rounds three times in f32.
+constexpr double kInt8Rel = 0x1p-22;
+// f32 accumulation of K exact BF16 products (tdpbf16ps), the scale and the bias.
+double f32_sum_rel(int64_t k) { return static_cast<double>(k + 16) * 0x1p-24; }
+
+// 129 rows x K = 4160 (2 bytes each) pass 1 MiB in every thread's share: the BF16 kernels' K-outer path.
+const Case kKOuter{129, 200, 4160, DType::kBF16, DType::kBF16, true};
+
+const Scheme kInt8DynAsym{"int8-dyn-asym", Family::kInt8ScaledMM, kInt8StaticChannelSym, kInt8DynamicTokenAsym, ""};
+const Scheme kFp8Tensor{"fp8-w8a16-tensor", Family::kFp8WeightOnly, kFp8StaticTensorSym, std::nullopt, ""};
+
+// Every M of kMs with N and K cycling through tile multiples and off them, outputs and bias varied.
+std::vector<Case> sweep(const int64_t* ns, const int64_t* ks, int count) {
+  std::vector<Case> cases;
+  const DType outs[] = {DType::kBF16, DType::kF16, DType::kF32};
+  int i = 0;
+  for (int64_t m : kMs) {
+    cases.push_back({m, ns[i % count], ks[(i + 1) % count], DType::kBF16, outs[i % 3], i % 2 == 0});
+    ++i;
+  }
+  return cases;
+}
+
+std::vector<Case> int8_sweep() {
+  static const int64_t ns[] = {67, 80, 33, 129};    // one panel short, whole blocks, a lone panel, a tail
+  static const int64_t ks[] = {61, 256, 130, 200};  // below, at and off multiples of 64 (the tile's K)
+  std::vector<Case> cases = sweep(ns, ks, 4);
+  cases[1].in = DType::kF32;
+  cases[4].in = DType::kF16;
+  return cases;
+}
+
+std::vector<Case> bf16_sweep(bool mx) {
+  static const int64_t ns[] = {67, 96, 33, 129};
+  static const int64_t ks_mx[] = {96, 256, 544, 32};  // MX: multiples of 32 only
+  static const int64_t ks[] = {161, 256, 300, 40};
+  return sweep(ns, mx ? ks_mx : ks, 4);
+}
+
+// The two kernels' outputs on copies of one processed layer and one activation are identical bytes.
+void expect_bitwise_equal(const LinearKernel& a, const LinearKernel& b, const Scheme& scheme, const Case& c,
+                          uint64_t seed) {
+  SCOPED_TRACE(std::string(a.name()) + " vs " + std::string(b.name()) + " " + x86_test::describe(c));
+  LinearLayer la = x86_test::make_layer(scheme, c, seed);
+  LinearLayer lb = la;
+  ASSERT_TRUE(a.process_weights_after_loading(la));
+  ASSERT_TRUE(b.process_weights_after_loading(lb));
+  const Tensor x = random_normal(c.in, {c.m, c.k}, seed + 1, 1.0);
+  const Tensor bias = random_normal(DType::kF32, {c.n}, seed + 2, 0.5);
+  Tensor ya = x86_test::poisoned(c.out, c.m, c.n), yb = x86_test::poisoned(c.out, c.m, c.n);
+  ASSERT_TRUE(a.apply(la, Activation::dense(x), c.bias ? &bias : nullptr, ya));
+  ASSERT_TRUE(b.apply(lb, Activation::dense(x), c.bias ? &bias : nullptr, yb));
+  EXPECT_EQ(std::memcmp(ya.raw(), yb.raw(), static_cast<size_t>(ya.nbytes())), 0);
+}
+
+TEST(X86Amx, Int8MatchesReferenceAndVnniBitForBit) {
+  const LinearKernel& k = x86::kAmxInt8;
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  uint64_t seed = 7000;
+  for (const Scheme* s : {find_scheme("w8a8-int8-dynamic"), find_scheme("w8a8-int8-static"),
+                          find_scheme("w8a8-int8-static-asym"), &kInt8DynAsym}) {
+    for (const Case& c : int8_sweep()) {
+      x86_test::expect_matches_reference(k, *s, c, seed += 7, kInt8Rel);
+      expect_bitwise_equal(k, x86::kAvx512VnniInt8, *s, c, seed += 7);
+    }
+  }
+  // Many rows, few columns: the threads split rows.
+  x86_test::expect_matches_reference(k, *find_scheme("w8a8-int8-dynamic"), {300, 40, 1000}, 71, kInt8Rel);
+  expect_bitwise_equal(k, x86::kAvx512VnniInt8, *find_scheme("w8a8-int8-dynamic"), {300, 40, 1000}, 72);
+}
+
+TEST(X86Amx, Int8ThreadsAndRoundTrip) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAmxInt8);
+  x86_test::expect_thread_safe(x86::kAmxInt8, *find_scheme("w8a8-int8-dynamic"), {33, 130, 320}, 73);
+  x86_test::expect_round_trip(x86::kAmxInt8, *find_scheme("w8a8-int8-static"), {1, 35, 130}, 74);
+}
+
+TEST(X86Amx, Fp8WeightOnlyMatchesReference) {
+  const LinearKernel& k = x86::kAmxBf16Fp8W8A16;
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  uint64_t seed = 7100;
+  for (const Scheme* s : {find_scheme("w8a16-fp8"), &kFp8Tensor}) {
+    for (const Case& c : bf16_sweep(false)) x86_test::expect_matches_reference(k, *s, c, seed += 7, f32_sum_rel(c.k));
+  }
+  x86_test::expect_matches_reference(k, kFp8Tensor, {40, 48, 64, DType::kBF16, DType::kBF16, true, {16, 16, 16}}, 75,
+                                     f32_sum_rel(64));
+  x86_test::expect_matches_reference(k, *find_scheme("w8a16-fp8"), {300, 40, 1000}, 76, f32_sum_rel(1000));
+  // Activation rows over 1 MiB per thread: the K-outer path (chunks of 1024 and a tail of 64).
+  x86_test::expect_matches_reference(k, *find_scheme("w8a16-fp8"), kKOuter, 86, f32_sum_rel(kKOuter.k));
+}
+
+TEST(X86Amx, Mxfp8AndMxfp4WeightOnlyMatchReference) {
+  uint64_t seed = 7200;
+  for (const auto& [kernel, scheme] : {std::pair{&x86::kAmxBf16Mxfp8W8A16, "w8a16-mxfp8"},
+                                       std::pair{&x86::kAmxBf16Mxfp4W4A16, "w4a16-mxfp4"}}) {
+    const Verdict v = kernel->is_supported(Platform::host_cpu());
+    if (!v) GTEST_SKIP() << kernel->name() << " does not run on this CPU: " << v.reason;
+    for (const Case& c : bf16_sweep(true)) {
+      x86_test::expect_matches_reference(*kernel, *find_scheme(scheme), c, seed += 7, f32_sum_rel(c.k));
+    }
+    x86_test::expect_matches_reference(*kernel, *find_scheme(scheme), {300, 40, 1024}, seed += 7, f32_sum_rel(1024));
+    x86_test::expect_matches_reference(*kernel, *find_scheme(scheme), kKOuter, seed += 7, f32_sum_rel(kKOuter.k));
+  }
+}
+
+TEST(X86Amx, Fp8W8A8MatchesReference) {
+  const LinearKernel& k = x86::kAmxBf16Fp8ScaledMM;
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  // Per-channel weights with dynamic per-token activations, per-tensor with static, per-tensor dynamic.
+  const Scheme dyn_tensor{"fp8-dyn-tensor", Family::kFp8ScaledMM, kFp8StaticChannelSym, kFp8DynamicTensorSym, ""};
+  uint64_t seed = 7300;
+  for (const Scheme* s : {find_scheme("w8a8-fp8-channel"), find_scheme("w8a8-fp8-tensor"), &dyn_tensor}) {
+    std::vector<Case> cases = bf16_sweep(false);
+    cases[3].in = DType::kF32;  // quantized first: the AMX path sees E4M3 values whatever the input dtype
+    for (const Case& c : cases) x86_test::expect_matches_reference(k, *s, c, seed += 7, f32_sum_rel(c.k));
+  }
+  x86_test::expect_matches_reference(k, *find_scheme("w8a8-fp8-tensor"),
+                                     {40, 48, 64, DType::kBF16, DType::kBF16, true, {16, 16, 16}}, 83, f32_sum_rel(64));
+  x86_test::expect_matches_reference(k, *find_scheme("w8a8-fp8-channel"), kKOuter, 87, f32_sum_rel(kKOuter.k));
+  x86_test::expect_thread_safe(k, *find_scheme("w8a8-fp8-channel"), {65, 70, 300}, 84);
+  x86_test::expect_round_trip(k, *find_scheme("w8a8-fp8-channel"), {1, 35, 160}, 85);
+}
+
+TEST(X86Amx, WeightOnlyThreadsAndRoundTrip) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAmxBf16Mxfp4W4A16);
+  x86_test::expect_thread_safe(x86::kAmxBf16Mxfp4W4A16, *find_scheme("w4a16-mxfp4"), {33, 130, 320}, 77);
+  x86_test::expect_thread_safe(x86::kAmxBf16Fp8W8A16, *find_scheme("w8a16-fp8"), {65, 70, 300}, 78);
+  x86_test::expect_round_trip(x86::kAmxBf16Mxfp8W8A16, *find_scheme("w8a16-mxfp8"), {1, 35, 160}, 79);
+}
+
+TEST(X86Amx, RefusesFloatActivationsAndBlockScales) {
+  LinearLayer f32_in = x86_test::make_layer(*find_scheme("w8a16-fp8"), {16, 32, 64, DType::kF32, DType::kF32}, 80);
+  const Verdict v = x86::kAmxBf16Fp8W8A16.can_implement(f32_in.config);
+  EXPECT_FALSE(v);
+  EXPECT_NE(v.reason.find("bf16"), std::string::npos) << v.reason;
+  const Scheme block{"fp8-w8a16-block", Family::kFp8WeightOnly, kFp8Static128BlockSym, std::nullopt, ""};
+  LinearLayer blocked = x86_test::make_layer(block, {16, 256, 256}, 81);
+  EXPECT_FALSE(x86::kAmxBf16Fp8W8A16.can_implement(blocked.config));
+}
+
+TEST(X86Amx, VerdictNamesWhatIsMissing) {
+  CpuFeatures f = detect_cpu_features();
+  f.amx_tile = f.amx_int8 = f.amx_bf16 = false;
+  const Platform no_amx = Platform::synthetic_cpu(f);
+  if (f.avx512vnni) {
+    const Verdict v = x86::kAmxInt8.is_supported(no_amx);
+    EXPECT_FALSE(v);
+    EXPECT_NE(v.reason.find("AMX"), std::string::npos) << v.reason;
+  }
+  // Where AMX runs, the priority list picks the AMX kernels for their families.
+  if (x86::kAmxInt8.is_supported(Platform::host_cpu())) {
+    LinearLayer l = x86_test::make_layer(*find_scheme("w8a8-int8-dynamic"), {16, 64, 64}, 82);
+    auto chosen = select_kernel(l.config, Platform::host_cpu());
+    ASSERT_TRUE(chosen) << chosen.message();
+    EXPECT_EQ((*chosen)->name(), "x86_amx_int8");
+  }
+}
+
+}  // namespace
+}  // namespace qlinear
