@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <set>
 
+#include "qlinear/make_layer.hpp"
+#include "qlinear/random.hpp"
 #include "qlinear/registry.hpp"
 #include "qlinear/scheme.hpp"
 
@@ -23,6 +25,12 @@ class RoutedFake final : public LinearKernel {
   Verdict can_implement(const LinearConfig&) const override { return Verdict::yes(); }
   std::vector<MRoute> m_routes(const LinearConfig& c) const override {
     return routes_.empty() ? LinearKernel::m_routes(c) : routes_;
+  }
+  std::string_view apply_route(const LinearLayer& layer, const Activation& x) const override {
+    for (const MRoute& r : routes_) {
+      if (r.contains(x.rows())) return r.kernel;
+    }
+    return name();
   }
 
  protected:
@@ -90,6 +98,37 @@ TEST(Routes, ExplainListsAHybridsRoutesAndForcingEachSelectsIt) {
   ASSERT_EQ(one.kernel, &stream);
   EXPECT_TRUE(one.candidates[0].routes.empty());
   EXPECT_EQ(one.explain().find("M 1"), std::string::npos) << one.explain();
+}
+
+TEST(Routes, DispatchLogNamesTheRouteOfEachApply) {
+  const RoutedFake hybrid("fake_route_hybrid", {{1, 8, "fake_route_stream", ""},
+                                                {9, MRoute::kNoLimit, "fake_route_gemm", ""}});
+  auto layer = quantize_layer("routed", *find_scheme("w8a8-int8-dynamic"), random_normal(DType::kF32, {16, 64}, 5));
+  ASSERT_TRUE(layer) << layer.message();
+  ASSERT_TRUE(hybrid.process_weights_after_loading(*layer).is_ok());
+  const char* before = std::getenv("QLINEAR_LOG");
+  const std::string saved = before ? before : "";
+  for (const int64_t m : {int64_t{3}, int64_t{9}}) {
+    const Tensor x = random_normal(DType::kF32, {m, 64}, 6);
+    Tensor out = Tensor::empty(DType::kBF16, {m, 16});
+    ::unsetenv("QLINEAR_LOG");
+    testing::internal::CaptureStderr();
+    ASSERT_TRUE(hybrid.apply(*layer, Activation::dense(x), nullptr, out).is_ok());
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), "");  // the log is off: nothing said
+    ::setenv("QLINEAR_LOG", "dispatch", 1);
+    testing::internal::CaptureStderr();
+    ASSERT_TRUE(hybrid.apply(*layer, Activation::dense(x), nullptr, out).is_ok());
+    const std::string log = testing::internal::GetCapturedStderr();
+    EXPECT_NE(log.find("apply fake_route_hybrid to layer routed at M=" + std::to_string(m) + ": route " +
+                       (m <= 8 ? "fake_route_stream" : "fake_route_gemm")),
+              std::string::npos)
+        << log;
+  }
+  if (before) {
+    ::setenv("QLINEAR_LOG", saved.c_str(), 1);
+  } else {
+    ::unsetenv("QLINEAR_LOG");
+  }
 }
 
 // Every CUDA hybrid on every scheme of its family (and an N that cuBLASLt FP8 declines): its routes cover
