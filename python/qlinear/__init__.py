@@ -32,6 +32,7 @@ from ._qlinear import (
     _load_checkpoint,
     _quantize_layer,
     built_with_cuda,
+    cpu_threads,
     explain_selection,
     find_kernel,
     find_scheme,
@@ -42,6 +43,7 @@ from ._qlinear import (
     priority_list,
     schemes,
     select_kernel,
+    set_cpu_threads,
 )
 
 __version__ = "0.1.0"
@@ -50,7 +52,7 @@ __all__ = [
     "Candidate", "Error", "Kernel", "Layer", "LinearConfig", "Model", "Platform", "QuantKey", "Scheme",
     "Selection", "Verdict", "apply", "built_with_cuda", "explain_selection", "find_kernel", "find_scheme",
     "formats", "kernels", "load_checkpoint", "make_config", "named_keys", "priority_list", "quantize_layer",
-    "schemes", "select_kernel", "static_activation_scales",
+    "schemes", "select_kernel", "static_activation_scales", "cpu_threads", "set_cpu_threads",
 ]
 
 

@@ -26,6 +26,10 @@ Result<LinearLayer> bench_layer(const std::string& name, const Scheme& scheme, i
   if (n % kTileRows != 0 || n < 2 * kTileRows) {
     return quantize_layer(name, scheme, random_normal(DType::kF32, {n, k}, seed, 0.02));
   }
+  // A layer too big for this machine fails now, as quantizing it whole would (std::bad_alloc: "out of
+  // memory"), not after the block is quantized: every scheme's codes take at least half a byte per weight
+  // (an allocation never touched costs nothing when it succeeds).
+  { const Tensor probe = Tensor::empty(DType::kU8, {n, (k + 1) / 2}); }
   QL_ASSIGN_OR_RETURN(LinearLayer layer, quantize_layer(name, scheme, random_normal(DType::kF32, {kTileRows, k}, seed, 0.02)));
   const int64_t times = n / kTileRows;
   for (auto& [param, t] : layer.params) {

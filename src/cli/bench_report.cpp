@@ -331,7 +331,7 @@ Status write_report_html(const std::string& path, const BenchRun& run) {
 Status write_plot_svg(const std::string& path, const BenchRun& run) {
   std::vector<const BenchRow*> rows;
   for (const BenchRow& r : run.rows) rows.push_back(&r);
-  std::string title = "qlinear bench";
+  std::string title = "qlinear bench roofline (" + run.backend + "):";
   std::set<std::string> shapes;
   for (const BenchRow& r : run.rows) shapes.insert(r.shape);
   for (const std::string& s : shapes) title += " " + s;

@@ -1,7 +1,8 @@
 // qlinear quantize IN OUT --scheme S: a BF16/FP16/FP32 safetensors model -> a compressed-tensors (or, for
-// MXFP6, Quark) model directory that qlinear and vLLM load, streamed by quantize_checkpoint
-// (quantize_checkpoint.hpp): linear weights quantized with qlinear's reference quantizers in parallel row
-// chunks, every other tensor copied as it is, shards of at most --max-shard-size, progress on a terminal.
+// MXFP6 and the MXFP4 schemes with quantized input, Quark) model directory that qlinear and vLLM load,
+// streamed by quantize_checkpoint (quantize_checkpoint.hpp): linear weights quantized with qlinear's reference
+// quantizers in parallel row chunks, every other tensor copied as it is, shards of at most --max-shard-size,
+// progress on a terminal.
 #include <unistd.h>
 
 #include <chrono>

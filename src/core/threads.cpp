@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
@@ -74,7 +75,9 @@ class Pool {
     const uint32_t epoch = ++epoch_counter_;
     state_.store(static_cast<uint64_t>(epoch) << 32, std::memory_order_release);
     wake_.store(epoch, std::memory_order_seq_cst);
-    if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake(&wake_, threads - 1);
+    // Every sleeper wakes (a futex cannot pick workers by index); those this job does not want sleep again
+    // at once.
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake(&wake_, INT32_MAX);
 
     tls_inside_item = true;
     work(epoch);
@@ -119,15 +122,17 @@ class Pool {
   void worker_main(int index) {
     tls_inside_item = true;  // a kernel item that calls parallel_run runs it inline
     uint32_t seen = 0;
+    bool worked = false;  // spin for the next job only after taking part in one
     for (;;) {
       auto woken = [&] { return wake_.load(std::memory_order_acquire) != seen; };
-      if (!spin_until(woken, kWorkerSpin)) {
+      if (!worked || !spin_until(woken, kWorkerSpin)) {
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
         while (wake_.load(std::memory_order_seq_cst) == seen) futex_wait(&wake_, seen);
         sleepers_.fetch_sub(1, std::memory_order_relaxed);
       }
       seen = wake_.load(std::memory_order_acquire);
-      if (index < wanted_.load(std::memory_order_relaxed)) work(seen);
+      worked = index < wanted_.load(std::memory_order_relaxed);
+      if (worked) work(seen);
     }
   }
 

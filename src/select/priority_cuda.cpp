@@ -4,6 +4,7 @@
 #include "select/priority_lists.hpp"
 #if QLINEAR_WITH_CUDA
 #include "backends/cuda/cuda_kernels.hpp"
+#include "backends/cuda/mma_decode_kernels.hpp"
 #endif
 
 namespace qlinear::detail {
@@ -19,18 +20,25 @@ const LinearKernel* const kCudaPriority[] = {
     &cuda::kCublasLtFp8BlockScaled,
     &cuda::kSm90Fp8BlockScaledStream,
     &cuda::kSm90Int8ScaledMM,
+    // Weight-only: the tensor-core decode kernels (built for M <= 64, correct for every M) ahead of the
+    // streaming / BF16-GEMM hybrids, which take the layers they decline (non-BF16 activations, W8A8 MX).
+    &cuda::kSm90MmaDecodeFp8WeightOnly,
     &cuda::kSm90Fp8WeightOnly,
     &cuda::kSm90Fp8WeightOnlyBf16,
     &cuda::kSm90Fp8WeightOnlyStream,
+    &cuda::kSm90MmaDecodeMxfp8,
     &cuda::kSm90Mxfp8,
     &cuda::kSm90Mxfp8Bf16,
     &cuda::kSm90Mxfp8Stream,
+    &cuda::kSm90MmaDecodeMxfp6,
     &cuda::kSm90Mxfp6,
     &cuda::kSm90Mxfp6Bf16,
     &cuda::kSm90Mxfp6Stream,
+    &cuda::kSm90MmaDecodeMxfp4,
     &cuda::kSm90Mxfp4,
     &cuda::kSm90Mxfp4Bf16,
     &cuda::kSm90Mxfp4Stream,
+    &cuda::kSm90MmaDecodeNvfp4,
 #endif
     // Reference: host code on host tensors, last for every family.
     &reference::kFp8ScaledMM,

@@ -636,7 +636,7 @@ TEST(CudaKernels, DeclineWithReasons) {
   EXPECT_NE(mx4act.reason.find("not implemented on the GPU"), std::string::npos) << mx4act.reason;
   // On an sm_90 platform the CUDA kernels come first.
   EXPECT_EQ(select_kernel(make_config(*find_scheme("w4a16-mxfp4"), 64, 64), Platform::synthetic_cuda(90)).value()->name(),
-            "sm90_mxfp4");
+            "sm90_mma_decode_mxfp4");
 }
 
 TEST(CudaKernels, ApplyRefusesHostTensors) {

@@ -37,6 +37,16 @@ def test_schemes_kernels_and_keys_are_the_library_tables():
     assert dict(qlinear.named_keys())["kMxfp8Dynamic"].group == "1x32"
 
 
+def test_cpu_threads_cap_is_settable_and_restorable():
+    default = qlinear.cpu_threads()
+    assert default >= 1
+    qlinear.set_cpu_threads(3)
+    assert qlinear.cpu_threads() == 3
+    assert qlinear.Platform.host_cpu().num_threads == 3
+    qlinear.set_cpu_threads(0)
+    assert qlinear.cpu_threads() == default
+
+
 def test_unknown_names_raise_qlinear_error_listing_the_known_ones():
     with pytest.raises(qlinear.Error, match=r"unknown scheme 'w9a9'; known schemes: w8a8-fp8-tensor"):
         qlinear.find_scheme("w9a9")

@@ -1,7 +1,7 @@
 // Determinism: for every kernel this machine's CPU priority list selects, the same inputs give bit-identical
 // outputs across thread counts (1, 2, the default; every call threaded, whatever its size) and across independent runs (the layer quantized
 // and processed again from the same seed). No CPU kernel splits K across threads, so none needs a
-// deterministic mode; a kernel that starts to would fail here and must say so in its header (issue 9).
+// deterministic mode; a kernel that starts to would fail here and must say so in its header.
 #include "core/threads.hpp"
 #include "reliability_util.hpp"
 

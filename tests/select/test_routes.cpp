@@ -131,8 +131,9 @@ TEST(Routes, DispatchLogNamesTheRouteOfEachApply) {
   }
 }
 
-// Every CUDA hybrid on every scheme of its family (and an N that cuBLASLt FP8 declines): its routes cover
-// every M, each names a registered kernel, explain prints each with its range, and forcing it selects it.
+// Every CUDA kernel on every scheme of its family (and an N that cuBLASLt FP8 declines), forced so that
+// explain shows it chosen: its routes cover every M, each names a registered kernel, explain prints each
+// with its range, and forcing the route's kernel selects it.
 TEST(Routes, EveryCudaRouteIsARegisteredKernelThatForcingSelects) {
   if (!built_with_cuda()) GTEST_SKIP() << "the CUDA kernels are not registered in this build";
   const Platform sm90 = Platform::synthetic_cuda(90);
@@ -141,25 +142,27 @@ TEST(Routes, EveryCudaRouteIsARegisteredKernelThatForcingSelects) {
   for (const Scheme& s : all_schemes()) {
     for (const int64_t n : {int64_t{4096}, int64_t{4104}}) {
       const LinearConfig c = make_config(s, n, 4096);
-      const std::string what = std::string(s.name) + " N=" + std::to_string(n);
-      const Selection sel = explain_selection(c, sm90, forcing(""));
-      if (n != 4096 && sel.kernel == nullptr) continue;  // a family that needs N in whole blocks
-      ASSERT_NE(sel.kernel, nullptr) << what;
-      const std::vector<MRoute> routes = sel.kernel->m_routes(c);
-      expect_cover_every_m(routes, what);
-      const std::string text = sel.explain();
-      if (routes.size() > 1 || routes[0].kernel != sel.kernel->name()) {
-        ++hybrids;
-        for (const MRoute& r : routes) {
-          EXPECT_NE(text.find(r.range() + ": " + r.kernel), std::string::npos) << what << "\n" << text;
+      for (const LinearKernel* k : priority_list(sm90)) {
+        if (k->family() != s.family) continue;
+        const std::string what = std::string(s.name) + " N=" + std::to_string(n) + " " + std::string(k->name());
+        const Selection sel = explain_selection(c, sm90, forcing(std::string(k->name())));
+        if (sel.kernel == nullptr) continue;  // the kernel declines this layer
+        const std::vector<MRoute> routes = k->m_routes(c);
+        expect_cover_every_m(routes, what);
+        const std::string text = sel.explain();
+        if (routes.size() > 1 || routes[0].kernel != k->name()) {
+          ++hybrids;
+          for (const MRoute& r : routes) {
+            EXPECT_NE(text.find(r.range() + ": " + r.kernel), std::string::npos) << what << "\n" << text;
+          }
         }
-      }
-      for (const MRoute& r : routes) {
-        route_kernels.insert(r.kernel);
-        ASSERT_NE(find_kernel(r.kernel), nullptr) << what << ": route " << r.kernel << " is not registered";
-        auto k = select_kernel(c, sm90, forcing(r.kernel));
-        ASSERT_TRUE(k) << what << ": " << k.message();
-        EXPECT_EQ(k.value()->name(), r.kernel) << what;
+        for (const MRoute& r : routes) {
+          route_kernels.insert(r.kernel);
+          ASSERT_NE(find_kernel(r.kernel), nullptr) << what << ": route " << r.kernel << " is not registered";
+          auto chosen = select_kernel(c, sm90, forcing(r.kernel));
+          ASSERT_TRUE(chosen) << what << ": " << chosen.message();
+          EXPECT_EQ(chosen.value()->name(), r.kernel) << what;
+        }
       }
     }
   }
@@ -171,27 +174,30 @@ TEST(Routes, EveryCudaRouteIsARegisteredKernelThatForcingSelects) {
   }
 }
 
-// The M ranges the H200 measurements set (cuda_kernels.cpp), as explain shows them.
+// The M ranges of the CUDA hybrids, set by H200 measurements (cuda_kernels.cpp).
 TEST(Routes, CudaHybridRangesFollowStreamMaxM) {
   if (!built_with_cuda()) GTEST_SKIP() << "the CUDA kernels are not registered in this build";
   const Platform sm90 = Platform::synthetic_cuda(90);
   struct Case {
+    const char* hybrid;
     const char* scheme;
     int64_t n;
     std::vector<std::pair<std::string, std::string>> routes;  // range, kernel
   };
   const Case cases[] = {
-      {"w8a16-mxfp8", 4096, {{"M 1..8", "sm90_mxfp8_stream"}, {"M 9+", "sm90_mxfp8_bf16"}}},
-      {"w4a16-mxfp4", 4096, {{"M 1..8", "sm90_mxfp4_stream"}, {"M 9+", "sm90_mxfp4_bf16"}}},
-      {"w6a16-mxfp6-e2m3", 4096, {{"M 1..8", "sm90_mxfp6_stream"}, {"M 9+", "sm90_mxfp6_bf16"}}},
-      {"w8a16-fp8", 4096, {{"M 1..16", "sm90_fp8_weight_only_stream"}, {"M 17+", "sm90_fp8_weight_only_bf16"}}},
-      {"w8a8-fp8-tensor", 4096, {{"M 1+", "cublaslt_fp8_scaled_mm"}}},
-      {"w8a8-fp8-tensor", 4104, {{"M 1+", "sm90_fp8_scaled_mm_stream"}}},
-      {"w8a8-fp8-block", 4096, {{"M 1", "sm90_fp8_block_scaled_stream"}, {"M 2+", "cublaslt_fp8_block_scaled"}}},
+      {"sm90_mxfp8", "w8a16-mxfp8", 4096, {{"M 1..8", "sm90_mxfp8_stream"}, {"M 9+", "sm90_mxfp8_bf16"}}},
+      {"sm90_mxfp4", "w4a16-mxfp4", 4096, {{"M 1..8", "sm90_mxfp4_stream"}, {"M 9+", "sm90_mxfp4_bf16"}}},
+      {"sm90_mxfp6", "w6a16-mxfp6-e2m3", 4096, {{"M 1..8", "sm90_mxfp6_stream"}, {"M 9+", "sm90_mxfp6_bf16"}}},
+      {"sm90_fp8_weight_only", "w8a16-fp8", 4096,
+       {{"M 1..16", "sm90_fp8_weight_only_stream"}, {"M 17+", "sm90_fp8_weight_only_bf16"}}},
+      {"sm90_fp8_scaled_mm", "w8a8-fp8-tensor", 4096, {{"M 1+", "cublaslt_fp8_scaled_mm"}}},
+      {"sm90_fp8_scaled_mm", "w8a8-fp8-tensor", 4104, {{"M 1+", "sm90_fp8_scaled_mm_stream"}}},
+      {"sm90_fp8_block_scaled", "w8a8-fp8-block", 4096,
+       {{"M 1", "sm90_fp8_block_scaled_stream"}, {"M 2+", "cublaslt_fp8_block_scaled"}}},
   };
   for (const Case& t : cases) {
     const LinearConfig c = make_config(*find_scheme(t.scheme), t.n, 4096);
-    const Selection sel = explain_selection(c, sm90, forcing(""));
+    const Selection sel = explain_selection(c, sm90, forcing(t.hybrid));
     ASSERT_NE(sel.kernel, nullptr) << t.scheme;
     const std::vector<MRoute> routes = sel.kernel->m_routes(c);
     ASSERT_EQ(routes.size(), t.routes.size()) << t.scheme << "\n" << sel.explain();

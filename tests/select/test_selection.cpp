@@ -244,10 +244,10 @@ TEST(GoldenSelection, RealKernelsOnSyntheticPlatforms) {
       {Platform::synthetic_cpu(CpuFeatures{}), "w8a8-int8-dynamic", "reference_int8_scaled_mm"},
       {Platform::synthetic_cuda(90), "w8a8-fp8-tensor", "sm90_fp8_scaled_mm"},
       {Platform::synthetic_cuda(90), "w8a8-fp8-block", "sm90_fp8_block_scaled"},
-      {Platform::synthetic_cuda(90), "w8a16-mxfp8", "sm90_mxfp8"},
-      {Platform::synthetic_cuda(90), "w6a16-mxfp6-e3m2", "sm90_mxfp6"},
+      {Platform::synthetic_cuda(90), "w8a16-mxfp8", "sm90_mma_decode_mxfp8"},
+      {Platform::synthetic_cuda(90), "w6a16-mxfp6-e3m2", "sm90_mma_decode_mxfp6"},
       {Platform::synthetic_cuda(90), "w8a8-int8-dynamic", "sm90_int8_scaled_mm"},
-      {Platform::synthetic_cuda(90), "w8a16-fp8", "sm90_fp8_weight_only"},
+      {Platform::synthetic_cuda(90), "w8a16-fp8", "sm90_mma_decode_fp8_weight_only"},
       {Platform::synthetic_cuda(80), "w8a8-fp8-tensor", "reference_fp8_scaled_mm"},
       {Platform::synthetic_cuda(80), "w8a16-mxfp8", "reference_mxfp8"},
   };

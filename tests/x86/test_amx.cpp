@@ -82,6 +82,9 @@ TEST(X86Amx, Int8MatchesReferenceAndVnniBitForBit) {
       expect_bitwise_equal(k, x86::kAvx512VnniInt8, *s, c, seed += 7);
     }
   }
+  // Activation rows over 1 MiB per thread: the K-outer path (chunks of 2048 and a tail).
+  expect_bitwise_equal(k, x86::kAvx512VnniInt8, *find_scheme("w8a8-int8-dynamic"), {129, 200, 8300}, 70);
+  x86_test::expect_matches_reference(k, kInt8DynAsym, {129, 200, 8300}, 69, kInt8Rel);
   // Many rows, few columns: the threads split rows.
   x86_test::expect_matches_reference(k, *find_scheme("w8a8-int8-dynamic"), {300, 40, 1000}, 71, kInt8Rel);
   expect_bitwise_equal(k, x86::kAvx512VnniInt8, *find_scheme("w8a8-int8-dynamic"), {300, 40, 1000}, 72);
@@ -137,6 +140,20 @@ TEST(X86Amx, Fp8W8A8MatchesReference) {
   x86_test::expect_matches_reference(k, *find_scheme("w8a8-fp8-channel"), kKOuter, 87, f32_sum_rel(kKOuter.k));
   x86_test::expect_thread_safe(k, *find_scheme("w8a8-fp8-channel"), {65, 70, 300}, 84);
   x86_test::expect_round_trip(k, *find_scheme("w8a8-fp8-channel"), {1, 35, 160}, 85);
+}
+
+TEST(X86Amx, Mxfp8W8A8AndA16MatchReference) {
+  const LinearKernel& k = x86::kAmxBf16Mxfp8;
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  uint64_t seed = 7400;
+  for (const char* s : {"w8a8-mxfp8", "w8a16-mxfp8"}) {
+    for (const Case& c : bf16_sweep(true)) x86_test::expect_matches_reference(k, *find_scheme(s), c, seed += 7, f32_sum_rel(c.k));
+    x86_test::expect_matches_reference(k, *find_scheme(s), kKOuter, seed += 7, f32_sum_rel(kKOuter.k));
+  }
+  x86_test::expect_thread_safe(k, *find_scheme("w8a8-mxfp8"), {65, 70, 320}, 88);
+  // f32 activations of a weight-only layer are not BF16 values: refused, the AVX2 kernel takes them.
+  LinearLayer f32_in = x86_test::make_layer(*find_scheme("w8a16-mxfp8"), {16, 32, 64, DType::kF32, DType::kF32}, 89);
+  EXPECT_FALSE(k.can_implement(f32_in.config));
 }
 
 TEST(X86Amx, WeightOnlyThreadsAndRoundTrip) {

@@ -6,9 +6,11 @@
 //     16 groups of 4 k, 1 KiB each, straight from the VNNI panels), 4 tdpbusd
 //     store the 32 x 32 int32 sums, int8_epilogue_avx2 (scales, zero point, bias, rounding) while in L1.
 // The weight block (32 x K bytes) stays in L2 across the row blocks, so each weight byte comes from DRAM
-// once per call. Layout and numerics: amx_isa.hpp.
+// once per call. When a thread's activation rows pass 1 MiB, K goes outer instead (run_k_outer). Layout and
+// numerics: amx_isa.hpp.
 #include <immintrin.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "backends/x86/amx_isa.hpp"
@@ -42,14 +44,10 @@ void configure_tiles() {
 constexpr int64_t kBlockCols = 32;
 constexpr int64_t kBlockRows = 32;
 
-// One 32 x 32 block (or 16-row / 16-column part of it) of int32 sums into c[32][32].
+// Adds k in [k0, k1) of one 32 x 32 block (or 16-row / 16-column part of it) to tiles 0..3.
 template <bool kTwoRows, bool kTwoCols>
-void block(const uint8_t* a, int64_t lda, const int8_t* w0, const int8_t* w1, int64_t k_pad, int32_t* c) {
-  _tile_zero(0);
-  if (kTwoCols) _tile_zero(1);
-  if (kTwoRows) _tile_zero(2);
-  if (kTwoRows && kTwoCols) _tile_zero(3);
-  for (int64_t k = 0; k < k_pad; k += 64) {
+void accumulate(const uint8_t* a, int64_t lda, const int8_t* w0, const int8_t* w1, int64_t k0, int64_t k1) {
+  for (int64_t k = k0; k < k1; k += 64) {
     _tile_loadd(4, a + k, lda);
     if (kTwoRows) _tile_loadd(5, a + 16 * lda + k, lda);
     _tile_loadd(6, w0 + k * 16, 64);  // group k/4 of the panel at byte (k/4) * 64
@@ -59,12 +57,39 @@ void block(const uint8_t* a, int64_t lda, const int8_t* w0, const int8_t* w1, in
     if (kTwoRows) _tile_dpbusd(2, 5, 6);
     if (kTwoRows && kTwoCols) _tile_dpbusd(3, 5, 7);
   }
-  constexpr int64_t ldc = kBlockCols * 4;
-  _tile_stored(0, c, ldc);
-  if (kTwoCols) _tile_stored(1, c + 16, ldc);
-  if (kTwoRows) _tile_stored(2, c + 16 * kBlockCols, ldc);
-  if (kTwoRows && kTwoCols) _tile_stored(3, c + 16 * kBlockCols + 16, ldc);
 }
+
+using Accumulate = void (*)(const uint8_t*, int64_t, const int8_t*, const int8_t*, int64_t, int64_t);
+
+Accumulate pick(bool two_rows, bool two_cols) {
+  return two_rows ? (two_cols ? accumulate<true, true> : accumulate<true, false>)
+                  : (two_cols ? accumulate<false, true> : accumulate<false, false>);
+}
+
+// Tiles 0..3 to / from a 32 x 32 block of int32 sums at c (row stride ldc elements).
+void store_tiles(int32_t* c, int64_t ldc) {
+  _tile_stored(0, c, ldc * 4);
+  _tile_stored(1, c + 16, ldc * 4);
+  _tile_stored(2, c + 16 * ldc, ldc * 4);
+  _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+}
+
+void load_tiles(const int32_t* c, int64_t ldc) {
+  _tile_loadd(0, c, ldc * 4);
+  _tile_loadd(1, c + 16, ldc * 4);
+  _tile_loadd(2, c + 16 * ldc, ldc * 4);
+  _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
+}
+
+void zero_tiles() {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+}
+
+constexpr int64_t kOuterChunkK = 2048;             // K-outer path: k per chunk
+constexpr int64_t kActL2Bytes = int64_t{1} << 20;  // a thread's activation rows beyond this: K outer
 
 // Rows [m_begin, m_end) (m_begin a multiple of 16) x column blocks [b_begin, b_end).
 void run_range(const Int8Gemm& g, int64_t m_begin, int64_t m_end, int64_t b_begin, int64_t b_end) {
@@ -79,13 +104,45 @@ void run_range(const Int8Gemm& g, int64_t m_begin, int64_t m_end, int64_t b_begi
     const int64_t cols = g.epi.n - n0 < kBlockCols ? g.epi.n - n0 : kBlockCols;
     for (int64_t m0 = m_begin; m0 < m_end; m0 += kBlockRows) {
       const int64_t rows = m_end - m0 < kBlockRows ? m_end - m0 : kBlockRows;
-      const uint8_t* a = g.act + m0 * g.k_pad;
-      if (rows > 16) {
-        two_cols ? block<true, true>(a, g.k_pad, w0, w1, g.k_pad, c) : block<true, false>(a, g.k_pad, w0, w1, g.k_pad, c);
-      } else {
-        two_cols ? block<false, true>(a, g.k_pad, w0, w1, g.k_pad, c) : block<false, false>(a, g.k_pad, w0, w1, g.k_pad, c);
-      }
+      zero_tiles();
+      pick(rows > 16, two_cols)(g.act + m0 * g.k_pad, g.k_pad, w0, w1, 0, g.k_pad);
+      store_tiles(c, kBlockCols);
       int8_epilogue_avx2(g.epi, c, kBlockCols, m0, rows, n0, cols);
+    }
+  }
+}
+
+// Activation rows too large for L2 (many rows x long K): K outer, in chunks of kOuterChunkK, so that a chunk of
+// the rows stays in L2 across every column block; the int32 sums of every block live in `sums`
+// ([round_up(rows, 32)][blocks * 32]) between chunks. Integer sums: the same values in any order.
+void run_k_outer(const Int8Gemm& g, int32_t* sums, int64_t m_begin, int64_t m_end, int64_t b_begin, int64_t b_end) {
+  const int64_t panels = g.n_pad / 16, pstride = 16 * g.k_pad;
+  const int64_t ldsum = (b_end - b_begin) * kBlockCols;
+  for (int64_t k0 = 0; k0 < g.k_pad; k0 += kOuterChunkK) {
+    const int64_t k1 = k0 + kOuterChunkK < g.k_pad ? k0 + kOuterChunkK : g.k_pad;
+    for (int64_t b = b_begin; b < b_end; ++b) {
+      const int64_t p0 = b * 2;
+      const bool two_cols = p0 + 1 < panels;
+      const int8_t* w0 = g.packed + p0 * pstride;
+      const int8_t* w1 = two_cols ? w0 + pstride : w0;
+      for (int64_t m0 = m_begin; m0 < m_end; m0 += kBlockRows) {
+        int32_t* s = sums + (m0 - m_begin) * ldsum + (b - b_begin) * kBlockCols;
+        if (k0 == 0) {
+          zero_tiles();
+        } else {
+          load_tiles(s, ldsum);
+        }
+        pick(m_end - m0 > 16, two_cols)(g.act + m0 * g.k_pad, g.k_pad, w0, w1, k0, k1);
+        store_tiles(s, ldsum);
+      }
+    }
+  }
+  for (int64_t b = b_begin; b < b_end; ++b) {
+    const int64_t n0 = b * kBlockCols;
+    const int64_t cols = g.epi.n - n0 < kBlockCols ? g.epi.n - n0 : kBlockCols;
+    for (int64_t m0 = m_begin; m0 < m_end; m0 += kBlockRows) {
+      const int64_t rows = m_end - m0 < kBlockRows ? m_end - m0 : kBlockRows;
+      int8_epilogue_avx2(g.epi, sums + (m0 - m_begin) * ldsum + (b - b_begin) * kBlockCols, ldsum, m0, rows, n0, cols);
     }
   }
 }
@@ -113,7 +170,14 @@ void int8_gemm_amx(const Int8Gemm& g) {
     }
     if (m1 > m0 && b1 > b0) {
       configure_tiles();
-      run_range(g, m0, m1, b0, b1);
+      if (m1 - m0 > kBlockRows && (m1 - m0) * g.k_pad > kActL2Bytes) {
+        const int64_t count = (m1 - m0 + kBlockRows - 1) / kBlockRows * kBlockRows * (b1 - b0) * kBlockCols;
+        int32_t* sums = static_cast<int32_t*>(std::aligned_alloc(64, static_cast<size_t>(count * 4)));
+        run_k_outer(g, sums, m0, m1, b0, b1);
+        std::free(sums);
+      } else {
+        run_range(g, m0, m1, b0, b1);
+      }
       _tile_release();
     }
   });

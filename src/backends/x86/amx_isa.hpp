@@ -41,13 +41,15 @@ constexpr int64_t kAmxBf16MinM = 2;
 void int8_gemm_amx(const Int8Gemm& g);
 
 // FP8 / FP4 weights x BF16 activations on AMX-BF16 (per-column or MX scales; not 128x128 blocks).
-// g.act: BF16 [round_up(m, 16), lda] with lda == k_pad and zeros past k.
+// g.act: BF16 [round_up(m, 16), lda], lda >= k_pad, zeros in columns k .. k_pad - 1.
 void w8a16_gemm_amx(const W8A16Gemm& g);
 
-// FP8 W8A8 (fp8_scaled_mm) on AMX-BF16: the E4M3 code panels of fp_isa.hpp (one 16-byte record per k,
-// regrouped into quads by one vpermb, then decoded as above) x the quantized activations' exact values as
-// BF16 (E4M3 codes are BF16 values); epilogue y = acc * row_scale[m] * col_scale[n] + bias[n] + col_nan[n].
-// g.block_scale / act_block_scale / group scales must be unset. g.act (f32, [m, k_pad]) is converted to BF16
+// FP8 W8A8 (fp8_scaled_mm) and MXFP8 (A8 or BF16 A16) on AMX-BF16: the E4M3 code panels of fp_isa.hpp (one
+// 16-byte record per k, regrouped into quads by one vpermb, then decoded as above; E8M0 group codes folded
+// into the exponent, exact because process keeps every folded value a normal f32, i.e. a normal BF16) x the
+// activations' exact values as BF16 (E4M3 codes and MX-folded codes are BF16 values); epilogue
+// y = acc * row_scale[m] * col_scale[n] + bias[n] + col_nan[n]. g.block_scale / act_block_scale must be unset,
+// group scales kNone or kE8M0. g.act (f32, [m, k_pad]) is converted to BF16
 // here; returns false, computing nothing, when a value is not exactly a BF16 (the caller runs fp_gemm_avx2).
 bool fp8_records_gemm_amx(const FpGemm& g);
 

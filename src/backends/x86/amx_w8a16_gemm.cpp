@@ -8,7 +8,7 @@
 //     several M blocks: the whole K (64 * K bytes, L2), decoded once and reused by every 32-row block;
 //   per 32-row block: C0..C3 = 0, per 32-wide k step A0, A1, B0, B1 and 4 tdpbf16ps; the 32 x 32 f32 sums
 //   then get the per-column scale and bias and are rounded to the output type while in L1.
-// FP8 W8A8 (fp8_records_gemm_amx): the same on fp_isa.hpp's E4M3 record panels, one vpermb regrouping four
+// FP8 W8A8 and MXFP8 (fp8_records_gemm_amx): the same on fp_isa.hpp's E4M3 record panels, one vpermb regrouping four
 // records into a quad before the decode, activations the quantized codes' exact values as BF16.
 // Decode (AVX-512 VBMI): E4M3 byte -> the BF16 (hi, lo) bytes by two 128-entry vpermi2b tables (the sign bit
 // is OR-ed back), E2M1 nibble -> (hi, lo) by 16-entry vpshufb tables; vpunpck{l,h}bw interleaves them into the
@@ -407,6 +407,7 @@ bool fp8_records_gemm_amx(const FpGemm& f) {
   g.n = f.n;
   g.n_pad = f.n_pad;
   g.k_pad = f.k_pad;
+  g.mx_scale = f.group_scale == FpGroupScale::kE8M0 ? f.grp : nullptr;  // same [p][k/32][16] layout
   g.col_scale = f.col_scale;
   g.row_scale = f.row_scale;
   g.bias = f.bias;

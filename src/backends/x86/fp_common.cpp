@@ -131,8 +131,13 @@ const FpAvx2Kernel kAvx2Mxfp6("x86_avx2_mxfp6", Family::kMxfp6);
 const FpAvx2Kernel kAvx2Mxfp4("x86_avx2_mxfp4", Family::kMxfp4);
 const FpAvx2Kernel kAvx2Nvfp4("x86_avx2_nvfp4", Family::kNvfp4);
 const FpAvx2Kernel kAmxBf16Fp8ScaledMM("x86_amx_bf16_fp8_scaled_mm", Family::kFp8ScaledMM, Isa::kAmxBf16);
+const FpAvx2Kernel kAmxBf16Mxfp8("x86_amx_bf16_mxfp8", Family::kMxfp8, Isa::kAmxBf16);
 
 std::string_view FpAvx2Kernel::summary() const {
+  if (isa_ == Isa::kAmxBf16 && family_ == Family::kMxfp8) {
+    return "MXFP8 weights x MXFP8 (quantized as the reference) or BF16 activations, AMX-BF16 tdpbf16ps for M >= 2 "
+           "on E4M3 decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation; M = 1: the AVX2 code";
+  }
   if (isa_ == Isa::kAmxBf16) {
     return "FP8 W8A8 (per-tensor/channel weights, activations quantized as the reference), AMX-BF16 tdpbf16ps for "
            "M >= 2 on E4M3 decoded to BF16 tiles (products exact), f32 accumulation; M = 1: the AVX2 code";
@@ -157,6 +162,10 @@ std::string_view FpAvx2Kernel::summary() const {
 
 Verdict FpAvx2Kernel::can_implement(const LinearConfig& c) const {
   if (c.family != family_) return Verdict::no("layer family is " + std::string(family_name(c.family)));
+  if (isa_ == Isa::kAmxBf16 && !c.activation_key && c.input_dtype != DType::kBF16) {
+    return Verdict::no("input dtype is " + std::string(qlinear::name(c.input_dtype)) +
+                       ", not bf16 (tdpbf16ps multiplies bf16; rounding the input to bf16 would change the numerics)");
+  }
   // Every key of the family's contract: check_config already holds them to it. Any N and K (padded).
   return Verdict::yes();
 }

@@ -1,0 +1,457 @@
+#pragma once
+// Device code of the tensor-core decode GEMM (mma_decode.hpp has the operands, layout/mma_layout.hpp the
+// weight layout).
+//
+// Work split. A block is 8 warps: 4 along N (each owning NT 16-row A tiles) times 2 along K. The block walks
+// its K range (one split of the K steps when split-K is on) in steps of 256 K through a STAGES-deep cp.async
+// pipeline; per stage it copies
+//   weights   its 4 NT tiles x 2 slabs of packed codes (cp.async.cg: L1 bypassed; no L2 eviction hint, see
+//             cp_async16)
+//   scales    the same units' scale records (MX / NVFP4)
+//   x         8 TN token rows x 256 K of BF16 (zero-filled beyond M and K), swizzled: 16-byte chunk c of
+//             row r at c ^ (r & 7), so the 8 rows one ldmatrix reads hit 8 different bank groups
+// and warp (wn, wk) multiplies its tiles with slab wk of the stage: per 32-wide K group it loads the token
+// fragments with ldmatrix.x4, decodes its A fragments from the lane's packed words and issues TN MMAs per
+// 16x16 tile. The two K warps of a tile add their sums through shared memory at the end.
+//
+// Decode, exactly. A code's sign and magnitude bits are moved into a BF16 (sign to bit 15, exponent and
+// mantissa bits to the bottom of BF16's exponent and the top of its mantissa): the result is the code's value
+// times 2^-B (B = 120 E4M3, 126 E2M3, 124 E3M2, 126 E2M1), subnormal codes becoming BF16 subnormals. One
+// mul.rn.bf16x2 by a power of two then makes the real value (subnormal operands are supported by the BF16
+// multiply, and the product is exact whenever it is a normal BF16, which every code value times a power of
+// two in range is):
+//   kRow   factor 2^B; the f32 per-channel scale multiplies the FP32 sum in the epilogue.
+//   kMx32, fold: factor 2^(B + s - 127) with s the E8M0 scale byte of the row's 32-group: the product is the
+//          weight's exact value, a normal BF16, when s is in mma_fold_range (checked for the whole layer at
+//          process time; 1 <= B + s <= 254 keeps the factor itself a normal BF16).
+//   kMx32, promoted (a layer with any scale outside that range): factor 2^B, and the group's FP32 partial
+//          sum is multiplied by 2^(s - 127) (exact) before it is added to the accumulator.
+//   kNv16  factor bf16(e4m3_scale * 2^118): E2M1 (2 significant bits) times E4M3 (4) has at most 6
+//          significant bits, and |value| * 2^-8 lies in [2^-18, 2^4], so the product is exact; 2^8 / g
+//          comes back in the epilogue's row scale.
+// The tensor core multiplies BF16 pairs exactly and accumulates in FP32; x is used as given.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <atomic>
+
+#include "backends/cuda/fp_codec.cuh"
+#include "backends/cuda/mma_decode.hpp"
+
+namespace qlinear::cuda::mma_detail {
+
+constexpr int kWarpsN = 4, kWarpsK = 2, kThreads = 32 * kWarpsN * kWarpsK;
+constexpr int kStageK = static_cast<int>(kMmaPadK);  // K per stage: one slab per K warp
+static_assert(kStageK == kWarpsK * kMmaSlabK, "a stage is one slab per K warp");
+
+template <MmaCode C> struct CodeTraits;
+template <> struct CodeTraits<MmaCode::kE4M3> { static constexpr int kBias = 120, kWords = 16; };
+template <> struct CodeTraits<MmaCode::kE2M3> { static constexpr int kBias = 126, kWords = 12; };
+template <> struct CodeTraits<MmaCode::kE3M2> { static constexpr int kBias = 124, kWords = 12; };
+template <> struct CodeTraits<MmaCode::kE2M1> { static constexpr int kBias = 126, kWords = 8; };
+
+template <MmaCode C, MmaScale S, int TN, int NT, int STAGES>
+struct Shape {
+  static constexpr int kUnitBytes = 32 * 4 * CodeTraits<C>::kWords;
+  static constexpr int kRec = static_cast<int>(mma_scale_record_bytes(S));
+  static constexpr int kTiles = kWarpsN * NT;  // A tiles per block
+  static constexpr int kWBytes = kTiles * kWarpsK * kUnitBytes;
+  static constexpr int kSBytes = kTiles * kWarpsK * 32 * kRec;
+  static constexpr int kXRows = 8 * TN;
+  static constexpr int kXBytes = kXRows * kStageK * 2;
+  static constexpr int kStageBytes = kWBytes + kSBytes + kXBytes;
+  static constexpr int kSmem = STAGES * kStageBytes;
+  static constexpr int kRedBytes = kTiles * TN * 4 * 32 * 4;  // the K-warp reduction, after the pipeline
+  static_assert(kWBytes % (16 * kThreads) == 0 || kWBytes < 16 * kThreads, "weight chunks per thread");
+  static_assert(kRedBytes <= kSmem, "the reduction reuses the pipeline's shared memory");
+  static_assert(kSmem <= 227 * 1024, "shared memory per block");
+  static_assert(TN == 1 || TN == 2 || TN == 4 || TN == 8, "token tiles");
+};
+
+// ---- PTX wrappers ----------------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// Weights and scales are read once. The L2::cache_hint form with an evict-first createpolicy was tried:
+// nvcc 13.0 emitted LDGSTS [R+UR0], desc[UR1] for it in this kernel (an odd uniform register as the 64-bit
+// descriptor), which the H200 rejects as an illegal instruction; plain cp.async.cg is used.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(smem)));
+}
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+               "{%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// ---- Decode ----------------------------------------------------------------------------------------------
+
+// Code bits at 15..8 (E4M3), 15..12 (E2M1) or 15..10 (FP6) of each 16-bit half -> BF16 pair of value * 2^-B.
+template <MmaCode C>
+__device__ __forceinline__ uint32_t place(uint32_t x) {
+  if constexpr (C == MmaCode::kE4M3) return (x & 0x80008000u) | ((x >> 4) & 0x07F007F0u);
+  if constexpr (C == MmaCode::kE2M1) return (x & 0x80008000u) | ((x >> 6) & 0x01C001C0u);
+  if constexpr (C == MmaCode::kE2M3) return (x & 0x80008000u) | ((x >> 6) & 0x01F001F0u);
+  return (x & 0x80008000u) | ((x >> 5) & 0x03E003E0u);  // E3M2
+}
+
+// The 8 BF16 pairs (a[h][r]: tile h, register r) of K group q from the lane's words (mma_layout.hpp),
+// multiplied by f[h][r & 1] (row g or g+8 factor of tile h).
+template <MmaCode C>
+__device__ __forceinline__ void decode_group(const uint32_t* w, int q, const uint32_t (&f)[2][2], uint32_t (&a)[2][4]) {
+  if constexpr (C == MmaCode::kE4M3) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        const uint32_t word = w[4 * q + 2 * h + hi];
+        a[h][2 * hi] = bf16x2_mul(place<C>(word << 8), f[h][0]);
+        a[h][2 * hi + 1] = bf16x2_mul(place<C>(word), f[h][1]);
+      }
+    }
+  } else if constexpr (C == MmaCode::kE2M1) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t word = w[2 * q + h];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a[h][r] = bf16x2_mul(place<C>(word << (4 * r)), f[h][r & 1]);
+    }
+  } else {
+    const uint32_t A = w[3 * q], B = w[3 * q + 1], Cw = w[3 * q + 2];
+    const uint32_t x[8] = {A,
+                           A << 6,
+                           B,
+                           B << 6,
+                           Cw,
+                           Cw << 6,
+                           ((A << 12) & 0xF000F000u) | ((B << 8) & 0x0C000C00u),
+                           ((Cw << 12) & 0xF000F000u) | ((B << 10) & 0x0C000C00u)};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) a[j / 4][j % 4] = bf16x2_mul(place<C>(x[j]), f[j / 4][j & 1]);
+  }
+}
+
+__device__ __forceinline__ uint32_t bf16_pow2_pair(int biased_exponent) {  // 2^(e - 127) in both halves
+  return static_cast<uint32_t>(biased_exponent) * 0x00800080u;
+}
+
+__device__ __forceinline__ float load_bias(const void* bias, DType d, int64_t n) {
+  switch (d) {
+    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[n]);
+    case DType::kF16: return __half2float(static_cast<const __half*>(bias)[n]);
+    default: return static_cast<const float*>(bias)[n];
+  }
+}
+
+__device__ __forceinline__ void store_out(void* out, DType d, int64_t i, float v) {
+  switch (d) {
+    case DType::kBF16: static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v); break;
+    case DType::kF16: static_cast<__half*>(out)[i] = __float2half_rn(v); break;
+    default: static_cast<float*>(out)[i] = v; break;
+  }
+}
+
+// grid (N blocks, splits, M tiles). partial: null -> the epilogue writes out; else [splits][M][N] f32 sums.
+// PROMOTE (kMx32 only): the block scales multiply each group's FP32 partial sum instead of folding into the
+// BF16 weights (layers whose scales leave the fold range).
+template <MmaCode C, MmaScale S, int TN, int NT, int STAGES, bool PROMOTE>
+__global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
+    mma_decode_kernel(const MmaDecodeArgs a, int steps_per_split, float* __restrict__ partial) {
+  static_assert(!PROMOTE || S == MmaScale::kMx32, "promotion is for E8M0 block scales");
+  using Sh = Shape<C, S, TN, NT, STAGES>;
+  constexpr int kWords = CodeTraits<C>::kWords;
+  extern __shared__ __align__(128) uint8_t smem[];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wn = warp % kWarpsN, wk = warp / kWarpsN;
+  const int64_t n_tiles = a.layout.n_tiles(), k_slabs = a.layout.k_slabs();
+  const int64_t n = a.layout.n, k = a.layout.k;
+  const int64_t tile0 = static_cast<int64_t>(blockIdx.x) * Sh::kTiles;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.z) * Sh::kXRows;
+  const int total_steps = static_cast<int>(k_slabs / kWarpsK);
+  const int step0 = blockIdx.y * steps_per_split;
+  const int steps = max(0, min(steps_per_split, total_steps - step0));
+
+  // Every stage copies the same chunks from addresses that advance by one step: the per-thread source
+  // offsets (at step 0 of this split) are computed once.
+  constexpr int kTileChunks = kWarpsK * Sh::kUnitBytes / 16;  // a tile's two slabs: one contiguous run
+  constexpr int kWChunks = Sh::kTiles * kTileChunks;
+  constexpr int kWPerThread = (kWChunks + kThreads - 1) / kThreads;
+  constexpr int kSTileChunks = kWarpsK * 32 * Sh::kRec / 16;
+  constexpr int kSChunks = Sh::kTiles * kSTileChunks;
+  constexpr int kXChunks = Sh::kXRows * 32;  // 32 chunks of 8 BF16 per row
+  constexpr int kXPerThread = (kXChunks + kThreads - 1) / kThreads;
+  const uint8_t* wsrc[kWPerThread];
+#pragma unroll
+  for (int j = 0; j < kWPerThread; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    const int64_t tile = min(tile0 + i / kTileChunks, n_tiles - 1);
+    wsrc[j] = a.w + (tile * k_slabs + static_cast<int64_t>(step0) * kWarpsK) * Sh::kUnitBytes + (i % kTileChunks) * 16;
+  }
+  const uint8_t* ssrc = nullptr;
+  if constexpr (Sh::kRec > 0) {
+    const int i = threadIdx.x < kSChunks ? threadIdx.x : 0;
+    const int64_t tile = min(tile0 + i / kSTileChunks, n_tiles - 1);
+    ssrc = a.w_scale + (tile * k_slabs + static_cast<int64_t>(step0) * kWarpsK) * 32 * Sh::kRec + (i % kSTileChunks) * 16;
+  }
+  static_assert(kSChunks <= kThreads, "one scale chunk per thread at most");
+  const __nv_bfloat16* xsrc[kXPerThread];
+  bool xrow_ok[kXPerThread];
+#pragma unroll
+  for (int j = 0; j < kXPerThread; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    const int64_t m = m0 + i / 32;
+    xrow_ok[j] = i < kXChunks && m < a.m;
+    xsrc[j] = static_cast<const __nv_bfloat16*>(a.x) + (xrow_ok[j] ? m * a.ld_x : 0) + (i % 32) * 8;
+  }
+
+  auto load_stage = [&](int buf, int step) {
+    uint8_t* st = smem + buf * Sh::kStageBytes;
+    const int64_t wstep = static_cast<int64_t>(step) * kWarpsK * Sh::kUnitBytes;
+#pragma unroll
+    for (int j = 0; j < kWPerThread; ++j) {
+      const int i = threadIdx.x + j * kThreads;
+      if (kWChunks % kThreads == 0 || i < kWChunks) cp_async16(st + i * 16, wsrc[j] + wstep);
+    }
+    if constexpr (Sh::kRec > 0) {
+      if (threadIdx.x < kSChunks) {
+        cp_async16(st + Sh::kWBytes + threadIdx.x * 16, ssrc + static_cast<int64_t>(step) * kWarpsK * 32 * Sh::kRec);
+      }
+    }
+    const int64_t kcol0 = (step0 + step) * static_cast<int64_t>(kStageK);
+#pragma unroll
+    for (int j = 0; j < kXPerThread; ++j) {
+      const int i = threadIdx.x + j * kThreads;
+      if (kXChunks % kThreads != 0 && i >= kXChunks) continue;
+      const int r = i / 32, c = i % 32;
+      const bool ok = xrow_ok[j] && kcol0 + c * 8 < k;
+      cp_async16_zfill(st + Sh::kWBytes + Sh::kSBytes + (r * 32 + (c ^ (r & 7))) * 16, ok ? xsrc[j] + kcol0 : xsrc[j],
+                       ok ? 16 : 0);
+    }
+    cp_async_commit();
+  };
+
+  float acc[NT][TN][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int tt = 0; tt < TN; ++tt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][tt][e] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < steps) {
+      load_stage(s, s);
+    } else {
+      cp_async_commit();
+    }
+  }
+
+  constexpr int kBias = CodeTraits<C>::kBias;
+  for (int it = 0; it < steps; ++it) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();  // stage `it` landed for every thread; every warp is done with stage it - 1
+    if (it + STAGES - 1 < steps) {
+      load_stage((it + STAGES - 1) % STAGES, it + STAGES - 1);
+    } else {
+      cp_async_commit();
+    }
+
+    const uint8_t* st = smem + (it % STAGES) * Sh::kStageBytes;
+    const uint8_t* xs = st + Sh::kWBytes + Sh::kSBytes;
+    uint32_t w[NT][kWords];
+    uint32_t sc[NT][Sh::kRec > 0 ? Sh::kRec / 4 : 1];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int unit = (wn * NT + j) * kWarpsK + wk;
+      const uint8_t* u = st + unit * Sh::kUnitBytes;
+#pragma unroll
+      for (int p = 0; p < kWords / 4; ++p) {
+        const uint4 v = *reinterpret_cast<const uint4*>(u + p * 512 + lane * 16);
+        w[j][4 * p] = v.x;
+        w[j][4 * p + 1] = v.y;
+        w[j][4 * p + 2] = v.z;
+        w[j][4 * p + 3] = v.w;
+      }
+      if constexpr (S == MmaScale::kMx32) {
+        const uint2 v = *reinterpret_cast<const uint2*>(st + Sh::kWBytes + (unit * 32 + lane) * 8);
+        sc[j][0] = v.x;
+        sc[j][1] = v.y;
+      } else if constexpr (S == MmaScale::kNv16) {
+        const uint4 v = *reinterpret_cast<const uint4*>(st + Sh::kWBytes + (unit * 32 + lane) * 16);
+        sc[j][0] = v.x;
+        sc[j][1] = v.y;
+        sc[j][2] = v.z;
+        sc[j][3] = v.w;
+      }
+    }
+
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      // Token fragments of group q: matrices (k 0-7, 8-15, 16-23, 24-31) of 8 token rows each.
+      uint32_t b[TN][4];
+#pragma unroll
+      for (int tt = 0; tt < TN; ++tt) {
+        const int row = tt * 8 + (lane & 7);
+        const int chunk = wk * 16 + 4 * q + (lane >> 3);
+        ldmatrix_x4(b[tt], xs + (row * 32 + (chunk ^ (row & 7))) * 16);
+      }
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        uint32_t f[2][2];
+        float promote[2] = {1.0f, 1.0f};
+        if constexpr (S == MmaScale::kRow) {
+          f[0][0] = f[0][1] = f[1][0] = f[1][1] = bf16_pow2_pair(kBias + 127);
+        } else if constexpr (S == MmaScale::kMx32) {
+          const int s_g = (sc[j][0] >> (8 * q)) & 0xFF, s_g8 = (sc[j][1] >> (8 * q)) & 0xFF;
+          if constexpr (!PROMOTE) {
+            f[0][0] = f[1][0] = bf16_pow2_pair(kBias + s_g);
+            f[0][1] = f[1][1] = bf16_pow2_pair(kBias + s_g8);
+          } else {
+            f[0][0] = f[0][1] = f[1][0] = f[1][1] = bf16_pow2_pair(kBias + 127);
+            promote[0] = codec::decode_e8m0(s_g);
+            promote[1] = codec::decode_e8m0(s_g8);
+          }
+        } else {  // kNv16: group 2q + h of rows g (word 0..1) and g+8 (word 2..3)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int gi = 2 * q + h;
+              const uint32_t code = (sc[j][2 * half + gi / 4] >> (8 * (gi % 4))) & 0xFF;
+              const float v = codec::decode_e4m3(code) * 0x1p118f;
+              const uint32_t bits = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+              f[h][half] = bits * 0x00010001u;
+            }
+          }
+        }
+        uint32_t af[2][4];
+        decode_group<C>(w[j], q, f, af);
+#pragma unroll
+        for (int tt = 0; tt < TN; ++tt) {
+          if constexpr (PROMOTE) {
+            float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma_bf16(p, af[0], b[tt][0], b[tt][1]);
+            mma_bf16(p, af[1], b[tt][2], b[tt][3]);
+            acc[j][tt][0] = fmaf(p[0], promote[0], acc[j][tt][0]);
+            acc[j][tt][1] = fmaf(p[1], promote[0], acc[j][tt][1]);
+            acc[j][tt][2] = fmaf(p[2], promote[1], acc[j][tt][2]);
+            acc[j][tt][3] = fmaf(p[3], promote[1], acc[j][tt][3]);
+          } else {
+            mma_bf16(acc[j][tt], af[0], b[tt][0], b[tt][1]);
+            mma_bf16(acc[j][tt], af[1], b[tt][2], b[tt][3]);
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // The K warps' sums: wk = 1 hands its accumulators to wk = 0 through shared memory ([value][lane]).
+  float* red = reinterpret_cast<float*>(smem);
+  if (wk == 1) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int tt = 0; tt < TN; ++tt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) red[(((wn * NT + j) * TN + tt) * 4 + e) * 32 + lane] = acc[j][tt][e];
+  }
+  __syncthreads();
+  if (wk == 1) return;
+
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+#pragma unroll
+    for (int tt = 0; tt < TN; ++tt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float v = acc[j][tt][e] + red[(((wn * NT + j) * TN + tt) * 4 + e) * 32 + lane];
+        const int64_t row = (tile0 + wn * NT + j) * kMmaTileN + g + 8 * (e >> 1);
+        const int64_t m = m0 + tt * 8 + 2 * t + (e & 1);
+        if (row >= n || m >= a.m) continue;
+        if (partial != nullptr) {
+          partial[(static_cast<int64_t>(blockIdx.y) * a.m + m) * n + row] = v;
+          continue;
+        }
+        float y = a.row_scale != nullptr ? v * a.row_scale[row] : v;
+        if (a.bias != nullptr) y += load_bias(a.bias, a.bias_dtype, row);
+        store_out(a.out, a.out_dtype, m * n + row, y);
+      }
+    }
+  }
+}
+
+// Sums the splits in order 0, 1, ... and applies the row scale, bias and output cast.
+__global__ void mma_decode_reduce_kernel(const MmaDecodeArgs a, int splits, const float* __restrict__ partial);
+
+template <MmaCode C, MmaScale S, int TN, int NT, int STAGES, bool PROMOTE>
+Status launch_config(const MmaDecodeArgs& a, int splits, float* partial, Stream stream) {
+  using Sh = Shape<C, S, TN, NT, STAGES>;
+  auto kernel = mma_decode_kernel<C, S, TN, NT, STAGES, PROMOTE>;
+  // The shared-memory limit is a per-device attribute of the kernel: set once on every device used.
+  static std::atomic<uint64_t> attr_set{0};
+  int device = 0;
+  QL_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = uint64_t{1} << (device & 63);
+  if ((attr_set.load(std::memory_order_acquire) & bit) == 0) {
+    QL_RETURN_IF_ERROR(check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::kSmem),
+                             "cudaFuncSetAttribute(mma_decode_kernel, MaxDynamicSharedMemorySize)"));
+    attr_set.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  const int64_t n_blocks = (a.layout.n_tiles() + Sh::kTiles - 1) / Sh::kTiles;
+  const int64_t m_tiles = (a.m + Sh::kXRows - 1) / Sh::kXRows;
+  const int total_steps = static_cast<int>(a.layout.k_slabs() / kWarpsK);
+  const int per_split = (total_steps + splits - 1) / splits;
+  const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(splits), static_cast<unsigned>(m_tiles));
+  kernel<<<grid, kThreads, Sh::kSmem, stream>>>(a, per_split, partial);
+  QL_CUDA_CHECK_LAUNCH("mma_decode_kernel");
+  return Status::ok();
+}
+
+// The instantiations of one code: the tile configurations of the tile table (mma_decode.cu) for layers
+// whose scales fold (or need none), and one configuration (64 tokens) for MX layers with promoted scales.
+template <MmaCode C, MmaScale S>
+Status launch_scale(const MmaDecodeArgs& a, const MmaTileConfig& t, int splits, float* partial, Stream stream) {
+  if constexpr (S == MmaScale::kMx32) {
+    if (!a.fold) return launch_config<C, S, 8, 1, 3, true>(a, splits, partial, stream);
+  }
+#define QL_MMA_CONFIG(TN_, NT_, STAGES_)                                              \
+  if (t.token_tiles == TN_ && t.n16_per_warp == NT_ && t.stages == STAGES_) {         \
+    return launch_config<C, S, TN_, NT_, STAGES_, false>(a, splits, partial, stream); \
+  }
+  QL_MMA_CONFIG(1, 1, 4)
+  QL_MMA_CONFIG(1, 1, 3)
+  QL_MMA_CONFIG(2, 1, 4)
+  QL_MMA_CONFIG(2, 1, 3)
+  QL_MMA_CONFIG(8, 1, 3)
+#undef QL_MMA_CONFIG
+  return Status::error("mma_decode: tile configuration (" + std::to_string(t.token_tiles) + " token tiles, " +
+                       std::to_string(t.n16_per_warp) + " A tiles per warp, " + std::to_string(t.stages) +
+                       " stages) is not instantiated (mma_decode.cuh, launch_scale)");
+}
+
+}  // namespace qlinear::cuda::mma_detail

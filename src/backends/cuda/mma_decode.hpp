@@ -1,0 +1,85 @@
+#pragma once
+// The tensor-core decode GEMM for small M (sm_90a): y[M, N] = x[M, K] W^T with the weights decoded in
+// registers to BF16 right before mma.sync m16n8k16 (FP32 accumulation); x is BF16.
+//
+// Operands (made by process_weights_after_loading, layouts in layout/mma_layout.hpp):
+//   w          packed codes, MmaLayout
+//   w_scale    packed E8M0 (kMx32) or E4M3 (kNv16) block scales; null for kRow
+//   row_scale  f32 [N] applied to the FP32 sum in the epilogue: kRow the per-channel (or per-tensor) scale,
+//              kNv16 2^8 / global scale; null for kMx32
+//   x          BF16 [M, ld_x], K % 8 == 0, ld_x % 8 == 0, 16-byte aligned
+// Numerics (exactness argument in mma_decode.cuh): every weight value (code times block scale) is exact in
+// BF16 when `fold` holds, else the block scale multiplies the FP32 partial sum of its 32-wide group; the
+// products in the tensor core are exact and summed in FP32; bias is added in FP32 before one rounding.
+#include <cstdint>
+
+#include "backends/cuda/cuda_util.hpp"
+#include "backends/cuda/layout/mma_layout.hpp"
+#include "qlinear/formats.hpp"
+
+namespace qlinear::cuda {
+
+struct MmaDecodeArgs {
+  MmaLayout layout;
+  bool fold = true;  // kMx32: every block scale folds exactly into the BF16 weights (mma_fold_range)
+  const uint8_t* w = nullptr;
+  const uint8_t* w_scale = nullptr;
+  const float* row_scale = nullptr;
+  const void* x = nullptr;
+  int64_t ld_x = 0;
+  int64_t m = 0;
+  const void* bias = nullptr;
+  DType bias_dtype = DType::kF32;
+  void* out = nullptr;
+  DType out_dtype = DType::kBF16;
+  int sm_count = 132;
+};
+
+// A tile configuration: the block covers 64 * n16_per_warp weight rows and 8 * token_tiles tokens, with
+// `stages` cp.async stages of 256 K.
+struct MmaTileConfig {
+  int max_m;         // the M bucket's upper end
+  int token_tiles;   // 8-token MMA columns per block (1, 2 or 8)
+  int n16_per_warp;  // 16-row A tiles per warp (1 or 2)
+  int stages;
+};
+
+// The tile configuration of each M bucket (mma_decode.cpp; the last bucket also runs larger M, in 64-token
+// tiles).
+const MmaTileConfig& mma_tile_config(int64_t m);
+inline constexpr int64_t kMmaDecodeMaxM = 64;  // the M range the kernel is built for
+// Above this M a layer whose weights widen exactly (every scale kind but promoted MX) is widened to BF16 per
+// call and multiplied by cuBLASLt (mma_widen.cu): the MMA kernel's 64-token tiles re-decode the weights per
+// tile and lose to it there (H200: 70B down_proj at M = 256, 740-910 us against ~2x the BF16 GEMM).
+inline constexpr int64_t kMmaWidenAboveM = 128;
+
+// Range of E8M0 scale bytes for which the folded BF16 weight (code * 2^(s - 127)) is a normal BF16 number
+// and the decode constant is one: lo..hi inclusive.
+void mma_fold_range(MmaCode code, int& lo, int& hi);
+
+// The split of K over blocks launch_mma_decode would use for (args, M): exposed for the explain output.
+int mma_decode_splits(const MmaDecodeArgs& a);
+// The configuration a launch uses: the table's bucket for M, or the 64-token one for MX layers whose scales
+// are promoted (the only configuration instantiated for them).
+MmaTileConfig mma_config_for(const MmaDecodeArgs& a);
+// Benchmarks only (not thread-safe against running applies): force the split count, or the stage count of
+// the small-M buckets (3: three blocks per SM, 4: two); 0 restores the table.
+void mma_decode_force_splits(int splits);
+void mma_decode_force_small_m_stages(int stages);
+
+// Whether launch_mma_decode takes the widening route for these arguments.
+bool mma_takes_widen_route(const MmaDecodeArgs& a);
+Status launch_mma_widen_gemm(const MmaDecodeArgs& a, Stream stream);
+
+// Runs the GEMM on `stream`: no synchronization; split-K partial sums go to stream-ordered scratch
+// (cudaMallocAsync, which a CUDA graph captures as an allocation node) and are summed in a fixed order.
+Status launch_mma_decode(const MmaDecodeArgs& a, Stream stream);
+
+namespace mma_detail {
+// One instantiation family per weight code (one .cu file each).
+Status launch_e4m3(const MmaDecodeArgs& a, const MmaTileConfig& t, int splits, float* partial, Stream stream);
+Status launch_fp6(const MmaDecodeArgs& a, const MmaTileConfig& t, int splits, float* partial, Stream stream);
+Status launch_e2m1(const MmaDecodeArgs& a, const MmaTileConfig& t, int splits, float* partial, Stream stream);
+}  // namespace mma_detail
+
+}  // namespace qlinear::cuda

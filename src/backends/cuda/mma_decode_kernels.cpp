@@ -1,0 +1,346 @@
+// The tensor-core decode kernels' checks, weight processing (packing on the host, upload), the weight cache
+// and apply (mma_decode_kernels.hpp).
+#include "backends/cuda/mma_decode_kernels.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backends/cuda/act_quant.hpp"
+#include "backends/cuda/dequant_bf16.hpp"
+#include "backends/cuda/mma_decode.hpp"
+#include "core/processed_io.hpp"
+
+namespace qlinear::cuda {
+
+const MmaDecodeLinearKernel kSm90MmaDecodeFp8WeightOnly(
+    Family::kFp8WeightOnly, "sm90_mma_decode_fp8_weight_only",
+    "sm_90a FP8 W8A16 (per-tensor / per-channel): E4M3 decoded in registers to BF16 before mma.sync, FP32 "
+    "accumulation, scales in the epilogue; built for M <= 64 (BF16 activations)");
+const MmaDecodeLinearKernel kSm90MmaDecodeMxfp8(
+    Family::kMxfp8, "sm90_mma_decode_mxfp8",
+    "sm_90a MXFP8 W8A16 / W8A8: E4M3 x E8M0 decoded exactly to BF16 in registers before mma.sync (W8A8: the "
+    "activations quantized as the reference does, then widened exactly to BF16); built for M <= 64");
+const MmaDecodeLinearKernel kSm90MmaDecodeMxfp6(
+    Family::kMxfp6, "sm90_mma_decode_mxfp6",
+    "sm_90a MXFP6 (E2M3 / E3M2) W6A16: codes x E8M0 decoded exactly to BF16 in registers before mma.sync; built "
+    "for M <= 64");
+const MmaDecodeLinearKernel kSm90MmaDecodeMxfp4(
+    Family::kMxfp4, "sm90_mma_decode_mxfp4",
+    "sm_90a MXFP4 W4A16: E2M1 x E8M0 decoded exactly to BF16 in registers before mma.sync; built for M <= 64");
+const MmaDecodeLinearKernel kSm90MmaDecodeNvfp4(
+    Family::kNvfp4, "sm90_mma_decode_nvfp4",
+    "sm_90a NVFP4 W4A16: E2M1 x E4M3 (per 16) decoded exactly to BF16 in registers before mma.sync, global "
+    "scale in the epilogue; built for M <= 64");
+
+namespace {
+
+struct MmaLayerState {
+  MmaLayout layout;
+  bool fold = true;
+  int device = 0;
+  int sm_count = 132;
+  Tensor w;          // u8 [weight_bytes]
+  Tensor w_scale;    // u8 [scale_bytes] (MX, NVFP4)
+  Tensor row_scale;  // f32 [N] (per-channel FP8, NVFP4)
+};
+
+MmaLayout layout_of(const LinearConfig& c) {
+  MmaLayout l;
+  l.n = c.n;
+  l.k = c.k;
+  switch (c.weight_key.dtype) {
+    case DType::kF6E2M3: l.code = MmaCode::kE2M3; break;
+    case DType::kF6E3M2: l.code = MmaCode::kE3M2; break;
+    case DType::kF4E2M1: l.code = MmaCode::kE2M1; break;
+    default: l.code = MmaCode::kE4M3; break;
+  }
+  l.scale = c.family == Family::kNvfp4 ? MmaScale::kNv16
+            : c.family == Family::kFp8WeightOnly ? MmaScale::kRow
+                                                 : MmaScale::kMx32;
+  return l;
+}
+
+Status expect_host(const Tensor& t, const std::string& what) {
+  if (t.device().kind != DeviceKind::kCpu) {
+    return Status::error("checkpoint tensor '" + what + "' is on " + t.device().to_string() +
+                         "; process_weights_after_loading reads host tensors");
+  }
+  return Status::ok();
+}
+
+// One f32 per output row from a per-tensor ([], [1]), per-shard ([shards]) or per-channel ([N], [N, 1])
+// tensor, through f(value).
+template <class F>
+std::vector<float> per_row(const LinearConfig& c, const Tensor& t, bool per_channel, F&& f) {
+  const Tensor s = t.contiguous();
+  const float* p = s.data<float>();
+  std::vector<float> rows(static_cast<size_t>(c.n));
+  if (per_channel) {
+    for (int64_t r = 0; r < c.n; ++r) rows[r] = f(p[r]);
+    return rows;
+  }
+  int64_t row = 0;
+  for (int64_t shard = 0; shard < c.num_shards(); ++shard) {
+    const int64_t width = c.logical_widths.empty() ? c.n : c.logical_widths[shard];
+    std::fill(rows.begin() + row, rows.begin() + row + width, f(p[s.numel() == 1 ? 0 : shard]));
+    row += width;
+  }
+  return rows;
+}
+
+const char* const kMetaNames[] = {"code", "scale", "n", "k"};
+std::vector<int64_t> meta_of(const MmaLayout& l) {
+  return {static_cast<int64_t>(l.code), static_cast<int64_t>(l.scale), l.n, l.k};
+}
+
+}  // namespace
+
+Verdict MmaDecodeLinearKernel::is_supported(const Platform& platform) const {
+  if (platform.kind != PlatformKind::kCuda || !platform.cuda) return Verdict::no("not a CUDA platform");
+  if (platform.cuda->compute_capability != 90) {
+    return Verdict::no("compute capability " + std::to_string(platform.cuda->compute_capability) +
+                       ": built for sm_90a (Hopper) only");
+  }
+  return Verdict::yes();
+}
+
+Verdict MmaDecodeLinearKernel::can_implement(const LinearConfig& c) const {
+  if (c.family != family_) return Verdict::no("layer family is " + std::string(family_name(c.family)));
+  if (c.activation_key) {
+    const QuantKey& a = *c.activation_key;
+    if (family_ != Family::kMxfp8 || a.dtype != DType::kF8E4M3 || a.scale.dtype != DType::kE8M0) {
+      return Verdict::no("quantized activations: only MXFP8 (W8A8) is quantized on the GPU for this kernel");
+    }
+    return Verdict::yes();  // any input dtype: the quantizer reads it, the kernel sees exact BF16 values
+  }
+  if (c.input_dtype != DType::kBF16) {
+    return Verdict::no("activations are " + std::string(qlinear::name(c.input_dtype)) +
+                       "; the BF16 tensor-core decode takes BF16 activations only");
+  }
+  if (c.k % 8 != 0) return Verdict::no("K=" + std::to_string(c.k) + " is not a multiple of 8 (16-byte BF16 rows)");
+  if (family_ == Family::kFp8WeightOnly) {
+    if (c.weight_key.dtype != DType::kF8E4M3) return Verdict::no("weights are not E4M3");
+    if (!c.weight_key.scale.group.is_per_tensor() && !c.weight_key.scale.group.is_per_channel()) {
+      return Verdict::no("weight scales are neither per-tensor nor per-channel (128x128 blocks take other kernels)");
+    }
+  }
+  return Verdict::yes();
+}
+
+bool mma_decode_folds_scales(const LinearLayer& layer) {
+  const auto* st = static_cast<const MmaLayerState*>(layer.kernel_state.get());
+  return st != nullptr && st->fold;
+}
+
+int mma_decode_splits_for(const LinearLayer& layer, int64_t m) {
+  const auto* st = static_cast<const MmaLayerState*>(layer.kernel_state.get());
+  if (st == nullptr) return 0;
+  MmaDecodeArgs a;
+  a.layout = st->layout;
+  a.m = m;
+  a.sm_count = st->sm_count;
+  return mma_decode_splits(a);
+}
+
+int64_t mma_decode_weight_bytes(const LinearLayer& layer) {
+  const auto* st = static_cast<const MmaLayerState*>(layer.kernel_state.get());
+  return st == nullptr ? 0 : st->layout.weight_bytes() + st->layout.scale_bytes();
+}
+
+int64_t MmaDecodeLinearKernel::max_m() const { return kMmaDecodeMaxM; }
+
+std::vector<MRoute> MmaDecodeLinearKernel::m_routes(const LinearConfig& config) const {
+  MmaDecodeArgs a;
+  a.layout = layout_of(config);
+  const std::string self(name());
+  // MX layers whose E8M0 scales do not fold exactly into BF16 (decided at process) run 64-token tiles with
+  // per-32 FP32 promotion at every M.
+  const std::string unfolded = config.family != Family::kFp8WeightOnly && config.family != Family::kNvfp4
+                                   ? "; MX layers whose E8M0 scales do not fold exactly into BF16: 64-token tiles "
+                                     "with per-32 FP32 promotion"
+                                   : "";
+  std::vector<MRoute> routes;
+  int64_t lo = 1;
+  for (int64_t m : {int64_t{8}, int64_t{16}, kMmaDecodeMaxM}) {
+    const MmaTileConfig& t = mma_tile_config(m);
+    a.m = m;
+    routes.push_back({lo, m, self,
+                      std::to_string(8 * t.token_tiles) + " tokens x " + std::to_string(64 * t.n16_per_warp) +
+                          " rows, " + std::to_string(t.stages) + " stages, split-K " +
+                          std::to_string(mma_decode_splits(a)) + " (132 SMs)" + unfolded});
+    lo = m + 1;
+  }
+  routes.push_back({kMmaDecodeMaxM + 1, kMmaWidenAboveM, self,
+                    "64-token tiles (each decodes the weights again)" + unfolded});
+  routes.push_back({kMmaWidenAboveM + 1, MRoute::kNoLimit, self,
+                    "weights widened to BF16 per call in row blocks + cuBLASLt BF16 GEMM" + unfolded});
+  return routes;
+}
+
+Status MmaDecodeLinearKernel::process_impl(LinearLayer& layer) const {
+  const LinearConfig& c = layer.config;
+  QL_ASSIGN_OR_RETURN(Tensor weight, layer.get("weight"));
+  QL_ASSIGN_OR_RETURN(Tensor scale, layer.get("weight_scale"));
+  QL_RETURN_IF_ERROR(expect_host(weight, "weight"));
+  QL_RETURN_IF_ERROR(expect_host(scale, "weight_scale"));
+  auto st = std::make_shared<MmaLayerState>();
+  QL_CUDA_CHECK(cudaGetDevice(&st->device));
+  QL_CUDA_CHECK(cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, st->device));
+  st->layout = layout_of(c);
+  const MmaLayout& l = st->layout;
+
+  const Tensor wc = weight.contiguous();
+  const std::vector<uint8_t> packed =
+      mma_pack_weight(l, static_cast<const uint8_t*>(wc.raw()), storage_bytes(c.weight_key.dtype, c.k));
+  QL_ASSIGN_OR_RETURN(st->w, upload(packed.data(), packed.size(), DType::kU8, {l.weight_bytes()}, st->device));
+
+  if (l.scale == MmaScale::kRow) {
+    const std::vector<float> rows = per_row(c, scale, c.weight_key.scale.group.is_per_channel(), [](float v) { return v; });
+    QL_ASSIGN_OR_RETURN(st->row_scale, upload(rows.data(), rows.size() * 4, DType::kF32, {c.n}, st->device));
+  } else {
+    const Tensor sc = scale.contiguous();
+    const uint8_t* sb = static_cast<const uint8_t*>(sc.raw());
+    if (l.scale == MmaScale::kMx32) {
+      int lo = 0, hi = 0;
+      mma_fold_range(l.code, lo, hi);
+      const auto [mn, mx] = std::minmax_element(sb, sb + sc.nbytes());
+      st->fold = sc.nbytes() == 0 || (*mn >= lo && *mx <= hi);
+    } else {
+      QL_ASSIGN_OR_RETURN(Tensor global, layer.get("weight_global_scale"));
+      QL_RETURN_IF_ERROR(expect_host(global, "weight_global_scale"));
+      // x = q * s / g: the kernel's folded weights are q * s * 2^-8 (mma_decode.cuh), so rows get 2^8 / g.
+      const std::vector<float> rows = per_row(c, global, false, [](float g) { return static_cast<float>(256.0 / g); });
+      for (float v : rows) {
+        if (!std::isfinite(v)) return Status::error("weight_global_scale gives a non-finite 2^8 / g");
+      }
+      QL_ASSIGN_OR_RETURN(st->row_scale, upload(rows.data(), rows.size() * 4, DType::kF32, {c.n}, st->device));
+    }
+    const std::vector<uint8_t> ps = mma_pack_scales(l, sb);
+    QL_ASSIGN_OR_RETURN(st->w_scale, upload(ps.data(), ps.size(), DType::kU8, {l.scale_bytes()}, st->device));
+  }
+  QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+  layer.kernel_state = std::move(st);
+  return Status::ok();
+}
+
+// Processed layout version 1: meta I64 [code, scale, n, k] (checked against the config), flags I64 [fold],
+// w U8 [weight_bytes], w_scale U8 [scale_bytes] (MX, NVFP4), row_scale F32 [N] (FP8 per-channel, NVFP4).
+Result<ProcessedWeights> MmaDecodeLinearKernel::export_impl(const LinearLayer& layer) const {
+  namespace io = processed_io;
+  const auto* st = static_cast<const MmaLayerState*>(layer.kernel_state.get());
+  DeviceGuard guard;
+  QL_RETURN_IF_ERROR(guard.set(st->device));
+  ProcessedWeights w;
+  w.tensors.emplace_back("meta", io::meta_tensor(meta_of(st->layout)));
+  w.tensors.emplace_back("flags", io::meta_tensor({st->fold ? 1 : 0}));
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"w", &st->w}, {"w_scale", &st->w_scale},
+                                {"row_scale", &st->row_scale}}) {
+    if (!t->defined()) continue;
+    QL_ASSIGN_OR_RETURN(Tensor host, to_host(*t));
+    w.tensors.emplace_back(name, std::move(host));
+  }
+  return w;
+}
+
+Status MmaDecodeLinearKernel::import_impl(LinearLayer& layer, const ProcessedWeights& w) const {
+  namespace io = processed_io;
+  const LinearConfig& c = layer.config;
+  auto st = std::make_shared<MmaLayerState>();
+  st->layout = layout_of(c);
+  const MmaLayout& l = st->layout;
+  QL_RETURN_IF_ERROR(io::expect_meta(w, meta_of(l), {std::begin(kMetaNames), std::end(kMetaNames)}));
+  std::vector<int64_t> flags;
+  QL_RETURN_IF_ERROR(io::to_vector(w, "flags", DType::kI64, 1, flags));
+  st->fold = flags[0] != 0;
+  QL_CUDA_CHECK(cudaGetDevice(&st->device));
+  QL_CUDA_CHECK(cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, st->device));
+  auto load = [&](const char* name, DType dtype, const Shape& shape, Tensor& dst) -> Status {
+    QL_ASSIGN_OR_RETURN(Tensor host, expect_processed_tensor(w, name, dtype, shape));
+    QL_ASSIGN_OR_RETURN(dst, upload(host.raw(), static_cast<size_t>(host.nbytes()), dtype, shape, st->device));
+    return Status::ok();
+  };
+  QL_RETURN_IF_ERROR(load("w", DType::kU8, {l.weight_bytes()}, st->w));
+  if (l.scale != MmaScale::kRow) QL_RETURN_IF_ERROR(load("w_scale", DType::kU8, {l.scale_bytes()}, st->w_scale));
+  if (l.scale != MmaScale::kMx32) QL_RETURN_IF_ERROR(load("row_scale", DType::kF32, {c.n}, st->row_scale));
+  QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+  layer.kernel_state = std::move(st);
+  return Status::ok();
+}
+
+Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias,
+                                         Tensor& out) const {
+  if (!layer.kernel_state) return Status::error("layer " + layer.name + " has no device state");
+  if (x.is_quantized()) return Status::error("layer " + layer.name + ": this kernel takes dense activations");
+  const auto& st = *static_cast<const MmaLayerState*>(layer.kernel_state.get());
+  const LinearConfig& c = layer.config;
+  const Tensor& xt = x.dense_tensor();
+  QL_RETURN_IF_ERROR(expect_on_device(xt, st.device, "activation"));
+  QL_RETURN_IF_ERROR(expect_on_device(out, st.device, "output"));
+  if (bias != nullptr) QL_RETURN_IF_ERROR(expect_on_device(*bias, st.device, "bias"));
+  if (xt.strides()[1] != 1 || xt.strides()[0] < c.k) {
+    return Status::error("layer " + layer.name + ": activation rows must be contiguous and not overlap");
+  }
+  DeviceGuard guard;
+  QL_RETURN_IF_ERROR(guard.set(st.device));
+  const Stream stream = current_stream();
+  const int64_t m = xt.size(0);
+  const void* xb = xt.raw();
+  int64_t ld = xt.strides()[0];
+  Scratch codes, scales, widened;
+  if (c.activation_key && m > 0) {
+    // W8A8 MXFP8: codes and E8M0 scales bit-identical to the reference quantizer, widened to BF16 exactly
+    // (dequant_bf16.hpp states the one exception: blocks with amax below 2^-116).
+    const int64_t groups = c.k / 32;
+    QL_ASSIGN_OR_RETURN(codes, Scratch::make(static_cast<size_t>(m * c.k), stream));
+    QL_ASSIGN_OR_RETURN(scales, Scratch::make(static_cast<size_t>(m * groups), stream));
+    QL_ASSIGN_OR_RETURN(widened, Scratch::make(static_cast<size_t>(m * c.k * 2), stream));
+    ActQuantArgs q;
+    q.x = xt.raw();
+    q.x_dtype = xt.dtype();
+    q.m = m;
+    q.k = c.k;
+    q.ld_x = ld;
+    q.mode = ActQuantMode::kMx32;
+    q.codes = codes.get();
+    q.ld_codes = c.k;
+    q.scale = {scales.get(), groups, 1, false};
+    QL_RETURN_IF_ERROR(launch_act_quant(q, stream));
+    DequantArgs d;
+    d.format = WeightFormat::kE4M3;
+    d.scale_kind = DequantScale::kMx32;
+    d.codes = codes.as<uint8_t>();
+    d.row_bytes = c.k;
+    d.scales = scales.as<uint8_t>();
+    d.ld_scales = groups;
+    d.rows = m;
+    d.k = c.k;
+    d.out = widened.get();
+    d.ld_out = c.k;
+    QL_RETURN_IF_ERROR(launch_dequant_bf16(d, stream));
+    xb = widened.get();
+    ld = c.k;
+  }
+  if (ld % 8 != 0 || reinterpret_cast<uintptr_t>(xb) % 16 != 0) {
+    return Status::error("layer " + layer.name + ": activation rows must be contiguous, 16-byte aligned, with a "
+                         "row stride that is a multiple of 8 elements (got stride " + std::to_string(ld) + ")");
+  }
+  if (!out.is_contiguous()) return Status::error("layer " + layer.name + ": the output must be contiguous");
+  MmaDecodeArgs a;
+  a.layout = st.layout;
+  a.fold = st.fold;
+  a.w = static_cast<const uint8_t*>(st.w.raw());
+  a.w_scale = st.w_scale.defined() ? static_cast<const uint8_t*>(st.w_scale.raw()) : nullptr;
+  a.row_scale = st.row_scale.defined() ? static_cast<const float*>(st.row_scale.raw()) : nullptr;
+  a.x = xb;
+  a.ld_x = ld;
+  a.m = m;
+  a.bias = bias ? bias->raw() : nullptr;
+  a.bias_dtype = bias ? bias->dtype() : DType::kF32;
+  a.out = out.raw();
+  a.out_dtype = out.dtype();
+  a.sm_count = st.sm_count;
+  return launch_mma_decode(a, stream);
+}
+
+}  // namespace qlinear::cuda

@@ -1,0 +1,247 @@
+// Timing of the tensor-core decode kernels against a cuBLASLt BF16 GEMM on the unquantized-size weights, in
+// the same process: CUDA events around each call, the L2 flushed (by a read) before every call, median of
+// 30. Synthetic layers (random valid codes and scales) on Llama-3.1-70B and Llama-3-8B shapes. Disabled by
+// default (needs an H200 and a few minutes):
+//   QL_MMA_BENCH_CSV=out.csv test_cuda --gtest_also_run_disabled_tests --gtest_filter='*MmaDecodeBench*'
+// prints one line per (layer, M, scheme) and writes the CSV the device script joins with torch's times.
+// QL_MMA_BENCH_ONLY="70b.down,w4a16-mxfp4" keeps the layers and schemes named there (for a profiler run).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "qlinear/platform.hpp"
+
+#if QLINEAR_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "backends/cuda/cublaslt_gemm.hpp"
+#include "backends/cuda/cuda_util.hpp"
+#include "backends/cuda/mma_decode.hpp"
+#include "backends/cuda/mma_decode_kernels.hpp"
+#include "qlinear/cuda.hpp"
+#endif
+
+namespace qlinear {
+namespace {
+
+#if QLINEAR_WITH_CUDA
+
+struct BenchLayer {
+  const char* name;
+  int64_t n, k;
+};
+const BenchLayer kLayers[] = {
+    {"70b.down", 8192, 28672}, {"70b.gate_up", 57344, 8192}, {"70b.qkv", 10240, 8192},
+    {"70b.o", 8192, 8192},     {"8b.qkv", 6144, 4096},       {"8b.gate_up", 28672, 4096},
+};
+const int64_t kBenchMs[] = {1, 16, 64, 256, 1024};
+
+struct BenchScheme {
+  const char* name;
+  const cuda::MmaDecodeLinearKernel* kernel;
+  QuantKey key;
+  std::optional<QuantKey> activation_key;
+};
+
+// Whether a name passes QL_MMA_BENCH_ONLY (a comma list of layer and scheme names; unset: everything). A
+// list naming no layer (or no scheme) keeps every layer (scheme).
+bool selected(const std::string& name, bool is_layer) {
+  const char* only = std::getenv("QL_MMA_BENCH_ONLY");
+  if (only == nullptr || *only == '\0') return true;
+  const std::string list = std::string(",") + only + ",";
+  bool any_of_kind = false;
+  size_t start = 1;
+  while (start < list.size()) {
+    const size_t end = list.find(',', start);
+    const std::string item = list.substr(start, end - start);
+    const bool item_is_layer = item.find('.') != std::string::npos;
+    if (item_is_layer == is_layer) {
+      any_of_kind = true;
+      if (item == name) return true;
+    }
+    start = end + 1;
+  }
+  return !any_of_kind;
+}
+
+Tensor random_u8(Shape shape, DType dtype, uint64_t seed, uint8_t lo, uint8_t hi, bool e4m3) {
+  Tensor t = Tensor::empty(dtype, shape);
+  uint8_t* p = static_cast<uint8_t*>(t.raw());
+  const int64_t n = t.nbytes();
+#pragma omp parallel
+  {
+    std::mt19937_64 rng(seed + 7919 * static_cast<uint64_t>(omp_get_thread_num()));
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      uint8_t b = static_cast<uint8_t>(lo + rng() % (static_cast<unsigned>(hi - lo) + 1));
+      if (e4m3 && (b & 0x7F) == 0x7F) b = 0x7E;
+      p[i] = b;
+    }
+  }
+  return t;
+}
+
+LinearLayer synthetic_layer(const BenchScheme& s, int64_t n, int64_t k) {
+  LinearLayer l;
+  l.name = "bench";
+  l.config.family = s.kernel->family();
+  l.config.weight_key = s.key;
+  l.config.activation_key = s.activation_key;
+  l.config.n = n;
+  l.config.k = k;
+  l.config.input_dtype = DType::kBF16;
+  l.config.out_dtype = DType::kBF16;
+  const DType wd = s.key.dtype;
+  const bool packed = wd == DType::kF6E2M3 || wd == DType::kF6E3M2 || wd == DType::kF4E2M1;
+  l.params["weight"] = random_u8({n, storage_bytes(wd, k)}, packed ? DType::kU8 : DType::kF8E4M3, 1, 0, 255,
+                                 wd == DType::kF8E4M3);
+  if (s.key.scale.dtype == DType::kE8M0) {
+    l.params["weight_scale"] = random_u8({n, k / 32}, DType::kE8M0, 2, 118, 126, false);
+  } else if (s.key.scale.dtype == DType::kF8E4M3) {
+    l.params["weight_scale"] = random_u8({n, k / 16}, DType::kF8E4M3, 3, 0x20, 0x50, true);
+    Tensor g = Tensor::empty(DType::kF32, {1});
+    g.data<float>()[0] = 448.0f * 6.0f;
+    l.params["weight_global_scale"] = g;
+  } else {
+    Tensor sc = Tensor::empty(DType::kF32, {n, 1});
+    for (int64_t i = 0; i < n; ++i) sc.data<float>()[i] = 1e-3f * static_cast<float>(1 + i % 7);
+    l.params["weight_scale"] = sc;
+  }
+  return l;
+}
+
+// Median of `reps` timed calls of fn, each after an L2 flush.
+template <class Fn>
+double median_us(Fn&& fn, const Tensor& flush_buf, float* sink, cudaStream_t stream, int reps = 30) {
+  std::vector<float> ms;
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  fn();  // warm-up
+  for (int i = 0; i < reps; ++i) {
+    (void)cuda::l2_flush_read(flush_buf.raw(), static_cast<size_t>(flush_buf.nbytes()), sink, stream);
+    cudaEventRecord(a, stream);
+    fn();
+    cudaEventRecord(b, stream);
+    cudaEventSynchronize(b);
+    float t = 0;
+    cudaEventElapsedTime(&t, a, b);
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return 1000.0 * ms[ms.size() / 2];
+}
+
+TEST(CudaMmaDecodeBench, DISABLED_VersusCublasLtBf16) {
+  auto platform = Platform::cuda_device(0);
+  if (!platform || platform->cuda->compute_capability != 90) GTEST_SKIP() << "needs an sm_90 GPU";
+  const BenchScheme schemes[] = {
+      {"w8a16-fp8", &cuda::kSm90MmaDecodeFp8WeightOnly, kFp8StaticChannelSym},
+      {"w8a16-mxfp8", &cuda::kSm90MmaDecodeMxfp8, kMxfp8Static},
+      {"w8a8-mxfp8", &cuda::kSm90MmaDecodeMxfp8, kMxfp8Static, kMxfp8Dynamic},
+      {"w6a16-mxfp6-e2m3", &cuda::kSm90MmaDecodeMxfp6, kMxfp6E2M3Static},
+      {"w4a16-mxfp4", &cuda::kSm90MmaDecodeMxfp4, kMxfp4Static},
+      {"w4a16-nvfp4", &cuda::kSm90MmaDecodeNvfp4, kNvfp4Static},
+  };
+  const char* csv_path = std::getenv("QL_MMA_BENCH_CSV");
+  FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
+  if (csv) std::fprintf(csv, "layer,n,k,m,scheme,us,bf16_lt_us,splits,weight_gbps\n");
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cuda::StreamGuard guard(stream);
+  auto flush = cuda::empty(DType::kU8, {512LL << 20}).value();
+  ASSERT_TRUE(cuda::fill_bytes(flush, 0).is_ok());
+  auto sink = cuda::empty(DType::kF32, {1024}).value();
+  float* sink_p = static_cast<float*>(sink.raw());
+  for (const BenchLayer& bl : kLayers) {
+    if (!selected(bl.name, true)) continue;
+    // The anchor: cuBLASLt BF16 on a [N, K] BF16 weight (contents do not matter for time).
+    auto wb = cuda::empty(DType::kBF16, {bl.n, bl.k}).value();
+    ASSERT_TRUE(cuda::fill_bytes(wb, 0x3C).is_ok());
+    std::vector<double> lt_us;
+    for (int64_t m : kBenchMs) {
+      auto x = cuda::empty(DType::kBF16, {m, bl.k}).value();
+      ASSERT_TRUE(cuda::fill_bytes(x, 0x3C).is_ok());
+      auto y = cuda::empty(DType::kBF16, {m, bl.n}).value();
+      cuda::LtGemm g;
+      g.ab_dtype = DType::kBF16;
+      g.w = wb.raw();
+      g.ld_w = bl.k;
+      g.x = x.raw();
+      g.ld_x = bl.k;
+      g.m = m;
+      g.n = bl.n;
+      g.k = bl.k;
+      g.out = y.raw();
+      g.out_dtype = DType::kBF16;
+      lt_us.push_back(median_us([&] { (void)cuda::lt_gemm(g, stream); }, flush, sink_p, stream));
+    }
+    wb = Tensor();
+    for (const BenchScheme& s : schemes) {
+      if (!selected(s.name, false)) continue;
+      LinearLayer layer = synthetic_layer(s, bl.n, bl.k);
+      const Status ps = s.kernel->process_weights_after_loading(layer);
+      if (!ps.is_ok()) {
+        std::printf("[ bench ] %s %s: %s\n", bl.name, s.name, ps.message().c_str());
+        continue;
+      }
+      layer.params.clear();  // host copies are not needed for timing
+      for (size_t mi = 0; mi < std::size(kBenchMs); ++mi) {
+        const int64_t m = kBenchMs[mi];
+        auto x = cuda::empty(DType::kBF16, {m, bl.k}).value();
+        ASSERT_TRUE(cuda::fill_bytes(x, 0x3C).is_ok());
+        auto y = cuda::empty(DType::kBF16, {m, bl.n}).value();
+        Status st = Status::ok();
+        const double us = median_us(
+            [&] {
+              const Status r = s.kernel->apply(layer, Activation::dense(x), nullptr, y);
+              if (!r.is_ok()) st = r;
+            },
+            flush, sink_p, stream);
+        ASSERT_TRUE(st.is_ok()) << st.message();
+        const int splits = cuda::mma_decode_splits_for(layer, m);
+        const double gbps = static_cast<double>(cuda::mma_decode_weight_bytes(layer)) / (us * 1e3);
+        std::printf("[ bench ] %-12s M=%-5lld %-18s %9.1f us   cuBLASLt bf16 %9.1f us   x%.2f   splits %d   %6.0f GB/s\n",
+                    bl.name, static_cast<long long>(m), s.name, us, lt_us[mi], lt_us[mi] / us, splits, gbps);
+        if (csv) {
+          std::fprintf(csv, "%s,%lld,%lld,%lld,%s,%.2f,%.2f,%d,%.0f\n", bl.name, static_cast<long long>(bl.n),
+                       static_cast<long long>(bl.k), static_cast<long long>(m), s.name, us, lt_us[mi], splits, gbps);
+          std::fflush(csv);
+        }
+      }
+      // The small-M buckets with 3 stages (three blocks per SM) instead of the table's 4 (two).
+      for (size_t mi = 0; mi < 2; ++mi) {
+        const int64_t m = kBenchMs[mi];
+        auto x = cuda::empty(DType::kBF16, {m, bl.k}).value();
+        ASSERT_TRUE(cuda::fill_bytes(x, 0x3C).is_ok());
+        auto y = cuda::empty(DType::kBF16, {m, bl.n}).value();
+        cuda::mma_decode_force_small_m_stages(3);
+        const double us = median_us([&] { (void)s.kernel->apply(layer, Activation::dense(x), nullptr, y); }, flush,
+                                    sink_p, stream);
+        cuda::mma_decode_force_small_m_stages(0);
+        const int splits = cuda::mma_decode_splits_for(layer, m);
+        const double gbps = static_cast<double>(cuda::mma_decode_weight_bytes(layer)) / (us * 1e3);
+        if (csv) {
+          std::fprintf(csv, "%s,%lld,%lld,%lld,%s/st3,%.2f,%.2f,%d,%.0f\n", bl.name, static_cast<long long>(bl.n),
+                       static_cast<long long>(bl.k), static_cast<long long>(m), s.name, us, lt_us[mi], splits, gbps);
+        }
+      }
+    }
+  }
+  if (csv) std::fclose(csv);
+  cudaStreamDestroy(stream);
+}
+
+#endif  // QLINEAR_WITH_CUDA
+
+}  // namespace
+}  // namespace qlinear

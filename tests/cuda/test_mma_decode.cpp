@@ -1,0 +1,352 @@
+// The tensor-core decode kernels (src/backends/cuda/mma_decode*) against the reference on the same quantized
+// layers: fresh random data (seed printed), outputs poisoned with NaN, M across the tile buckets and beyond
+// (1 .. 1024), N and K off the tile multiples, block scales inside and outside the range where they fold into
+// the BF16 weights (the test asserts which path the layer took), bias and output dtypes, fused shards; the
+// weight cache round trip; and CUDA-graph capture and replay. Bound per element: the tensor-core bound of
+// test_cuda.cpp (2^-10 of sum |x w|; FP32 accumulation inside the MMA) plus one output ULP.
+// Skips, with the reason, without an sm_90 device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "qlinear/make_layer.hpp"
+#include "qlinear/platform.hpp"
+#include "qlinear/random.hpp"
+#include "qlinear/registry.hpp"
+
+#if QLINEAR_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "backends/cuda/mma_decode_kernels.hpp"
+#include "backends/reference/reference_kernels.hpp"
+#include "qlinear/cuda.hpp"
+#endif
+
+namespace qlinear {
+namespace {
+
+#if !QLINEAR_WITH_CUDA
+TEST(CudaMmaDecode, BuiltWithoutCuda) { GTEST_SKIP() << "qlinear was built without its CUDA backend (no nvcc)"; }
+#else
+
+#define QL_REQUIRE_SM90()                                                                        \
+  do {                                                                                           \
+    auto platform_ = Platform::cuda_device(0);                                                   \
+    if (!platform_) GTEST_SKIP() << "no CUDA device: " << platform_.message();                   \
+    if (platform_->cuda->compute_capability != 90) {                                             \
+      GTEST_SKIP() << "needs an sm_90 GPU, found " << platform_->describe();                     \
+    }                                                                                            \
+  } while (0)
+
+constexpr double kTensorCoreBound = 1.0 / 1024;  // of sum |x w|
+
+uint64_t fresh_seed() {
+  static const uint64_t base = std::random_device{}();
+  static uint64_t n = 0;
+  return base + 1000 * ++n;
+}
+
+Tensor to_dtype(const Tensor& f32, DType d) {
+  Tensor t = Tensor::empty(d, f32.shape());
+  const float* p = f32.data<float>();
+  for (int64_t i = 0; i < f32.numel(); ++i) {
+    switch (d) {
+      case DType::kBF16: t.data<uint16_t>()[i] = float_to_bf16(p[i]); break;
+      case DType::kF16: t.data<uint16_t>()[i] = float_to_f16(p[i]); break;
+      default: t.data<float>()[i] = p[i]; break;
+    }
+  }
+  return t;
+}
+
+double ulp_of(DType d, double v) {
+  const double a = std::fabs(v);
+  const int e = a > 0 ? std::ilogb(a) : -1000;
+  switch (d) {
+    case DType::kBF16: return std::ldexp(1.0, std::max(e, -126) - 7);
+    case DType::kF16: return std::ldexp(1.0, std::max(e, -14) - 10);
+    default: return std::ldexp(1.0, std::max(e, -126) - 23);
+  }
+}
+
+Scheme scheme_named(const char* name) { return *find_scheme(name); }
+Scheme nvfp4_a16() { return Scheme{"w4a16-nvfp4", Family::kNvfp4, kNvfp4Static, std::nullopt, ""}; }
+
+// How the weights' magnitudes vary: by up to 2^3 across 128x128 blocks (scales fold), or by 2^-110 .. 2^90
+// across rows and 32-wide groups (E8M0 scales outside the fold range: the promoted path).
+enum class Spread { kNarrow, kWide };
+
+struct Case {
+  const cuda::MmaDecodeLinearKernel* kernel;
+  Scheme scheme;
+  int64_t m, n, k;
+  Spread spread = Spread::kNarrow;
+  DType out = DType::kBF16;
+  std::optional<DType> bias;
+  std::vector<int64_t> shards;
+};
+
+struct Prepared {
+  LinearLayer raw, ref, mine;  // as quantized; processed by the reference; processed by the kernel
+};
+
+std::optional<Prepared> prepare(const Case& c, uint64_t seed) {
+  MakeLayerOptions opt;
+  opt.out_dtype = c.out;
+  opt.input_dtype = DType::kBF16;
+  opt.logical_widths = c.shards;
+  Tensor w = random_normal(DType::kF32, {c.n, c.k}, seed, 0.05);
+  for (int64_t r = 0; r < c.n; ++r) {
+    for (int64_t j = 0; j < c.k; ++j) {
+      const int e = c.spread == Spread::kNarrow ? static_cast<int>(((r / 128) * 5 + (j / 128) * 3) % 7) - 3
+                                                : static_cast<int>((r * 37 + (j / 32) * 53) % 201) - 110;
+      w.data<float>()[r * c.k + j] *= std::ldexp(1.0f, e);
+    }
+  }
+  auto layer = quantize_layer("mma_test", c.scheme, w, opt);
+  EXPECT_TRUE(layer) << layer.message();
+  if (!layer) return std::nullopt;
+  Tensor& ws = layer->params["weight_scale"];
+  if (c.scheme.weight_key.scale.dtype == DType::kE8M0 && ws.dtype() == DType::kU8) {
+    ws = Tensor::from_blob(ws.raw(), DType::kE8M0, ws.shape(), ws.owner());
+  }
+  Prepared p{*layer, *layer, *layer};
+  const LinearKernel& ref = *find_kernel("reference_" + std::string(family_name(c.scheme.family)));
+  EXPECT_TRUE(ref.process_weights_after_loading(p.ref));
+  const Verdict v = c.kernel->can_implement(p.mine.config);
+  EXPECT_TRUE(v) << v.reason;
+  const Status ps = c.kernel->process_weights_after_loading(p.mine);
+  EXPECT_TRUE(ps.is_ok()) << ps.message();
+  if (!v || !ps.is_ok()) return std::nullopt;
+  return p;
+}
+
+// Compares `got` (host copy of the kernel's output) with the reference's output for x; returns the failures.
+int64_t compare(const Case& c, const Prepared& p, const Tensor& x, const Tensor* bias, const Tensor& got,
+                double* worst_out) {
+  const LinearKernel& ref = *find_kernel("reference_" + std::string(family_name(c.scheme.family)));
+  Tensor ref_out = Tensor::empty(c.out, {c.m, c.n});
+  const Status rs = ref.apply(p.ref, Activation::dense(x), bias, ref_out);
+  EXPECT_TRUE(rs.is_ok()) << rs.message();
+  const Tensor wd = reference::dequantized_weight(p.ref).value();
+  const Tensor xa = reference::effective_activation(p.ref, Activation::dense(x)).value();
+  const double* wp = wd.data<double>();
+  const double* xp = xa.data<double>();
+  const int64_t m = c.m, n = c.n, k = c.k;
+  std::vector<double> ratio(static_cast<size_t>(m * n), 0.0);
+  std::vector<uint8_t> fail(static_cast<size_t>(m * n), 0);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t q = 0; q < k; ++q) s += std::fabs(xp[i * k + q] * wp[j * k + q]);
+      const double g = element_as_double(got, i * n + j);
+      const double r = element_as_double(ref_out, i * n + j);
+      const double slack = std::fabs(g - r) - ulp_of(c.out, std::max(std::fabs(g), std::fabs(r)));
+      ratio[i * n + j] = slack <= 0 ? 0.0 : (s > 0 ? slack / s : HUGE_VAL);
+      fail[i * n + j] = !(std::isfinite(g) && ratio[i * n + j] <= kTensorCoreBound);
+    }
+  }
+  int64_t bad = 0;
+  double worst = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    worst = std::max(worst, ratio[i]);
+    if (fail[i] && bad++ < 5) {
+      ADD_FAILURE() << "out(" << i / n << ", " << i % n << ") = " << element_as_double(got, i) << ", reference "
+                    << element_as_double(ref_out, i) << " (|err| / sum|xw| " << ratio[i] << ")";
+    }
+  }
+  if (worst_out) *worst_out = worst;
+  return bad;
+}
+
+std::string describe(const Case& c, uint64_t seed) {
+  return std::string(c.kernel->name()) + " " + std::string(c.scheme.name) + " M=" + std::to_string(c.m) +
+         " N=" + std::to_string(c.n) + " K=" + std::to_string(c.k) +
+         (c.spread == Spread::kWide ? " wide-scales" : "") + " out=" + std::string(name(c.out)) +
+         (c.bias ? " bias=" + std::string(name(*c.bias)) : "") +
+         (c.shards.empty() ? "" : " shards=" + std::to_string(c.shards.size())) + " seed=" + std::to_string(seed);
+}
+
+void check(const Case& c) {
+  const uint64_t seed = fresh_seed();
+  const std::string what = describe(c, seed);
+  SCOPED_TRACE(what);
+  auto p = prepare(c, seed);
+  if (!p) return;
+  if (c.kernel->family() != Family::kFp8WeightOnly && c.kernel->family() != Family::kNvfp4) {
+    // The scale range decides the path; make sure the case exercises the one it is meant to.
+    EXPECT_EQ(cuda::mma_decode_folds_scales(p->mine), c.spread == Spread::kNarrow);
+  }
+  const Tensor x = to_dtype(random_normal(DType::kF32, {c.m, c.k}, seed + 1, 1.0), DType::kBF16);
+  const Tensor bias = c.bias ? to_dtype(random_normal(DType::kF32, {c.n}, seed + 2, 0.5), *c.bias) : Tensor();
+  auto xd = cuda::to_device(x).value();
+  Tensor bd = c.bias ? cuda::to_device(bias).value() : Tensor();
+  auto od = cuda::empty(c.out, {c.m, c.n}).value();
+  ASSERT_TRUE(cuda::fill_bytes(od, 0xFF).is_ok());  // NaN in every float dtype
+  const Status as = c.kernel->apply(p->mine, Activation::dense(xd), c.bias ? &bd : nullptr, od);
+  ASSERT_TRUE(as.is_ok()) << as.message();
+  auto got = cuda::to_host(od);
+  ASSERT_TRUE(got) << got.message();
+  double worst = 0;
+  EXPECT_EQ(compare(c, *p, x, c.bias ? &bias : nullptr, *got, &worst), 0);
+  std::printf("[ check ] %-100s worst %.2e (bound %.2e)\n", what.c_str(), worst, kTensorCoreBound);
+}
+
+const std::vector<int64_t> kMs = {1, 2, 7, 16, 17, 63, 64, 65, 255, 256, 1024};
+
+struct KernelScheme {
+  const cuda::MmaDecodeLinearKernel* kernel;
+  const char* scheme;  // null: NVFP4 A16
+};
+const KernelScheme kAll[] = {
+    {&cuda::kSm90MmaDecodeFp8WeightOnly, "w8a16-fp8"},
+    {&cuda::kSm90MmaDecodeMxfp8, "w8a16-mxfp8"},
+    {&cuda::kSm90MmaDecodeMxfp8, "w8a8-mxfp8"},
+    {&cuda::kSm90MmaDecodeMxfp6, "w6a16-mxfp6-e2m3"},
+    {&cuda::kSm90MmaDecodeMxfp6, "w6a16-mxfp6-e3m2"},
+    {&cuda::kSm90MmaDecodeMxfp4, "w4a16-mxfp4"},
+    {&cuda::kSm90MmaDecodeNvfp4, nullptr},
+};
+
+Scheme scheme_of(const KernelScheme& ks) { return ks.scheme ? scheme_named(ks.scheme) : nvfp4_a16(); }
+
+TEST(CudaMmaDecode, MatchesTheReferenceOverM) {
+  QL_REQUIRE_SM90();
+  for (const KernelScheme& ks : kAll) {
+    const Scheme s = scheme_of(ks);
+    for (int64_t m : kMs) {
+      check({ks.kernel, s, m, 256, 1024});
+      check({ks.kernel, s, m, 200, 800});  // N and K off the tiles (K still a multiple of 32 for MX)
+    }
+  }
+}
+
+TEST(CudaMmaDecode, ScalesOutsideTheFoldRangeTakeThePromotedPath) {
+  QL_REQUIRE_SM90();
+  for (const KernelScheme& ks : kAll) {
+    if (ks.kernel == &cuda::kSm90MmaDecodeNvfp4) continue;  // E4M3 scales always fold
+    for (int64_t m : {1, 16, 64, 100, 300}) check({ks.kernel, scheme_of(ks), m, 144, 1056, Spread::kWide});
+  }
+}
+
+TEST(CudaMmaDecode, SplitKBiasOutputDtypesAndShards) {
+  QL_REQUIRE_SM90();
+  for (const KernelScheme& ks : kAll) {
+    const Scheme s = scheme_of(ks);
+    for (int64_t m : {1, 5, 16, 40}) {
+      check({ks.kernel, s, m, 128, 8192});  // few N blocks, long K: split-K with the fixed-order reduction
+      check({ks.kernel, s, m, 96, 512, Spread::kNarrow, DType::kF32, DType::kBF16});
+      check({ks.kernel, s, m, 96, 512, Spread::kNarrow, DType::kF16, DType::kF32});
+      check({ks.kernel, s, m, 96, 320, Spread::kNarrow, DType::kBF16, std::nullopt, {32, 64}});
+    }
+  }
+  // FP8 per-channel: K only a multiple of 8.
+  check({&cuda::kSm90MmaDecodeFp8WeightOnly, scheme_named("w8a16-fp8"), 3, 75, 1000});
+  check({&cuda::kSm90MmaDecodeFp8WeightOnly, scheme_named("w8a16-fp8"), 33, 75, 1000});
+}
+
+// Captured once into a CUDA graph (after a warm-up call outside capture) and replayed on new inputs
+// written into the same buffers: the replay's output equals a direct call's, bit for bit.
+TEST(CudaMmaDecode, CapturesAndReplaysInACudaGraph) {
+  QL_REQUIRE_SM90();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cuda::StreamGuard guard(stream);
+  for (const KernelScheme& ks : kAll) {
+    for (int64_t m : {1, 16, 64, 256}) {  // 256: the widening route
+      const Case c{ks.kernel, scheme_of(ks), m, 128, 4096, Spread::kNarrow, DType::kBF16, DType::kBF16};
+      const uint64_t seed = fresh_seed();
+      SCOPED_TRACE(describe(c, seed));
+      auto p = prepare(c, seed);
+      ASSERT_TRUE(p);
+      const Tensor bias = to_dtype(random_normal(DType::kF32, {c.n}, seed + 2, 0.5), DType::kBF16);
+      auto bd = cuda::to_device(bias).value();
+      auto xd = cuda::empty(DType::kBF16, {m, c.k}).value();
+      auto od = cuda::empty(DType::kBF16, {m, c.n}).value();
+      auto direct = cuda::empty(DType::kBF16, {m, c.n}).value();
+      auto upload_x = [&](uint64_t s) {
+        const Tensor x = to_dtype(random_normal(DType::kF32, {m, c.k}, s, 1.0), DType::kBF16);
+        EXPECT_EQ(cudaMemcpyAsync(xd.raw(), x.raw(), static_cast<size_t>(x.nbytes()), cudaMemcpyHostToDevice, stream),
+                  cudaSuccess);
+        return x;
+      };
+      upload_x(seed + 10);
+      ASSERT_TRUE(c.kernel->apply(p->mine, Activation::dense(xd), &bd, od).is_ok());  // warm-up
+      cudaGraph_t graph = nullptr;
+      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      const Status cs = c.kernel->apply(p->mine, Activation::dense(xd), &bd, od);
+      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+      ASSERT_TRUE(cs.is_ok()) << cs.message();
+      cudaGraphExec_t exec = nullptr;
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      for (int replay = 0; replay < 3; ++replay) {
+        const Tensor x = upload_x(seed + 20 + replay);
+        ASSERT_TRUE(cuda::fill_bytes(od, 0xFF).is_ok());
+        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+        ASSERT_TRUE(c.kernel->apply(p->mine, Activation::dense(xd), &bd, direct).is_ok());
+        auto got = cuda::to_host(od).value();
+        auto want = cuda::to_host(direct).value();
+        EXPECT_EQ(std::memcmp(got.raw(), want.raw(), static_cast<size_t>(got.nbytes())), 0) << "replay " << replay;
+        EXPECT_EQ(compare(c, *p, x, &bias, got, nullptr), 0) << "replay " << replay;
+      }
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    }
+  }
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaStreamDestroy(stream);
+}
+
+// export_processed -> import_processed on an unprocessed copy gives the same outputs bit for bit.
+TEST(CudaMmaDecode, ProcessedWeightsRoundTrip) {
+  QL_REQUIRE_SM90();
+  for (const KernelScheme& ks : kAll) {
+    const Case c{ks.kernel, scheme_of(ks), 7, 200, 800};
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(describe(c, seed));
+    auto p = prepare(c, seed);
+    ASSERT_TRUE(p);
+    auto exported = c.kernel->export_processed(p->mine);
+    ASSERT_TRUE(exported) << exported.message();
+    LinearLayer imported = p->raw;  // unprocessed, the same checkpoint tensors
+    const Status is = c.kernel->import_processed(imported, *exported);
+    ASSERT_TRUE(is.is_ok()) << is.message();
+    const Tensor x = to_dtype(random_normal(DType::kF32, {c.m, c.k}, seed + 1, 1.0), DType::kBF16);
+    auto xd = cuda::to_device(x).value();
+    auto a = cuda::empty(DType::kBF16, {c.m, c.n}).value();
+    auto b = cuda::empty(DType::kBF16, {c.m, c.n}).value();
+    ASSERT_TRUE(c.kernel->apply(p->mine, Activation::dense(xd), nullptr, a).is_ok());
+    ASSERT_TRUE(c.kernel->apply(imported, Activation::dense(xd), nullptr, b).is_ok());
+    auto ha = cuda::to_host(a).value();
+    auto hb = cuda::to_host(b).value();
+    EXPECT_EQ(std::memcmp(ha.raw(), hb.raw(), static_cast<size_t>(ha.nbytes())), 0);
+  }
+}
+
+TEST(CudaMmaDecode, DeclinesWhatItCannotRunWithAReason) {
+  LinearConfig c;
+  c.family = Family::kMxfp4;
+  c.weight_key = kMxfp4Static;
+  c.n = 64;
+  c.k = 64;
+  c.input_dtype = DType::kF16;
+  Verdict v = cuda::kSm90MmaDecodeMxfp4.can_implement(c);
+  EXPECT_FALSE(v.ok);
+  EXPECT_NE(v.reason.find("BF16"), std::string::npos) << v.reason;
+  c.input_dtype = DType::kBF16;
+  c.activation_key = kNvfp4Dynamic;
+  c.family = Family::kNvfp4;
+  c.weight_key = kNvfp4Static;
+  v = cuda::kSm90MmaDecodeNvfp4.can_implement(c);
+  EXPECT_FALSE(v.ok);
+  EXPECT_NE(v.reason.find("quantized activations"), std::string::npos) << v.reason;
+}
+
+#endif  // QLINEAR_WITH_CUDA
+
+}  // namespace
+}  // namespace qlinear
