@@ -5,6 +5,7 @@
 // apply on every forward. Kernel objects are stateless and shared: per-layer state lives in the layer, so
 // one processed layer may be applied from many threads at once.
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -37,6 +38,22 @@ struct ProcessedWeights {
 
   // The named tensor, or an error naming it and the names present.
   Result<Tensor> get(const std::string& tensor_name) const;
+};
+
+// One range of M (activation rows) of a kernel's apply and the registered kernel that runs it there. A hybrid
+// kernel routes each apply by M to other registered kernels (forcing one of those runs its route for every
+// M); a kernel that runs every M itself declares one route, its own name. Kernels whose own code changes
+// with M (tile shapes, split-K) may declare several ranges naming themselves, the `why` saying what differs.
+struct MRoute {
+  static constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
+  int64_t m_min = 1;
+  int64_t m_max = kNoLimit;  // inclusive; kNoLimit: every larger M
+  std::string kernel;        // a registered kernel name (QLINEAR_FORCE_KERNEL reaches it)
+  std::string why;           // what runs there and why there, for explain; may be empty
+
+  bool contains(int64_t m) const { return m >= m_min && m <= m_max; }
+  // "M 1..8", "M 9+", "M 1+" (every M).
+  std::string range() const;
 };
 
 class LinearKernel {
@@ -82,12 +99,13 @@ class LinearKernel {
   Status apply(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const;
   // Allocating form.
   Result<Tensor> apply(const LinearLayer& layer, const Activation& x, const Tensor* bias = nullptr) const;
-  // What runs for which M, as one line for explain output ("M 1..8: ...; M 9..16: ..."); empty when one
-  // path serves every M.
-  virtual std::string m_buckets(const LinearConfig& config) const {
-    (void)config;
-    return {};
-  }
+  // What runs for which M on a layer of this config, ranges ascending from M = 1 and covering every M. The
+  // default is one route, this kernel, for every M.
+  virtual std::vector<MRoute> m_routes(const LinearConfig& config) const;
+  // The registered kernel that runs this apply (one of m_routes' kernels); what QLINEAR_LOG=dispatch
+  // names on every apply. Routes that also depend on the processed weights (a hybrid's data check) or on a
+  // pre-quantized input are decided here from the layer's state. The default: this kernel.
+  virtual std::string_view apply_route(const LinearLayer& layer, const Activation& x) const;
   // The processed weight read back as the checkpoint stored it (row-major [N, K] codes, packed where the
   // format packs), for code that inspects weights directly (vLLM's row_major_weight).
   virtual Result<Tensor> row_major_weight(const LinearLayer& layer) const;

@@ -31,14 +31,15 @@ struct CandidateVerdict {
   const LinearKernel* kernel = nullptr;
   bool chosen = false;
   std::string reason;  // empty for the chosen one; "disabled by QLINEAR_DISABLED_KERNELS", ... otherwise
-  std::string m_buckets;  // the chosen one's LinearKernel::m_buckets, if it has any
+  std::vector<MRoute> routes;  // the chosen one's m_routes, when it routes by M (more than itself for every M)
 };
 
 struct Selection {
   const LinearKernel* kernel = nullptr;  // null when nothing fits
   std::vector<CandidateVerdict> candidates;  // the family's candidates in priority order, with verdicts
   std::string forced;                        // the forced kernel's name, if any
-  // Human-readable, one line per candidate: "  x86_avx512_mxfp8   no: K=100 is not a multiple of 32".
+  // Human-readable, one line per candidate: "  x86_avx512_mxfp8   no: K=100 is not a multiple of 32", the
+  // chosen one followed by its routes when it routes by M: "      M 9+: sm90_mxfp8_bf16 (why)".
   std::string explain() const;
 };
 

@@ -13,7 +13,7 @@ namespace qlinear::cli {
 namespace {
 
 const std::vector<OptionSpec> kSpecs = {
-    {"--explain", "", "explain the selection for one layer (with --scheme, --n, --k)"},
+    {"--explain", "", "explain the selection for one layer (with --scheme, --n, --k) and the chosen kernel's routes by M"},
     {"--scheme", "S", "scheme of the layer to explain (see --list-schemes)"},
     {"--n", "N", "output features (default 4096)"},
     {"--k", "K", "input features (default 4096)"},
@@ -121,7 +121,18 @@ int cmd_kernels(int argc, char** argv) {
   if (json) {
     nlohmann::json cands = nlohmann::json::array();
     for (const CandidateVerdict& c : sel.candidates) {
-      cands.push_back({{"kernel", c.kernel->name()}, {"selected", c.chosen}, {"reason", c.reason}});
+      nlohmann::json entry = {{"kernel", c.kernel->name()}, {"selected", c.chosen}, {"reason", c.reason}};
+      if (!c.routes.empty()) {
+        nlohmann::json routes = nlohmann::json::array();
+        for (const MRoute& r : c.routes) {
+          routes.push_back({{"m_min", r.m_min},
+                            {"m_max", r.m_max == MRoute::kNoLimit ? nlohmann::json(nullptr) : nlohmann::json(r.m_max)},
+                            {"kernel", r.kernel},
+                            {"why", r.why}});
+        }
+        entry["routes"] = std::move(routes);
+      }
+      cands.push_back(std::move(entry));
     }
     nlohmann::json doc = {{"scheme", scheme->name},
                           {"config", config.to_string()},

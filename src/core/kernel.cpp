@@ -3,9 +3,23 @@
 // wrong shapes and dtypes, and a pre-quantized activation made with another key.
 #include "qlinear/kernel.hpp"
 
+#include "qlinear/log.hpp"
+
 namespace qlinear {
 
 std::optional<QuantKey> LinearKernel::input_quant_key(const LinearConfig&) const { return std::nullopt; }
+
+std::string MRoute::range() const {
+  if (m_max == kNoLimit) return "M " + std::to_string(m_min) + "+";
+  if (m_max == m_min) return "M " + std::to_string(m_min);
+  return "M " + std::to_string(m_min) + ".." + std::to_string(m_max);
+}
+
+std::vector<MRoute> LinearKernel::m_routes(const LinearConfig&) const {
+  return {MRoute{1, MRoute::kNoLimit, std::string(name()), ""}};
+}
+
+std::string_view LinearKernel::apply_route(const LinearLayer&, const Activation&) const { return name(); }
 
 Result<QuantizedTensor> LinearKernel::quantize_input(const LinearLayer& layer, const Tensor&, const Tensor&) const {
   return Status::error("kernel " + std::string(name()) + " (layer " + layer.name +
@@ -137,6 +151,10 @@ Status LinearKernel::apply(const LinearLayer& layer, const Activation& x, const 
     }
   }
   if (m == 0) return Status::ok();  // an empty batch has nothing to compute
+  if (log_enabled("dispatch")) {  // the route is only worked out when the log is on
+    log_line("dispatch", "apply " + std::string(name()) + " to layer " + layer.name + " at M=" + std::to_string(m) +
+                             ": route " + std::string(apply_route(layer, x)));
+  }
   return apply_impl(layer, x, bias != nullptr && bias->defined() ? bias : nullptr, out);
 }
 

@@ -2,9 +2,14 @@
 // Helpers for kernels' export_impl / import_impl (kernel.hpp): copying state vectors and buffers into host
 // tensors and back. Imports check every tensor's dtype and shape against what the layer's config implies
 // (expect_processed_tensor), so a well-checksummed entry of the wrong shape is refused, never read past.
+//
+// StateSchema declares a kernel state's processed form once (its scalar fields, grouped into small 1-D
+// tensors, and its tensors with dtype and shape from the planned state); export_state and import_state are
+// derived from it, so a field added to the state is added in one place.
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qlinear/kernel.hpp"
@@ -45,6 +50,96 @@ inline Status expect_meta(const ProcessedWeights& w, const std::vector<int64_t>&
       return Status::error("processed field " + std::string(names[i]) + " is " + std::to_string(got[i]) +
                            ", the layer implies " + std::to_string(expected[i]));
     }
+  }
+  return Status::ok();
+}
+
+// One scalar field of a state, stored as one element of its group's tensor. A field without `set` is
+// checked on import against the value in the planned state (what the layer's config implies: sizes, modes);
+// a field with `set` is read back.
+template <class State, class T>
+struct StateField {
+  const char* name;
+  T (*get)(const State&);
+  void (*set)(State&, T) = nullptr;
+};
+
+// Fields stored together in one 1-D tensor named `tensor` of `dtype` (kI64 for T = int64_t, kF32 for float).
+template <class State, class T>
+struct FieldGroup {
+  const char* tensor;
+  std::vector<StateField<State, T>> fields;
+};
+
+// One tensor of a state: its member, dtype and shape (from the planned state) and whether this layer has it.
+template <class State>
+struct StateTensor {
+  const char* name;
+  Tensor State::*member;
+  DType (*dtype)(const State&);
+  Shape (*shape)(const State&);
+  bool (*present)(const State&) = nullptr;  // null: every layer has it
+
+  bool in(const State& s) const { return present == nullptr || present(s); }
+};
+
+// A state's processed form: the I64 groups, then the F32 groups, then the tensors, in that order on export.
+template <class State>
+struct StateSchema {
+  std::vector<FieldGroup<State, int64_t>> i64_groups;
+  std::vector<FieldGroup<State, float>> f32_groups;
+  std::vector<StateTensor<State>> tensors;
+};
+
+namespace detail {
+template <class State, class T>
+void export_group(const FieldGroup<State, T>& g, const State& st, DType dtype, ProcessedWeights& w) {
+  std::vector<T> values;
+  for (const auto& f : g.fields) values.push_back(f.get(st));
+  w.tensors.emplace_back(g.tensor, from_vector(values, dtype));
+}
+
+template <class State, class T>
+Status import_group(const FieldGroup<State, T>& g, const ProcessedWeights& w, DType dtype, State& st) {
+  std::vector<T> got;
+  QL_RETURN_IF_ERROR(to_vector(w, g.tensor, dtype, static_cast<int64_t>(g.fields.size()), got));
+  for (size_t i = 0; i < g.fields.size(); ++i) {
+    const auto& f = g.fields[i];
+    if (f.set != nullptr) {
+      f.set(st, got[i]);
+    } else if (const T want = f.get(st); got[i] != want) {
+      return Status::error("processed field " + std::string(f.name) + " is " + std::to_string(got[i]) +
+                           ", the layer implies " + std::to_string(want));
+    }
+  }
+  return Status::ok();
+}
+}  // namespace detail
+
+// The state as host tensors, in schema order; `to_host` makes each present tensor a contiguous host tensor
+// (a device copy, or the tensor itself).
+template <class State, class ToHost>
+Result<ProcessedWeights> export_state(const StateSchema<State>& schema, const State& st, ToHost&& to_host) {
+  ProcessedWeights w;
+  for (const auto& g : schema.i64_groups) detail::export_group(g, st, DType::kI64, w);
+  for (const auto& g : schema.f32_groups) detail::export_group(g, st, DType::kF32, w);
+  for (const auto& t : schema.tensors) {
+    if (!t.in(st)) continue;
+    QL_ASSIGN_OR_RETURN(Tensor host, to_host(st.*t.member));
+    w.tensors.emplace_back(t.name, std::move(host));
+  }
+  return w;
+}
+
+// Fills `st` (planned from the layer's config) from `w`: checked fields compared, read fields set, and each
+// tensor the layer has checked to be a host tensor of the dtype and shape the plan implies, then stored.
+template <class State>
+Status import_state(const StateSchema<State>& schema, const ProcessedWeights& w, State& st) {
+  for (const auto& g : schema.i64_groups) QL_RETURN_IF_ERROR(detail::import_group(g, w, DType::kI64, st));
+  for (const auto& g : schema.f32_groups) QL_RETURN_IF_ERROR(detail::import_group(g, w, DType::kF32, st));
+  for (const auto& t : schema.tensors) {
+    if (!t.in(st)) continue;
+    QL_ASSIGN_OR_RETURN(st.*t.member, expect_processed_tensor(w, t.name, t.dtype(st), t.shape(st)));
   }
   return Status::ok();
 }

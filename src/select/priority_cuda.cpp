@@ -15,22 +15,28 @@ const LinearKernel* const kCudaPriority[] = {
     // sm_90a (each declines other compute capabilities): hybrid routes first, pure cuBLASLt after.
     &cuda::kSm90Fp8ScaledMM,
     &cuda::kCublasLtFp8ScaledMM,
+    &cuda::kSm90Fp8ScaledMMStream,
     &cuda::kSm90Fp8BlockScaled,
     &cuda::kCublasLtFp8BlockScaled,
+    &cuda::kSm90Fp8BlockScaledStream,
     &cuda::kSm90Int8ScaledMM,
     // Weight-only: the tensor-core decode kernels (built for M <= 64, correct for every M) ahead of the
     // streaming / BF16-GEMM hybrids, which take the layers they decline (non-BF16 activations, W8A8 MX).
     &cuda::kSm90MmaDecodeFp8WeightOnly,
     &cuda::kSm90Fp8WeightOnly,
+    &cuda::kSm90Fp8WeightOnlyBf16,
     &cuda::kSm90Fp8WeightOnlyStream,
     &cuda::kSm90MmaDecodeMxfp8,
     &cuda::kSm90Mxfp8,
+    &cuda::kSm90Mxfp8Bf16,
     &cuda::kSm90Mxfp8Stream,
     &cuda::kSm90MmaDecodeMxfp6,
     &cuda::kSm90Mxfp6,
+    &cuda::kSm90Mxfp6Bf16,
     &cuda::kSm90Mxfp6Stream,
     &cuda::kSm90MmaDecodeMxfp4,
     &cuda::kSm90Mxfp4,
+    &cuda::kSm90Mxfp4Bf16,
     &cuda::kSm90Mxfp4Stream,
     &cuda::kSm90MmaDecodeNvfp4,
 #endif

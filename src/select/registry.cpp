@@ -119,7 +119,8 @@ Selection explain_selection_in(std::span<const LinearKernel* const> list, const 
                                  : judge(*k, config, platform, o);
     if (v && sel.kernel == nullptr) {
       cv.chosen = true;
-      cv.m_buckets = k->m_buckets(config);
+      cv.routes = k->m_routes(config);
+      if (cv.routes.size() == 1 && cv.routes[0].kernel == k->name()) cv.routes.clear();  // itself for every M
       sel.kernel = k;
     } else if (v) {
       cv.reason = "lower priority than " + std::string(sel.kernel->name());
@@ -139,7 +140,10 @@ std::string Selection::explain() const {
     std::string n(c.kernel->name());
     n.resize(width, ' ');
     s << "  " << n << "  " << (c.chosen ? "selected" : "no: " + c.reason) << "\n";
-    if (!c.m_buckets.empty()) s << "  " << std::string(width, ' ') << "  by M: " << c.m_buckets << "\n";
+    for (const MRoute& r : c.routes) {
+      s << "  " << std::string(width, ' ') << "    " << r.range() << ": " << r.kernel
+        << (r.why.empty() ? std::string() : " (" + r.why + ")") << "\n";
+    }
   }
   return s.str();
 }

@@ -1,17 +1,22 @@
 #pragma once
 // The CUDA backend's LinearKernels (sm_90a): one class, one object per (family, route); the names say the
 // route. process_weights_after_loading copies the host checkpoint tensors into device buffers in the
-// layouts of weight_stream.hpp / cublaslt_gemm.hpp (layer.kernel_state); apply takes activations and
-// output on that device, on the current stream (qlinear/cuda.hpp), and returns without synchronizing.
+// layouts of weight_stream.hpp / cublaslt_gemm.hpp (layer.kernel_state, layer_state.hpp); apply takes
+// activations and output on that device, on the current stream (qlinear/cuda.hpp), and returns without
+// synchronizing.
 //
-//   route         what runs
+//   route         what runs (routes.hpp; one file each)
 //   kCublasLt     activation quantization kernel + cuBLASLt FP8 GEMM, scales and bias in its epilogue
+//                 (INT8: cuBLASLt INT8 GEMM + FP64 epilogue)
 //   kStream       the CUDA-core weight-streaming kernel for every M (FP32 accumulation, one FMA per product)
 //   kDequantBf16  MX and FP8 weight-only: weights widened to BF16 in row blocks (exactly: dequant_bf16.hpp),
 //                 MXFP8 activations quantized then widened likewise, cuBLASLt BF16 GEMM (FP32 accumulation)
 //   kAuto         kStream while M <= stream_max_m (per kernel, from H200 measurements), above it kCublasLt
 //                 (FP8 W8A8 families; N % 16 != 0 takes kStream for every M) or kDequantBf16 (MX and FP8
 //                 weight-only, when the layer's scales keep the BF16 values exact and the input is BF16)
+//
+// Every route is also a kernel of its own (route_kernel), so a kAuto kernel declares its M ranges as
+// m_routes naming those kernels, and QLINEAR_FORCE_KERNEL can run any route for every M.
 //
 // Numerics: weights and activation codes are decoded exactly; activation codes are bit-identical to the
 // reference quantizers (act_quant.hpp); products are exact in FP32 and summed in FP32 (cuBLASLt: tensor-core
@@ -20,6 +25,8 @@
 #include "qlinear/kernel.hpp"
 
 namespace qlinear::cuda {
+
+struct LayerState;
 
 enum class Route : uint8_t { kAuto, kCublasLt, kStream, kDequantBf16 };
 
@@ -48,6 +55,10 @@ class CudaLinearKernel final : public LinearKernel {
   bool supports_pre_processed_weights() const override { return true; }
   uint32_t processed_layout_version() const override { return 1; }
 
+  // kAuto: the M ranges of stream_max_m and the kernels of their routes; the others: themselves.
+  std::vector<MRoute> m_routes(const LinearConfig& config) const override;
+  std::string_view apply_route(const LinearLayer& layer, const Activation& x) const override;
+
   Route route() const { return route_; }
   int64_t stream_max_m() const { return stream_max_m_; }
 
@@ -58,6 +69,11 @@ class CudaLinearKernel final : public LinearKernel {
   Status import_impl(LinearLayer& layer, const ProcessedWeights& weights) const override;
 
  private:
+  // The route one apply takes (never kAuto): for kAuto by M, the config and the layer's state.
+  Route route_for(const LinearConfig& c, const LayerState& st, int64_t m, bool prequantized) const;
+  // Refuses staged data the route cannot run (kDequantBf16 without exact BF16 weights).
+  Status accept_staged(const LinearLayer& layer, const LayerState& st) const;
+
   Family family_;
   std::string_view name_;
   std::string_view summary_;
@@ -65,19 +81,30 @@ class CudaLinearKernel final : public LinearKernel {
   int64_t stream_max_m_;
 };
 
-// In priority order within each family (src/select/priority_cuda.cpp lists them).
+// In priority order within each family (src/select/priority_cuda.cpp lists them). The kAuto kernels route
+// by M to the route kernels named beside them.
 extern const CudaLinearKernel kSm90Fp8ScaledMM;      // "sm90_fp8_scaled_mm"       cuBLASLt; stream for odd N
 extern const CudaLinearKernel kCublasLtFp8ScaledMM;  // "cublaslt_fp8_scaled_mm"   cuBLASLt only
+extern const CudaLinearKernel kSm90Fp8ScaledMMStream;  // "sm90_fp8_scaled_mm_stream"
 extern const CudaLinearKernel kSm90Fp8BlockScaled;   // "sm90_fp8_block_scaled"    stream at M = 1, cuBLASLt above
 extern const CudaLinearKernel kCublasLtFp8BlockScaled;  // "cublaslt_fp8_block_scaled"
+extern const CudaLinearKernel kSm90Fp8BlockScaledStream;  // "sm90_fp8_block_scaled_stream"
 extern const CudaLinearKernel kSm90Int8ScaledMM;     // "sm90_int8_scaled_mm"      cuBLASLt INT8 + FP64 epilogue
 extern const CudaLinearKernel kSm90Fp8WeightOnly;   // "sm90_fp8_weight_only"     stream, BF16 GEMM above M = 16
+extern const CudaLinearKernel kSm90Fp8WeightOnlyBf16;    // "sm90_fp8_weight_only_bf16"
 extern const CudaLinearKernel kSm90Fp8WeightOnlyStream;  // "sm90_fp8_weight_only_stream"
 extern const CudaLinearKernel kSm90Mxfp8;            // "sm90_mxfp8"               stream, BF16 GEMM above M = 8
+extern const CudaLinearKernel kSm90Mxfp8Bf16;        // "sm90_mxfp8_bf16"
 extern const CudaLinearKernel kSm90Mxfp8Stream;      // "sm90_mxfp8_stream"
 extern const CudaLinearKernel kSm90Mxfp6;            // "sm90_mxfp6"
+extern const CudaLinearKernel kSm90Mxfp6Bf16;        // "sm90_mxfp6_bf16"
 extern const CudaLinearKernel kSm90Mxfp6Stream;      // "sm90_mxfp6_stream"
 extern const CudaLinearKernel kSm90Mxfp4;            // "sm90_mxfp4"
+extern const CudaLinearKernel kSm90Mxfp4Bf16;        // "sm90_mxfp4_bf16"
 extern const CudaLinearKernel kSm90Mxfp4Stream;      // "sm90_mxfp4_stream"
+
+// The kernel that runs `route` alone for `family` (route != kAuto; every family has its kStream and
+// kCublasLt or kDequantBf16 kernels, INT8 its kCublasLt one), or null.
+const CudaLinearKernel* route_kernel(Family family, Route route);
 
 }  // namespace qlinear::cuda

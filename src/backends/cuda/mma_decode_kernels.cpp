@@ -150,27 +150,32 @@ int64_t mma_decode_weight_bytes(const LinearLayer& layer) {
 
 int64_t MmaDecodeLinearKernel::max_m() const { return kMmaDecodeMaxM; }
 
-std::string MmaDecodeLinearKernel::m_buckets(const LinearConfig& config) const {
+std::vector<MRoute> MmaDecodeLinearKernel::m_routes(const LinearConfig& config) const {
   MmaDecodeArgs a;
   a.layout = layout_of(config);
-  std::string s;
+  const std::string self(name());
+  // MX layers whose E8M0 scales do not fold exactly into BF16 (decided at process) run 64-token tiles with
+  // per-32 FP32 promotion at every M.
+  const std::string unfolded = config.family != Family::kFp8WeightOnly && config.family != Family::kNvfp4
+                                   ? "; MX layers whose E8M0 scales do not fold exactly into BF16: 64-token tiles "
+                                     "with per-32 FP32 promotion"
+                                   : "";
+  std::vector<MRoute> routes;
   int64_t lo = 1;
   for (int64_t m : {int64_t{8}, int64_t{16}, kMmaDecodeMaxM}) {
     const MmaTileConfig& t = mma_tile_config(m);
     a.m = m;
-    s += "M " + std::to_string(lo) + ".." + std::to_string(m) + ": " + std::to_string(8 * t.token_tiles) +
-         " tokens x " + std::to_string(64 * t.n16_per_warp) + " rows, " + std::to_string(t.stages) +
-         " stages, split-K " + std::to_string(mma_decode_splits(a)) + " (132 SMs); ";
+    routes.push_back({lo, m, self,
+                      std::to_string(8 * t.token_tiles) + " tokens x " + std::to_string(64 * t.n16_per_warp) +
+                          " rows, " + std::to_string(t.stages) + " stages, split-K " +
+                          std::to_string(mma_decode_splits(a)) + " (132 SMs)" + unfolded});
     lo = m + 1;
   }
-  s += "M " + std::to_string(kMmaDecodeMaxM + 1) + ".." + std::to_string(kMmaWidenAboveM) +
-       ": 64-token tiles (each decodes the weights again); M > " + std::to_string(kMmaWidenAboveM) +
-       ": weights widened to BF16 per call in row blocks + cuBLASLt BF16 GEMM";
-  if (config.family != Family::kFp8WeightOnly && config.family != Family::kNvfp4) {
-    s += "; MX layers whose E8M0 scales do not fold exactly into BF16 (decided at process): 64-token tiles with "
-         "per-32 FP32 promotion at every M";
-  }
-  return s;
+  routes.push_back({kMmaDecodeMaxM + 1, kMmaWidenAboveM, self,
+                    "64-token tiles (each decodes the weights again)" + unfolded});
+  routes.push_back({kMmaWidenAboveM + 1, MRoute::kNoLimit, self,
+                    "weights widened to BF16 per call in row blocks + cuBLASLt BF16 GEMM" + unfolded});
+  return routes;
 }
 
 Status MmaDecodeLinearKernel::process_impl(LinearLayer& layer) const {

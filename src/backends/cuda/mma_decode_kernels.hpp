@@ -2,7 +2,7 @@
 // The tensor-core decode kernels (mma_decode.hpp) as LinearKernels: weight-only FP8 (per-tensor or
 // per-channel E4M3), MXFP8, MXFP6, MXFP4 and NVFP4 weights with BF16 activations. Each declares the M range
 // it is built for (kMmaDecodeMaxM); larger M runs in 64-token tiles, and above kMmaWidenAboveM the weights
-// are widened to BF16 per call for a cuBLASLt GEMM (m_buckets says which runs where). process_weights_after_loading packs the
+// are widened to BF16 per call for a cuBLASLt GEMM (m_routes says which runs where). process_weights_after_loading packs the
 // codes and block scales into the kernel's layout (layout/mma_layout.hpp) on the device and leaves the
 // checkpoint tensors untouched (row_major_weight reads them); apply neither allocates outside stream-ordered
 // scratch nor synchronizes, so it can be captured in a CUDA graph.
@@ -24,9 +24,10 @@ class MmaDecodeLinearKernel final : public LinearKernel {
   uint32_t processed_layout_version() const override { return 1; }
   // The M range this kernel's tile table covers (1 .. max_m); beyond it the kernel still runs, unprofiled.
   int64_t max_m() const;
-  // The tile configuration of each M bucket (the H200 table of mma_decode.cu) and the split of K the
-  // layer's shape gets there: "M 1..8: 8 tokens x 64 rows, 4 stages, split-K 2; ...".
-  std::string m_buckets(const LinearConfig& config) const override;
+  // The M buckets, each a route of this kernel: the tile configuration (the H200 table of mma_decode.cu)
+  // and the split of K the layer's shape gets there ("8 tokens x 64 rows, 4 stages, split-K 2"), then the
+  // 64-token tiles and the widened BF16 route above.
+  std::vector<MRoute> m_routes(const LinearConfig& config) const override;
 
  protected:
   Status process_impl(LinearLayer& layer) const override;

@@ -1,0 +1,152 @@
+// What the CUDA kernel objects do (cuda_kernels.hpp): the checks (is_supported, can_implement,
+// input_quant_key), the routes by M as data (m_routes) and the route each apply takes, process / import /
+// export through the layer-state pipeline (layer_state.hpp), and apply, which hands over to a route.
+#include "backends/cuda/cuda_kernels.hpp"
+#include "backends/cuda/routes.hpp"
+
+namespace qlinear::cuda {
+
+Verdict CudaLinearKernel::is_supported(const Platform& platform) const {
+  if (platform.kind != PlatformKind::kCuda || !platform.cuda) return Verdict::no("not a CUDA platform");
+  if (platform.cuda->compute_capability != 90) {
+    return Verdict::no("compute capability " + std::to_string(platform.cuda->compute_capability) +
+                       ": built for sm_90a (Hopper) only");
+  }
+  return Verdict::yes();
+}
+
+Verdict CudaLinearKernel::can_implement(const LinearConfig& c) const {
+  if (c.family != family_) return Verdict::no("layer family is " + std::string(family_name(c.family)));
+  if (c.activation_key && c.activation_key->scale.dtype == DType::kE8M0 && c.activation_key->dtype != DType::kF8E4M3) {
+    return Verdict::no("MX activations quantized to " + std::string(qlinear::name(c.activation_key->dtype)) +
+                       " are not implemented on the GPU (MXFP8 or unquantized activations are)");
+  }
+  if (c.activation_key && c.weight_key.scale.dtype == DType::kE8M0 && c.activation_key->scale.dtype != DType::kE8M0) {
+    return Verdict::no("input " + key_name(*c.activation_key) + " on MX weights is not implemented on the GPU " +
+                       "(MXFP8 or unquantized activations are)");
+  }
+  if (family_ == Family::kInt8ScaledMM) {
+    if (c.n % 4 != 0) return Verdict::no("N=" + std::to_string(c.n) + " is not a multiple of 4 (cuBLASLt INT8 output)");
+    return Verdict::yes();
+  }
+  if (route_ == Route::kDequantBf16) return bf16_route_verdict(c);
+  if (route_ == Route::kCublasLt && c.n % 16 != 0) {
+    return Verdict::no("N=" + std::to_string(c.n) + " is not a multiple of 16 (cuBLASLt FP8 output alignment)");
+  }
+  return Verdict::yes();
+}
+
+std::optional<QuantKey> CudaLinearKernel::input_quant_key(const LinearConfig& c) const {
+  if (!c.activation_key) return std::nullopt;
+  if (family_ == Family::kInt8ScaledMM) return c.activation_key;
+  if (family_ == Family::kFp8ScaledMM && route_ != Route::kStream && c.n % 16 == 0) return c.activation_key;
+  return std::nullopt;
+}
+
+std::vector<MRoute> CudaLinearKernel::m_routes(const LinearConfig& c) const {
+  if (route_ != Route::kAuto) return LinearKernel::m_routes(c);
+  const std::string stream(route_kernel(family_, Route::kStream)->name());
+  std::string large, large_why, declined;
+  if (is_w8a8_fp8(family_)) {
+    if (c.n % 16 == 0) {
+      large = route_kernel(family_, Route::kCublasLt)->name();
+      large_why = "GPU activation quantization + cuBLASLt FP8 GEMM, scales and bias in its epilogue";
+    } else {
+      declined = "N=" + std::to_string(c.n) + " is not a multiple of 16 (cuBLASLt FP8 output alignment)";
+    }
+  } else if (const Verdict v = bf16_route_verdict(c); v) {
+    large = route_kernel(family_, Route::kDequantBf16)->name();
+    large_why = "weights widened exactly to BF16 + cuBLASLt BF16 GEMM";
+    if (family_ != Family::kFp8WeightOnly) {
+      large_why += "; a layer whose E8M0 scales leave BF16's exact range (checked at process) stays on " + stream;
+    }
+  } else {
+    declined = "the BF16 GEMM route declines: " + v.reason;
+  }
+  if (large.empty()) return {MRoute{1, MRoute::kNoLimit, stream, "every M: " + declined}};
+  std::vector<MRoute> routes;
+  if (stream_max_m_ >= 1) {
+    routes.push_back({1, stream_max_m_, stream, "weight-streaming CUDA-core kernel: memory-bound at small M, faster "
+                                                "there on the H200"});
+  }
+  routes.push_back({stream_max_m_ + 1, MRoute::kNoLimit, large, large_why});
+  return routes;
+}
+
+Route CudaLinearKernel::route_for(const LinearConfig& c, const LayerState& st, int64_t m, bool prequantized) const {
+  if (route_ != Route::kAuto) return route_;
+  if (prequantized) return Route::kCublasLt;  // input_quant_key is declared on the cuBLASLt route only
+  if (m > stream_max_m_) {
+    if (is_w8a8_fp8(family_) && c.n % 16 == 0) return Route::kCublasLt;
+    if (st.bf16_route) return Route::kDequantBf16;
+  }
+  return Route::kStream;
+}
+
+std::string_view CudaLinearKernel::apply_route(const LinearLayer& layer, const Activation& x) const {
+  if (route_ != Route::kAuto || !layer.kernel_state) return name();
+  const auto& st = *static_cast<const LayerState*>(layer.kernel_state.get());
+  return route_kernel(family_, route_for(layer.config, st, x.rows(), x.is_quantized()))->name();
+}
+
+namespace {
+Status bf16_inexact(const LinearLayer& layer) {
+  return Status::error("layer " + layer.name + ": its E8M0 scales leave BF16's exact range (dequant_bf16.hpp); "
+                       "the streaming kernels take it");
+}
+}  // namespace
+
+Status CudaLinearKernel::accept_staged(const LinearLayer& layer, const LayerState& st) const {
+  if (route_ == Route::kDequantBf16 && !st.bf16_exact) return bf16_inexact(layer);
+  return Status::ok();
+}
+
+Status CudaLinearKernel::process_impl(LinearLayer& layer) const {
+  QL_ASSIGN_OR_RETURN(auto st, build_layer_state(layer.config, [&](LayerState& s) -> Status {
+                        QL_RETURN_IF_ERROR(stage_from_checkpoint(layer, s));
+                        return accept_staged(layer, s);
+                      }));
+  layer.kernel_state = std::move(st);
+  return Status::ok();
+}
+
+Status CudaLinearKernel::import_impl(LinearLayer& layer, const ProcessedWeights& w) const {
+  QL_ASSIGN_OR_RETURN(auto st, build_layer_state(layer.config, [&](LayerState& s) -> Status {
+                        QL_RETURN_IF_ERROR(stage_from_processed(w, s));
+                        return accept_staged(layer, s);
+                      }));
+  layer.kernel_state = std::move(st);
+  return Status::ok();
+}
+
+Result<ProcessedWeights> CudaLinearKernel::export_impl(const LinearLayer& layer) const {
+  return export_state(*static_cast<const LayerState*>(layer.kernel_state.get()));
+}
+
+Status CudaLinearKernel::apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias,
+                                    Tensor& out) const {
+  if (!layer.kernel_state) return Status::error("layer " + layer.name + " has no device state");
+  const auto& st = *static_cast<const LayerState*>(layer.kernel_state.get());
+  const QuantizedTensor* pre = x.is_quantized() ? &x.quantized_tensor() : nullptr;
+  const Tensor& xt = pre ? pre->data : x.dense_tensor();
+  if (pre) QL_RETURN_IF_ERROR(expect_quantized_on(*pre, st.device));
+  QL_RETURN_IF_ERROR(expect_on_device(xt, st.device, "activation"));
+  QL_RETURN_IF_ERROR(expect_on_device(out, st.device, "output"));
+  if (bias != nullptr) QL_RETURN_IF_ERROR(expect_on_device(*bias, st.device, "bias"));
+  if (xt.strides()[0] < layer.config.k) return Status::error("activation rows overlap (row stride < K)");
+  DeviceGuard guard;
+  QL_RETURN_IF_ERROR(guard.set(st.device));
+  const ApplyCtx ctx{layer.config, st, xt, bias, out, xt.size(0), current_stream(), pre};
+  if (family_ == Family::kInt8ScaledMM) return apply_int8(ctx);
+  switch (route_for(layer.config, st, ctx.m, pre != nullptr)) {
+    case Route::kCublasLt: return apply_cublaslt(ctx);
+    case Route::kDequantBf16:
+      if (!st.bf16_exact) return bf16_inexact(layer);  // refused at process already; kAuto never picks it so
+      return apply_dequant_bf16(ctx);
+    case Route::kStream:
+    case Route::kAuto: break;
+  }
+  return apply_stream(ctx);
+}
+
+}  // namespace qlinear::cuda
