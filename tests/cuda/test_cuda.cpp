@@ -528,13 +528,18 @@ TEST(CudaKernels, WeightOnlyAndMxStreamKernelsMatchTheReference) {
       *find_scheme("w4a16-mxfp4"),
       custom(Family::kMxfp4, kMxfp4Static, kMxfp8Dynamic),
   };
+  // The kernel selection picks for each case's config: the tensor-core decode kernels take BF16 activations
+  // with K % 8 == 0, the hybrids the rest.
+  const Platform gpu = Platform::cuda_device(0).value();
   for (const Scheme& s : schemes) {
-    const LinearKernel* kern = select_kernel(make_config(s, 256, 1024), Platform::cuda_device(0).value()).value();
+    const auto pick = [&](int64_t n, int64_t k, DType in, DType out) {
+      return select_kernel(make_config(s, n, k, in, out), gpu).value();
+    };
     for (int64_t m : kMs) {
-      check_kernel({kern, s, m, 256, 1024});
-      check_kernel({kern, s, m, 72, 2080, DType::kF32, DType::kF32, DType::kF32});
-      check_kernel({kern, s, m, 33, 320, DType::kF16, DType::kF16, DType::kBF16});
-      if (s.family == Family::kFp8WeightOnly) check_kernel({kern, s, m, 75, 999});
+      check_kernel({pick(256, 1024, DType::kBF16, DType::kBF16), s, m, 256, 1024});
+      check_kernel({pick(72, 2080, DType::kF32, DType::kF32), s, m, 72, 2080, DType::kF32, DType::kF32, DType::kF32});
+      check_kernel({pick(33, 320, DType::kF16, DType::kF16), s, m, 33, 320, DType::kF16, DType::kF16, DType::kBF16});
+      if (s.family == Family::kFp8WeightOnly) check_kernel({pick(75, 999, DType::kBF16, DType::kBF16), s, m, 75, 999});
     }
   }
 }
