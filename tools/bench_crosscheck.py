@@ -103,7 +103,8 @@ def main():
                     lin = nn.Linear(k, n, bias=False, dtype=torch.bfloat16)
                     with torch.no_grad():
                         lin.weight.normal_(0, 0.02)
-                    modules[key] = QuantLinear.from_linear(lin, r["scheme"], device=dev)
+                    # the static activation range `qlinear bench` gives its synthetic layers (MakeLayerOptions)
+                    modules[key] = QuantLinear.from_linear(lin, r["scheme"], device=dev, input_range=(-4.0, 4.0))
                 ql = modules[key]
                 x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
                 rec["quantlinear_do_bench_ms"] = do_bench_ms(lambda: ql(x))
