@@ -189,29 +189,33 @@ void prepare_row(const FpActQuant& q, int64_t r, double tensor_scale) {
 
 }  // namespace
 
+namespace {
+
+// The largest |x| over the whole activation (per-tensor scales); flags Inf / NaN input.
+double tensor_amax(const FpActQuant& q) {
+  bool finite = true;
+  double amax = 0;
+  for (int64_t r = 0; r < q.m; ++r) {
+    const double a = amax_of(row_ptr(q, r), q.x_kind, 0, q.k, &finite);
+    amax = a > amax ? a : amax;
+  }
+  if (!finite) q.bad_input[0] = 1;
+  return amax;
+}
+
+}  // namespace
+
 void fp_prepare_activations_avx2(const FpActQuant& q) {
   double tensor_scale = static_cast<double>(q.static_scale);
   if (q.mode == FpActMode::kFp8DynTensor) {
-    bool finite = true;
-    double amax = 0;
-    for (int64_t r = 0; r < q.m; ++r) {
-      const double a = amax_of(row_ptr(q, r), q.x_kind, 0, q.k, &finite);
-      amax = a > amax ? a : amax;
-    }
-    if (!finite) q.bad_input[0] = 1;
+    const double amax = tensor_amax(q);
     const double s = to_f32(amax / 448.0);
     tensor_scale = s > 0 ? s : kMinScale;
   }
   uint8_t bad = 0, inexact = 0;  // set by any row: __atomic builtins (no std::atomic code compiled here)
   FpActQuant base = q;
   if (q.mode == FpActMode::kNvfp4Dyn && q.dynamic_global) {
-    bool finite = true;
-    double amax = 0;
-    for (int64_t r = 0; r < q.m; ++r) {
-      const double a = amax_of(row_ptr(q, r), q.x_kind, 0, q.k, &finite);
-      amax = a > amax ? a : amax;
-    }
-    if (!finite) q.bad_input[0] = 1;
+    const double amax = tensor_amax(q);
     // nvfp4_quant.cpp: g = f32(448 * 6 / amax), 1 for zeros, the largest f32 where the quotient overflows.
     double g = amax > 0 ? to_f32(448.0 * 6.0 / amax) : 1.0;
     if (!std::isfinite(g)) g = static_cast<double>(std::numeric_limits<float>::max());
