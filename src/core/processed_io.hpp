@@ -72,6 +72,8 @@ struct FieldGroup {
 };
 
 // One tensor of a state: its member, dtype and shape (from the planned state) and whether this layer has it.
+// A buffer that is not a Tensor member (a vector, aligned bytes, a scalar) leaves `member` null and names
+// `get` (its host tensor) and `set` (stores the checked tensor) instead.
 template <class State>
 struct StateTensor {
   const char* name;
@@ -79,9 +81,37 @@ struct StateTensor {
   DType (*dtype)(const State&);
   Shape (*shape)(const State&);
   bool (*present)(const State&) = nullptr;  // null: every layer has it
+  Tensor (*get)(const State&) = nullptr;
+  void (*set)(State&, const Tensor&) = nullptr;
 
   bool in(const State& s) const { return present == nullptr || present(s); }
 };
+
+namespace detail {
+template <class M>
+struct MemberOf;
+template <class C, class V>
+struct MemberOf<V C::*> {
+  using State = C;
+  using Value = V;
+};
+}  // namespace detail
+
+// A std::vector member stored as a 1-D D tensor of `shape`, present where `present` says (null: always):
+// vector_entry<&S::col_scale, DType::kF32>("col_scale", shape_fn, present_fn).
+template <auto Member, DType D>
+auto vector_entry(const char* name, Shape (*shape)(const typename detail::MemberOf<decltype(Member)>::State&),
+                  bool (*present)(const typename detail::MemberOf<decltype(Member)>::State&) = nullptr) {
+  using State = typename detail::MemberOf<decltype(Member)>::State;
+  using T = typename detail::MemberOf<decltype(Member)>::Value::value_type;
+  return StateTensor<State>{name,
+                            nullptr,
+                            [](const State&) { return D; },
+                            shape,
+                            present,
+                            [](const State& st) { return from_vector(st.*Member, D); },
+                            [](State& st, const Tensor& t) { (st.*Member).assign(t.data<T>(), t.data<T>() + t.numel()); }};
+}
 
 // A state's processed form: the I64 groups, then the F32 groups, then the tensors, in that order on export.
 template <class State>
@@ -125,7 +155,7 @@ Result<ProcessedWeights> export_state(const StateSchema<State>& schema, const St
   for (const auto& g : schema.f32_groups) detail::export_group(g, st, DType::kF32, w);
   for (const auto& t : schema.tensors) {
     if (!t.in(st)) continue;
-    QL_ASSIGN_OR_RETURN(Tensor host, to_host(st.*t.member));
+    QL_ASSIGN_OR_RETURN(Tensor host, to_host(t.member != nullptr ? st.*t.member : t.get(st)));
     w.tensors.emplace_back(t.name, std::move(host));
   }
   return w;
@@ -139,7 +169,12 @@ Status import_state(const StateSchema<State>& schema, const ProcessedWeights& w,
   for (const auto& g : schema.f32_groups) QL_RETURN_IF_ERROR(detail::import_group(g, w, DType::kF32, st));
   for (const auto& t : schema.tensors) {
     if (!t.in(st)) continue;
-    QL_ASSIGN_OR_RETURN(st.*t.member, expect_processed_tensor(w, t.name, t.dtype(st), t.shape(st)));
+    QL_ASSIGN_OR_RETURN(Tensor host, expect_processed_tensor(w, t.name, t.dtype(st), t.shape(st)));
+    if (t.member != nullptr) {
+      st.*t.member = std::move(host);
+    } else {
+      t.set(st, host);
+    }
   }
   return Status::ok();
 }

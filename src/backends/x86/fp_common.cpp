@@ -11,8 +11,8 @@
 #include "backends/reference/reference_kernels.hpp"
 #include "backends/x86/amx_isa.hpp"
 #include "backends/x86/fp_isa.hpp"
+#include "backends/x86/host_state_io.hpp"
 #include "backends/x86/x86_kernels.hpp"
-#include "core/processed_io.hpp"
 #include "core/threads.hpp"
 #include "qlinear/quantize.hpp"
 
@@ -272,89 +272,66 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
 // col_scale F32 [n_pad] (per-tensor / per-channel, NVFP4); col_nan F32 [n_pad] (when flagged).
 namespace {
 
-struct FpShape {
-  FpState st;  // sizes and modes only
-  bool has_col_scale = false;
-  std::vector<int64_t> meta() const {
-    return {st.n, st.k, st.n_pad, st.k_pad, static_cast<int64_t>(st.wdtype), static_cast<int64_t>(st.group_scale),
-            st.group, st.block_cols};
-  }
-};
-
-FpShape fp_shape(const LinearConfig& c) {
-  FpShape s;
-  s.st.n = c.n;
-  s.st.k = c.k;
-  s.st.n_pad = round_up(c.n, 16);
-  s.st.k_pad = round_up(c.k, 32);
-  s.st.wdtype = c.weight_key.dtype;
-  s.st.elem = elem_of(s.st.wdtype);
+// Sizes and modes from the layer's config (the processed buffers are filled by import).
+FpState planned_fp_state(const LinearConfig& c) {
+  FpState st = planned_sizes<FpState>(c, 32);
+  st.wdtype = c.weight_key.dtype;
+  st.elem = elem_of(st.wdtype);
   const DType sd = c.weight_key.scale.dtype;
   if (sd == DType::kE8M0 || sd == DType::kF8E4M3) {
-    s.st.group_scale = sd == DType::kE8M0 ? FpGroupScale::kE8M0 : FpGroupScale::kE4M3;
-    s.st.group = sd == DType::kE8M0 ? 32 : 16;
-    s.has_col_scale = sd == DType::kF8E4M3;
+    st.group_scale = sd == DType::kE8M0 ? FpGroupScale::kE8M0 : FpGroupScale::kE4M3;
+    st.group = sd == DType::kE8M0 ? 32 : 16;
   } else if (c.weight_key.scale.group == kBlock128x128) {
-    s.st.block_cols = (c.k + 127) / 128;
-  } else {
-    s.has_col_scale = true;
+    st.block_cols = (c.k + 127) / 128;
   }
-  return s;
+  return st;
 }
 
-constexpr const char* kFpMetaNames[] = {"n", "k", "n_pad", "k_pad", "wdtype", "group_scale", "group", "block_cols"};
+// Per-column scales: NVFP4's global scale, or per-tensor / per-channel weight scales.
+bool has_col_scale(const FpState& st) {
+  return st.group_scale == FpGroupScale::kE4M3 || (st.group_scale == FpGroupScale::kNone && st.block_cols == 0);
+}
+
+const processed_io::StateSchema<FpState>& fp_schema() {
+  namespace io = processed_io;
+  using S = FpState;
+  constexpr auto n_pad = [](const S& s) { return Shape{s.n_pad}; };
+  static const io::StateSchema<S> schema{
+      .i64_groups =
+          {{"meta", size_fields_and<S>({{"wdtype", [](const S& s) { return static_cast<int64_t>(s.wdtype); }},
+                                        {"group_scale", [](const S& s) { return static_cast<int64_t>(s.group_scale); }},
+                                        {"group", [](const S& s) { return s.group; }},
+                                        {"block_cols", [](const S& s) { return s.block_cols; }}})},
+           {"flags",
+            {{"has_col_nan", [](const S& s) -> int64_t { return s.col_nan.empty() ? 0 : 1; },
+              [](S& s, int64_t v) { s.col_nan.assign(v != 0 ? static_cast<size_t>(s.n_pad) : 0, 0.0f); }},
+             {"use_reference", [](const S& s) -> int64_t { return s.use_reference ? 1 : 0; },
+              [](S& s, int64_t v) { s.use_reference = v != 0; }}}}},
+      .f32_groups = {{"scalars",
+                      {{"in_scale", [](const S& s) { return s.in_scale; }, [](S& s, float v) { s.in_scale = v; }},
+                       {"in_global", [](const S& s) { return s.in_global; }, [](S& s, float v) { s.in_global = v; }}}}},
+      .tensors = {
+          packed_entry<S, DType::kU8, &packed_bytes>(),
+          io::vector_entry<&S::grp, DType::kU8>(
+              "grp", [](const S& s) { return Shape{s.n_pad / 16 * (s.k_pad / s.group) * 16}; },
+              [](const S& s) { return s.group_scale != FpGroupScale::kNone; }),
+          io::vector_entry<&S::block_scale, DType::kF32>(
+              "block_scale", [](const S& s) { return Shape{(s.n + 127) / 128 * s.block_cols}; },
+              [](const S& s) { return s.block_cols > 0; }),
+          io::vector_entry<&S::col_scale, DType::kF32>("col_scale", n_pad, &has_col_scale),
+          io::vector_entry<&S::col_nan, DType::kF32>("col_nan", n_pad, [](const S& s) { return !s.col_nan.empty(); }),
+      }};
+  return schema;
+}
 
 }  // namespace
 
 Result<ProcessedWeights> FpAvx2Kernel::export_impl(const LinearLayer& layer) const {
-  namespace io = processed_io;
-  const FpState& st = *state_of(layer);
-  ProcessedWeights w;
-  FpShape s;
-  s.st.n = st.n, s.st.k = st.k, s.st.n_pad = st.n_pad, s.st.k_pad = st.k_pad, s.st.wdtype = st.wdtype;
-  s.st.group_scale = st.group_scale, s.st.group = st.group, s.st.block_cols = st.block_cols;
-  w.tensors.emplace_back("meta", io::meta_tensor(s.meta()));
-  w.tensors.emplace_back("flags", io::meta_tensor({st.col_nan.empty() ? 0 : 1, st.use_reference ? 1 : 0}));
-  w.tensors.emplace_back("scalars", io::from_vector(std::vector<float>{st.in_scale, st.in_global}, DType::kF32));
-  w.tensors.emplace_back("packed", io::copy_1d(st.packed.get(), DType::kU8, packed_bytes(st)));
-  if (!st.grp.empty()) w.tensors.emplace_back("grp", io::from_vector(st.grp, DType::kU8));
-  if (!st.block_scale.empty()) w.tensors.emplace_back("block_scale", io::from_vector(st.block_scale, DType::kF32));
-  if (!st.col_scale.empty()) w.tensors.emplace_back("col_scale", io::from_vector(st.col_scale, DType::kF32));
-  if (!st.col_nan.empty()) w.tensors.emplace_back("col_nan", io::from_vector(st.col_nan, DType::kF32));
-  return w;
+  return export_host_state(fp_schema(), layer);
 }
 
 Status FpAvx2Kernel::import_impl(LinearLayer& layer, const ProcessedWeights& w) const {
-  namespace io = processed_io;
-  const FpShape s = fp_shape(layer.config);
-  QL_RETURN_IF_ERROR(io::expect_meta(w, s.meta(), {std::begin(kFpMetaNames), std::end(kFpMetaNames)}));
-  auto st = std::make_shared<FpState>();
-  st->n = s.st.n, st->k = s.st.k, st->n_pad = s.st.n_pad, st->k_pad = s.st.k_pad;
-  st->wdtype = s.st.wdtype, st->elem = s.st.elem;
-  st->group_scale = s.st.group_scale, st->group = s.st.group, st->block_cols = s.st.block_cols;
-  std::vector<int64_t> flags;
-  std::vector<float> scalars;
-  QL_RETURN_IF_ERROR(io::to_vector(w, "flags", DType::kI64, 2, flags));
-  QL_RETURN_IF_ERROR(io::to_vector(w, "scalars", DType::kF32, 2, scalars));
-  st->use_reference = flags[1] != 0;
-  st->in_scale = scalars[0];
-  st->in_global = scalars[1];
-  const int64_t bytes = packed_bytes(*st);
-  QL_ASSIGN_OR_RETURN(Tensor packed, expect_processed_tensor(w, "packed", DType::kU8, {bytes}));
-  st->packed = aligned_bytes(bytes);
-  std::memcpy(st->packed.get(), packed.raw(), static_cast<size_t>(bytes));
-  if (st->group_scale != FpGroupScale::kNone) {
-    const int64_t count = st->n_pad / 16 * (st->k_pad / st->group) * 16;
-    QL_RETURN_IF_ERROR(io::to_vector(w, "grp", DType::kU8, count, st->grp));
-  }
-  if (st->block_cols > 0) {
-    QL_RETURN_IF_ERROR(io::to_vector(w, "block_scale", DType::kF32, (st->n + 127) / 128 * st->block_cols, st->block_scale));
-  }
-  if (s.has_col_scale) QL_RETURN_IF_ERROR(io::to_vector(w, "col_scale", DType::kF32, st->n_pad, st->col_scale));
-  if (flags[0] != 0) QL_RETURN_IF_ERROR(io::to_vector(w, "col_nan", DType::kF32, st->n_pad, st->col_nan));
-  layer.kernel_state = st;
-  layer.params.erase("weight");
-  return Status::ok();
+  return import_host_state(fp_schema(), planned_fp_state(layer.config), w, layer);
 }
 
 Result<Tensor> FpAvx2Kernel::row_major_weight(const LinearLayer& layer) const {

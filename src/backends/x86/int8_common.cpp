@@ -8,8 +8,8 @@
 
 #include "backends/x86/amx_isa.hpp"
 #include "backends/x86/int8_isa.hpp"
+#include "backends/x86/host_state_io.hpp"
 #include "backends/x86/x86_kernels.hpp"
-#include "core/processed_io.hpp"
 #include "core/threads.hpp"
 
 namespace qlinear::x86 {
@@ -43,6 +43,11 @@ float max_of(const Tensor& t) {
 
 const Int8State* state_of(const LinearLayer& layer) { return static_cast<const Int8State*>(layer.kernel_state.get()); }
 
+// max |colsum|, from the column sums.
+void set_colsum_absmax(Int8State& st) {
+  for (int32_t s : st.colsum) st.colsum_absmax = std::max(st.colsum_absmax, s < 0 ? -s : s);
+}
+
 }  // namespace
 
 const Int8Kernel kAvx512VnniInt8("x86_avx512vnni_int8", Isa::kAvx512Vnni);
@@ -71,11 +76,7 @@ Verdict Int8Kernel::can_implement(const LinearConfig& c) const {
 
 Status Int8Kernel::process_impl(LinearLayer& layer) const {
   const LinearConfig& c = layer.config;
-  auto st = std::make_shared<Int8State>();
-  st->n = c.n;
-  st->k = c.k;
-  st->n_pad = round_up(c.n, 16);
-  st->k_pad = round_up(c.k, k_align());
+  auto st = std::make_shared<Int8State>(planned_sizes<Int8State>(c, k_align()));
   const Tensor w = layer.params.at("weight").contiguous();
   const int8_t* wp = w.data<int8_t>();
   st->packed = aligned_bytes(st->n_pad * st->k_pad);
@@ -91,7 +92,7 @@ Status Int8Kernel::process_impl(LinearLayer& layer) const {
     }
     st->colsum[n] = sum;
   });
-  for (int32_t s : st->colsum) st->colsum_absmax = std::max(st->colsum_absmax, s < 0 ? -s : s);
+  set_colsum_absmax(*st);
 
   // Weight scales, one per output column: per-channel as stored, per-tensor from the column's shard.
   const Tensor ws = layer.params.at("weight_scale").contiguous();
@@ -128,43 +129,39 @@ Status Int8Kernel::process_impl(LinearLayer& layer) const {
 
 // Processed layout version 1: meta I64 [n, k, n_pad, k_pad]; packed I8 [n_pad * k_pad] (the VNNI panels);
 // colsum I32 [n_pad]; w_scale F32 [n_pad]; in_scale F32 [1]; in_zp I32 [1].
-Result<ProcessedWeights> Int8Kernel::export_impl(const LinearLayer& layer) const {
+namespace {
+
+int64_t packed_bytes(const Int8State& s) { return s.n_pad * s.k_pad; }
+
+const processed_io::StateSchema<Int8State>& int8_schema() {
   namespace io = processed_io;
-  const Int8State& st = *state_of(layer);
-  ProcessedWeights w;
-  w.tensors.emplace_back("meta", io::meta_tensor({st.n, st.k, st.n_pad, st.k_pad}));
-  w.tensors.emplace_back("packed", io::copy_1d(st.packed.get(), DType::kI8, st.n_pad * st.k_pad));
-  w.tensors.emplace_back("colsum", io::from_vector(st.colsum, DType::kI32));
-  w.tensors.emplace_back("w_scale", io::from_vector(st.w_scale, DType::kF32));
-  w.tensors.emplace_back("in_scale", io::copy_1d(&st.in_scale, DType::kF32, 1));
-  w.tensors.emplace_back("in_zp", io::copy_1d(&st.in_zp, DType::kI32, 1));
-  return w;
+  using S = Int8State;
+  constexpr auto n_pad = [](const S& s) { return Shape{s.n_pad}; };
+  static const io::StateSchema<S> schema{
+      .i64_groups = {{"meta", size_fields_and<S>()}},
+      .f32_groups = {},
+      .tensors = {
+          packed_entry<S, DType::kI8, &packed_bytes>(),
+          io::vector_entry<&S::colsum, DType::kI32>("colsum", n_pad),
+          io::vector_entry<&S::w_scale, DType::kF32>("w_scale", n_pad),
+          {"in_scale", nullptr, [](const S&) { return DType::kF32; }, [](const S&) { return Shape{1}; }, nullptr,
+           [](const S& s) { return io::copy_1d(&s.in_scale, DType::kF32, 1); },
+           [](S& s, const Tensor& t) { s.in_scale = t.data<float>()[0]; }},
+          {"in_zp", nullptr, [](const S&) { return DType::kI32; }, [](const S&) { return Shape{1}; }, nullptr,
+           [](const S& s) { return io::copy_1d(&s.in_zp, DType::kI32, 1); },
+           [](S& s, const Tensor& t) { s.in_zp = t.data<int32_t>()[0]; }},
+      }};
+  return schema;
+}
+
+}  // namespace
+
+Result<ProcessedWeights> Int8Kernel::export_impl(const LinearLayer& layer) const {
+  return export_host_state(int8_schema(), layer);
 }
 
 Status Int8Kernel::import_impl(LinearLayer& layer, const ProcessedWeights& w) const {
-  namespace io = processed_io;
-  const LinearConfig& c = layer.config;
-  auto st = std::make_shared<Int8State>();
-  st->n = c.n;
-  st->k = c.k;
-  st->n_pad = round_up(c.n, 16);
-  st->k_pad = round_up(c.k, k_align());
-  QL_RETURN_IF_ERROR(io::expect_meta(w, {st->n, st->k, st->n_pad, st->k_pad}, {"n", "k", "n_pad", "k_pad"}));
-  QL_ASSIGN_OR_RETURN(Tensor packed, expect_processed_tensor(w, "packed", DType::kI8, {st->n_pad * st->k_pad}));
-  st->packed = aligned_bytes(st->n_pad * st->k_pad);
-  std::memcpy(st->packed.get(), packed.raw(), static_cast<size_t>(packed.nbytes()));
-  QL_RETURN_IF_ERROR(io::to_vector(w, "colsum", DType::kI32, st->n_pad, st->colsum));
-  QL_RETURN_IF_ERROR(io::to_vector(w, "w_scale", DType::kF32, st->n_pad, st->w_scale));
-  std::vector<float> in_scale;
-  std::vector<int32_t> in_zp;
-  QL_RETURN_IF_ERROR(io::to_vector(w, "in_scale", DType::kF32, 1, in_scale));
-  QL_RETURN_IF_ERROR(io::to_vector(w, "in_zp", DType::kI32, 1, in_zp));
-  st->in_scale = in_scale[0];
-  st->in_zp = in_zp[0];
-  for (int32_t s : st->colsum) st->colsum_absmax = std::max(st->colsum_absmax, s < 0 ? -s : s);
-  layer.kernel_state = st;
-  layer.params.erase("weight");
-  return Status::ok();
+  return import_host_state(int8_schema(), planned_sizes<Int8State>(layer.config, k_align()), w, layer, &set_colsum_absmax);
 }
 
 Result<Tensor> Int8Kernel::row_major_weight(const LinearLayer& layer) const {

@@ -1,6 +1,7 @@
 // x86 backend: what the kernels share at baseline flags (ISA checks, small conversions).
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,18 @@ void AlignedFree::operator()(void* p) const { std::free(p); }
 AlignedBytes aligned_bytes(int64_t bytes) {
   const size_t size = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
   return AlignedBytes(static_cast<uint8_t*>(std::aligned_alloc(64, size)));
+}
+
+Tensor aligned_bytes_tensor(const AlignedBytes& b, DType dtype, int64_t bytes) {
+  Tensor t = Tensor::empty(dtype, {bytes});
+  if (bytes > 0) std::memcpy(t.raw(), b.get(), static_cast<size_t>(bytes));
+  return t;
+}
+
+AlignedBytes aligned_bytes_of(const Tensor& t) {
+  AlignedBytes b = aligned_bytes(t.nbytes());
+  if (t.nbytes() > 0) std::memcpy(b.get(), t.raw(), static_cast<size_t>(t.nbytes()));
+  return b;
 }
 
 namespace {

@@ -9,8 +9,8 @@
 
 #include "backends/x86/amx_isa.hpp"
 #include "backends/x86/w8a16_isa.hpp"
+#include "backends/x86/host_state_io.hpp"
 #include "backends/x86/x86_kernels.hpp"
-#include "core/processed_io.hpp"
 #include "core/threads.hpp"
 
 namespace qlinear::x86 {
@@ -239,23 +239,10 @@ Status W8A16Kernel::process_impl(LinearLayer& layer) const {
 // block_cols] | mx_scale U8 [n_pad/16 * k_pad/32 * 16] and mx_raw U8 [n * k/32].
 namespace {
 
-struct W8A16Shape {
-  int64_t n, k, n_pad, k_pad, block_cols, packed_bytes;
-  W8Elem elem;
-  W8ScaleMode mode;
-  std::vector<int64_t> meta() const {
-    return {n, k, n_pad, k_pad, static_cast<int64_t>(elem), static_cast<int64_t>(mode), block_cols};
-  }
-};
-
-W8A16Shape w8a16_shape(const LinearConfig& c) {
-  W8A16Shape s;
-  s.n = c.n;
-  s.k = c.k;
-  s.n_pad = round_up(c.n, 16);
-  s.k_pad = round_up(c.k, 32);
+// Sizes and modes from the layer's config (the processed buffers are filled by import).
+W8A16State planned_w8a16_state(const LinearConfig& c) {
+  W8A16State s = planned_sizes<W8A16State>(c, 32);
   s.elem = c.family == Family::kMxfp4 ? W8Elem::kE2M1 : W8Elem::kE4M3;
-  s.packed_bytes = s.n_pad * s.k_pad / (s.elem == W8Elem::kE2M1 ? 2 : 1);
   s.mode = c.weight_key.scale.dtype == DType::kE8M0   ? W8ScaleMode::kMx
            : c.weight_key.scale.group == kBlock128x128 ? W8ScaleMode::kBlock128
                                                        : W8ScaleMode::kPerColumn;
@@ -263,61 +250,44 @@ W8A16Shape w8a16_shape(const LinearConfig& c) {
   return s;
 }
 
-constexpr const char* kW8A16MetaNames[] = {"n", "k", "n_pad", "k_pad", "elem", "mode", "block_cols"};
+int64_t packed_bytes(const W8A16State& s) { return s.n_pad * s.k_pad / (s.elem == W8Elem::kE2M1 ? 2 : 1); }
+
+const processed_io::StateSchema<W8A16State>& w8a16_schema() {
+  namespace io = processed_io;
+  using S = W8A16State;
+  constexpr auto mx = [](const S& s) { return s.mode == W8ScaleMode::kMx; };
+  static const io::StateSchema<S> schema{
+      .i64_groups =
+          {{"meta", size_fields_and<S>({{"elem", [](const S& s) { return static_cast<int64_t>(s.elem); }},
+                                        {"mode", [](const S& s) { return static_cast<int64_t>(s.mode); }},
+                                        {"block_cols", [](const S& s) { return s.block_cols; }}})},
+           {"exact_path",
+            {{"exact_path", [](const S& s) -> int64_t { return s.exact_path ? 1 : 0; },
+              [](S& s, int64_t v) { s.exact_path = v != 0; }}}}},
+      .f32_groups = {},
+      .tensors = {
+          packed_entry<S, DType::kU8, &packed_bytes>(),
+          io::vector_entry<&S::col_scale, DType::kF32>(
+              "col_scale", [](const S& s) { return Shape{s.n_pad}; },
+              [](const S& s) { return s.mode == W8ScaleMode::kPerColumn; }),
+          io::vector_entry<&S::block_scale, DType::kF32>(
+              "block_scale", [](const S& s) { return Shape{(s.n + 127) / 128 * s.block_cols}; },
+              [](const S& s) { return s.mode == W8ScaleMode::kBlock128; }),
+          io::vector_entry<&S::mx_scale, DType::kU8>(
+              "mx_scale", [](const S& s) { return Shape{s.n_pad / 16 * (s.k_pad / 32) * 16}; }, mx),
+          io::vector_entry<&S::mx_raw, DType::kU8>("mx_raw", [](const S& s) { return Shape{s.n * (s.k / 32)}; }, mx),
+      }};
+  return schema;
+}
 
 }  // namespace
 
 Result<ProcessedWeights> W8A16Kernel::export_impl(const LinearLayer& layer) const {
-  namespace io = processed_io;
-  const W8A16State& st = *state_of(layer);
-  const W8A16Shape s = w8a16_shape(layer.config);
-  ProcessedWeights w;
-  w.tensors.emplace_back("meta", io::meta_tensor({st.n, st.k, st.n_pad, st.k_pad, static_cast<int64_t>(st.elem),
-                                                  static_cast<int64_t>(st.mode), st.block_cols}));
-  w.tensors.emplace_back("exact_path", io::meta_tensor({st.exact_path ? 1 : 0}));
-  w.tensors.emplace_back("packed", io::copy_1d(st.packed.get(), DType::kU8, s.packed_bytes));
-  switch (st.mode) {
-    case W8ScaleMode::kPerColumn: w.tensors.emplace_back("col_scale", io::from_vector(st.col_scale, DType::kF32)); break;
-    case W8ScaleMode::kBlock128: w.tensors.emplace_back("block_scale", io::from_vector(st.block_scale, DType::kF32)); break;
-    case W8ScaleMode::kMx:
-      w.tensors.emplace_back("mx_scale", io::from_vector(st.mx_scale, DType::kU8));
-      w.tensors.emplace_back("mx_raw", io::from_vector(st.mx_raw, DType::kU8));
-      break;
-  }
-  return w;
+  return export_host_state(w8a16_schema(), layer);
 }
 
 Status W8A16Kernel::import_impl(LinearLayer& layer, const ProcessedWeights& w) const {
-  namespace io = processed_io;
-  const W8A16Shape s = w8a16_shape(layer.config);
-  QL_RETURN_IF_ERROR(io::expect_meta(w, s.meta(), {std::begin(kW8A16MetaNames), std::end(kW8A16MetaNames)}));
-  auto st = std::make_shared<W8A16State>();
-  st->n = s.n;
-  st->k = s.k;
-  st->n_pad = s.n_pad;
-  st->k_pad = s.k_pad;
-  st->elem = s.elem;
-  st->mode = s.mode;
-  st->block_cols = s.block_cols;
-  std::vector<int64_t> exact;
-  QL_RETURN_IF_ERROR(io::to_vector(w, "exact_path", DType::kI64, 1, exact));
-  st->exact_path = exact[0] != 0;
-  QL_ASSIGN_OR_RETURN(Tensor packed, expect_processed_tensor(w, "packed", DType::kU8, {s.packed_bytes}));
-  st->packed = aligned_bytes(s.packed_bytes);
-  std::memcpy(st->packed.get(), packed.raw(), static_cast<size_t>(s.packed_bytes));
-  switch (s.mode) {
-    case W8ScaleMode::kPerColumn: QL_RETURN_IF_ERROR(io::to_vector(w, "col_scale", DType::kF32, s.n_pad, st->col_scale)); break;
-    case W8ScaleMode::kBlock128:
-      QL_RETURN_IF_ERROR(io::to_vector(w, "block_scale", DType::kF32, (s.n + 127) / 128 * s.block_cols, st->block_scale));
-      break;
-    case W8ScaleMode::kMx:
-      QL_RETURN_IF_ERROR(io::to_vector(w, "mx_scale", DType::kU8, s.n_pad / 16 * (s.k_pad / 32) * 16, st->mx_scale));
-      QL_RETURN_IF_ERROR(io::to_vector(w, "mx_raw", DType::kU8, s.n * (s.k / 32), st->mx_raw));
-      break;
-  }
-  layer.kernel_state = st;
-  layer.params.erase("weight");
-  return Status::ok();
+  return import_host_state(w8a16_schema(), planned_w8a16_state(layer.config), w, layer);
 }
 
 Result<Tensor> W8A16Kernel::row_major_weight(const LinearLayer& layer) const {

@@ -45,6 +45,10 @@ struct AlignedFree {
 };
 using AlignedBytes = std::unique_ptr<uint8_t, AlignedFree>;
 AlignedBytes aligned_bytes(int64_t bytes);  // rounded up to 64, at least 64
+// Processed export / import of prepacked buffers: the first `bytes` of `b` as a 1-D `dtype` tensor of
+// 1-byte elements, and a new aligned buffer holding a tensor's bytes.
+Tensor aligned_bytes_tensor(const AlignedBytes& b, DType dtype, int64_t bytes);
+AlignedBytes aligned_bytes_of(const Tensor& t);
 
 // ISA check shared by every x86 kernel: the platform's kind, then each feature the code uses.
 Verdict isa_supported(const Platform& platform, Isa isa);
