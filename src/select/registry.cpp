@@ -120,7 +120,8 @@ Selection explain_selection_in(std::span<const LinearKernel* const> list, const 
     if (v && sel.kernel == nullptr) {
       cv.chosen = true;
       cv.routes = k->m_routes(config);
-      if (cv.routes.size() == 1 && cv.routes[0].kernel == k->name()) cv.routes.clear();  // itself for every M
+      // Itself for every M with nothing to say: no route lines.
+      if (cv.routes.size() == 1 && cv.routes[0].kernel == k->name() && cv.routes[0].why.empty()) cv.routes.clear();
       sel.kernel = k;
     } else if (v) {
       cv.reason = "lower priority than " + std::string(sel.kernel->name());

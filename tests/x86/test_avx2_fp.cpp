@@ -289,6 +289,9 @@ TEST(X86Avx2Fp, MxScalesOutOfFoldRangeTakeTheReference) {
                                             });
   ASSERT_TRUE(r);
   EXPECT_TRUE(uses_reference(k, r->layer));
+  // The exact path is a visible route: the dispatch log names the reference kernel for this layer.
+  const Tensor x = Tensor::empty(DType::kBF16, {1, r->layer.config.k});
+  EXPECT_EQ(k.apply_route(r->layer, Activation::dense(x)), "reference_mxfp4");
   EXPECT_EQ(std::memcmp(r->got.raw(), r->want.raw(), static_cast<size_t>(r->got.nbytes())), 0);
 }
 
@@ -304,6 +307,7 @@ TEST(X86Avx2Fp, Mxfp8ScalesFarFromOneStayExact) {
   });
   ASSERT_TRUE(r);
   EXPECT_FALSE(uses_reference(k, r->layer)) << "scales up to 2^118 fold exactly; the engine must keep the layer";
+  EXPECT_EQ(k.apply_route(r->layer, Activation::dense(Tensor::empty(DType::kF32, {1, c.k}))), "x86_avx2_mxfp8");
   auto wd = reference::dequantized_weight(r->ref_layer);
   ASSERT_TRUE(wd);
   for (int64_t i = 0; i < c.m; ++i) {

@@ -352,18 +352,33 @@ Result<Tensor> FpAvx2Kernel::row_major_weight(const LinearLayer& layer) const {
   return w;
 }
 
+const LinearKernel& FpAvx2Kernel::reference_kernel() const {
+  switch (family_) {
+    case Family::kFp8ScaledMM: return reference::kFp8ScaledMM;
+    case Family::kFp8BlockScaled: return reference::kFp8BlockScaled;
+    case Family::kFp8WeightOnly: return reference::kFp8WeightOnly;
+    case Family::kMxfp8: return reference::kMxfp8;
+    case Family::kMxfp6: return reference::kMxfp6;
+    case Family::kMxfp4: return reference::kMxfp4;
+    default: return reference::kNvfp4;
+  }
+}
+
+std::vector<MRoute> FpAvx2Kernel::m_routes(const LinearConfig&) const {
+  return {MRoute{1, MRoute::kNoLimit, std::string(name()),
+                 "a layer whose block scales cannot be applied exactly in f32 (found when its weights are "
+                 "processed) runs " + std::string(reference_kernel().name()) +
+                     " instead, as does a call whose MX / NVFP4 activation scales leave f32's range"}};
+}
+
+std::string_view FpAvx2Kernel::apply_route(const LinearLayer& layer, const Activation&) const {
+  const FpState* st = state_of(layer);
+  return st != nullptr && st->use_reference ? reference_kernel().name() : name();
+}
+
 Status FpAvx2Kernel::reference_apply(const LinearLayer& layer, const Activation& x, const Tensor* bias,
                                      Tensor& out) const {
-  const LinearKernel* ref = nullptr;
-  switch (family_) {
-    case Family::kFp8ScaledMM: ref = &reference::kFp8ScaledMM; break;
-    case Family::kFp8BlockScaled: ref = &reference::kFp8BlockScaled; break;
-    case Family::kFp8WeightOnly: ref = &reference::kFp8WeightOnly; break;
-    case Family::kMxfp8: ref = &reference::kMxfp8; break;
-    case Family::kMxfp6: ref = &reference::kMxfp6; break;
-    case Family::kMxfp4: ref = &reference::kMxfp4; break;
-    default: ref = &reference::kNvfp4; break;
-  }
+  const LinearKernel* ref = &reference_kernel();
   LinearLayer copy;
   copy.name = layer.name;
   copy.config = layer.config;

@@ -143,6 +143,10 @@ class FpAvx2Kernel final : public LinearKernel {
   Result<Tensor> row_major_weight(const LinearLayer& layer) const override;
   bool supports_pre_processed_weights() const override { return true; }
   uint32_t processed_layout_version() const override { return 2; }  // 2: FP4 records (fp_isa.hpp)
+  // One route for every M; explain says when the reference kernel runs a layer instead, and the dispatch
+  // log names it for a layer whose scales are not exact in f32 (the exact path is a visible route).
+  std::vector<MRoute> m_routes(const LinearConfig& config) const override;
+  std::string_view apply_route(const LinearLayer& layer, const Activation& x) const override;
 
  protected:
   Status process_impl(LinearLayer& layer) const override;
@@ -152,6 +156,7 @@ class FpAvx2Kernel final : public LinearKernel {
 
  private:
   Status reference_apply(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const;
+  const LinearKernel& reference_kernel() const;  // the reference kernel of this kernel's family
   std::string_view name_;
   Family family_;
   Isa isa_;
