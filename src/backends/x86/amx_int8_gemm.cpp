@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "backends/x86/amx_isa.hpp"
+#include "backends/x86/amx_share.hpp"
 #include "core/threads.hpp"
 
 namespace qlinear::x86 {
@@ -156,25 +157,13 @@ void int8_gemm_amx(const Int8Gemm& g) {
   // One item per thread's share (the pool may run several items on one thread; each configures its tiles).
   const int64_t nt = n_threads;
   threads::parallel_for(nt, n_threads, [&](int64_t t) {
-    int64_t m0 = 0, m1 = g.m, b0 = 0, b1 = blocks;
-    if (blocks >= 2 * nt || g.m < 2 * kBlockRows * nt) {
-      // Split the column blocks: every thread streams its own share of the weights once.
-      b0 = blocks * t / nt;
-      b1 = blocks * (t + 1) / nt;
-    } else {
-      // Few columns, many rows: split rows (in whole 16-row tiles).
-      const int64_t tiles = (g.m + 15) / 16;
-      m0 = tiles * t / nt * 16;
-      m1 = tiles * (t + 1) / nt * 16;
-      m1 = m1 < g.m ? m1 : g.m;
-    }
-    if (m1 > m0 && b1 > b0) {
+    const AmxShare sh = amx_share(t, nt, g.m, blocks, kBlockRows);
+    const int64_t m0 = sh.m0, m1 = sh.m1, b0 = sh.b0, b1 = sh.b1;
+    if (!sh.empty()) {
       configure_tiles();
       if (m1 - m0 > kBlockRows && (m1 - m0) * g.k_pad > kActL2Bytes) {
         const int64_t count = (m1 - m0 + kBlockRows - 1) / kBlockRows * kBlockRows * (b1 - b0) * kBlockCols;
-        int32_t* sums = static_cast<int32_t*>(std::aligned_alloc(64, static_cast<size_t>(count * 4)));
-        run_k_outer(g, sums, m0, m1, b0, b1);
-        std::free(sums);
+        run_k_outer(g, static_cast<int32_t*>(threads::scratch(0, count * 4)), m0, m1, b0, b1);
       } else {
         run_range(g, m0, m1, b0, b1);
       }

@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "backends/x86/amx_isa.hpp"
+#include "backends/x86/amx_share.hpp"
 #include "core/threads.hpp"
 
 namespace qlinear::x86 {
@@ -335,22 +336,15 @@ void run(const Job& g) {
   // One item per thread's share (the pool may run several items on one thread; each configures its tiles).
   const int64_t nt = n_threads;
   threads::parallel_for(nt, n_threads, [&](int64_t t) {
-    int64_t m0 = 0, m1 = g.m, b0 = 0, b1 = blocks;
-    if (blocks >= 2 * nt || g.m < 2 * kBlock * nt) {
-      b0 = blocks * t / nt;
-      b1 = blocks * (t + 1) / nt;
-    } else {
-      const int64_t tiles = (g.m + 15) / 16;
-      m0 = tiles * t / nt * 16;
-      m1 = tiles * (t + 1) / nt * 16;
-      m1 = m1 < g.m ? m1 : g.m;
-    }
-    if (m1 > m0 && b1 > b0) {
+    const AmxShare sh = amx_share(t, nt, g.m, blocks, kBlock);
+    const int64_t m0 = sh.m0, m1 = sh.m1, b0 = sh.b0, b1 = sh.b1;
+    if (!sh.empty()) {
       const bool k_outer = m1 - m0 > kBlock && (m1 - m0) * g.k_pad * 2 > kActL2Bytes;
       const int64_t k_words = m1 - m0 <= kBlock ? kChunkK : k_outer ? kOuterChunkK : g.k_pad;
-      uint16_t* scratch = static_cast<uint16_t*>(std::aligned_alloc(64, static_cast<size_t>(2 * k_words * 32)));
+      // The claiming thread's buffers (threads::scratch), kept across calls.
+      uint16_t* scratch = static_cast<uint16_t*>(threads::scratch(0, 2 * k_words * 32));
       const int64_t c_floats = k_outer ? (m1 - m0 + kBlock - 1) / kBlock * kBlock * (b1 - b0) * kBlock : kBlock * kBlock;
-      float* c = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(c_floats * 4)));
+      float* c = static_cast<float*>(threads::scratch(1, c_floats * 4));
       configure_tiles();
       if (k_outer) {
         run_k_outer(g, scratch, c, m0, m1, b0, b1);
@@ -358,8 +352,6 @@ void run(const Job& g) {
         run_range(g, scratch, c, m0, m1, b0, b1);
       }
       _tile_release();
-      std::free(scratch);
-      std::free(c);
     }
   });
 }
