@@ -24,6 +24,7 @@
 #include "backends/cuda/cuda_kernels.hpp"
 #include "backends/reference/reference_kernels.hpp"
 #include "qlinear/cuda.hpp"
+#include "cuda/cuda_test_util.hpp"
 #endif
 
 namespace qlinear {
@@ -33,14 +34,8 @@ namespace {
 TEST(Cuda, BuiltWithoutCuda) { GTEST_SKIP() << "qlinear was built without its CUDA backend (no nvcc)"; }
 #else
 
-#define QL_REQUIRE_SM90()                                                                        \
-  do {                                                                                           \
-    auto platform_ = Platform::cuda_device(0);                                                   \
-    if (!platform_) GTEST_SKIP() << "no CUDA device: " << platform_.message();                   \
-    if (platform_->cuda->compute_capability != 90) {                                             \
-      GTEST_SKIP() << "needs an sm_90 GPU, found " << platform_->describe();                     \
-    }                                                                                            \
-  } while (0)
+using cuda_test::fresh_seed;
+using cuda_test::to_dtype;
 
 #define QL_ASSERT_OK(expr)                       \
   do {                                                \
@@ -68,24 +63,6 @@ bool takes_cublaslt(const LinearKernel* k, const LinearConfig& c, int64_t m) {
          (ck->route() == cuda::Route::kAuto && !w8a8 && m > ck->stream_max_m());
 }
 
-uint64_t fresh_seed() {
-  static const uint64_t base = std::random_device{}();
-  static uint64_t n = 0;
-  return base + 1000 * ++n;
-}
-
-Tensor to_dtype(const Tensor& f32, DType d) {
-  Tensor t = Tensor::empty(d, f32.shape());
-  const float* p = f32.data<float>();
-  for (int64_t i = 0; i < f32.numel(); ++i) {
-    switch (d) {
-      case DType::kBF16: t.data<uint16_t>()[i] = float_to_bf16(p[i]); break;
-      case DType::kF16: t.data<uint16_t>()[i] = float_to_f16(p[i]); break;
-      default: t.data<float>()[i] = p[i]; break;
-    }
-  }
-  return t;
-}
 
 // Activations whose rows span several binades (one all-zero row, one tiny row) to reach every scale rule.
 Tensor varied_activation(DType d, int64_t m, int64_t k, uint64_t seed) {

@@ -23,6 +23,7 @@
 #include "backends/cuda/mma_decode_kernels.hpp"
 #include "backends/reference/reference_kernels.hpp"
 #include "qlinear/cuda.hpp"
+#include "cuda/cuda_test_util.hpp"
 #endif
 
 namespace qlinear {
@@ -32,35 +33,11 @@ namespace {
 TEST(CudaMmaDecode, BuiltWithoutCuda) { GTEST_SKIP() << "qlinear was built without its CUDA backend (no nvcc)"; }
 #else
 
-#define QL_REQUIRE_SM90()                                                                        \
-  do {                                                                                           \
-    auto platform_ = Platform::cuda_device(0);                                                   \
-    if (!platform_) GTEST_SKIP() << "no CUDA device: " << platform_.message();                   \
-    if (platform_->cuda->compute_capability != 90) {                                             \
-      GTEST_SKIP() << "needs an sm_90 GPU, found " << platform_->describe();                     \
-    }                                                                                            \
-  } while (0)
+using cuda_test::fresh_seed;
+using cuda_test::to_dtype;
 
 constexpr double kTensorCoreBound = 1.0 / 1024;  // of sum |x w|
 
-uint64_t fresh_seed() {
-  static const uint64_t base = std::random_device{}();
-  static uint64_t n = 0;
-  return base + 1000 * ++n;
-}
-
-Tensor to_dtype(const Tensor& f32, DType d) {
-  Tensor t = Tensor::empty(d, f32.shape());
-  const float* p = f32.data<float>();
-  for (int64_t i = 0; i < f32.numel(); ++i) {
-    switch (d) {
-      case DType::kBF16: t.data<uint16_t>()[i] = float_to_bf16(p[i]); break;
-      case DType::kF16: t.data<uint16_t>()[i] = float_to_f16(p[i]); break;
-      default: t.data<float>()[i] = p[i]; break;
-    }
-  }
-  return t;
-}
 
 double ulp_of(DType d, double v) {
   const double a = std::fabs(v);
