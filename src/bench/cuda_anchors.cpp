@@ -76,6 +76,12 @@ class CudaAnchorImpl final : public CudaAnchor {
     }
     if (kind_ == Kind::kBf16) {
       if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) return Status::error("cublasCreate failed");
+      // PyTorch hands cuBLAS a 32 MiB workspace on Hopper (CUBLAS_WORKSPACE_CONFIG's default :4096:8); without
+      // one cuBLAS keeps a smaller default and picks other kernels at large M.
+      QL_ASSIGN_OR_RETURN(workspace_, cuda::empty(DType::kU8, {kTorchWorkspaceBytes}));
+      if (cublasSetWorkspace(blas_, workspace_.raw(), kTorchWorkspaceBytes) != CUBLAS_STATUS_SUCCESS) {
+        return Status::error("cublasSetWorkspace (32 MiB) failed");
+      }
     }
     return Status::ok();
   }
@@ -143,6 +149,8 @@ class CudaAnchorImpl final : public CudaAnchor {
   DeviceTimer& timer_;
   std::vector<Tensor> weights_;
   Tensor w_scale_;
+  static constexpr int64_t kTorchWorkspaceBytes = int64_t{32} << 20;
+  Tensor workspace_;
   cublasHandle_t blas_ = nullptr;
 };
 
