@@ -65,6 +65,14 @@ const uint8_t* record(const FpState& st, int64_t n, int64_t k) {
   return st.packed.get() + (n / 16) * st.k_pad * rb + k * rb;
 }
 
+// E2M1 quad records (fp_isa.hpp): the offset of the byte holding (column n, k) and its nibble (0 low, 1 high).
+int64_t fp4_quad_offset(const FpState& st, int64_t n, int64_t k, int* nibble) {
+  const int j = static_cast<int>(n % 16), kk = static_cast<int>(k % 4);
+  *nibble = kk / 2;
+  const int byte = 16 * ((j % 8) / 4) + 8 * (j / 8) + 2 * (j % 4) + kk % 2;
+  return (n / 16) * st.k_pad * 8 + (k / 4) * 32 + byte;
+}
+
 // Code panels (fp_isa.hpp): column j = n % 16 of record k.
 void set_code(FpState& st, int64_t n, int64_t k, uint32_t code) {
   uint8_t* r = record(st, n, k);
@@ -73,10 +81,11 @@ void set_code(FpState& st, int64_t n, int64_t k, uint32_t code) {
     r[j] = static_cast<uint8_t>(code);
     return;
   }
-  if (st.elem == FpElem::kE2M1) {  // byte j % 8: column j % 8 low nibble, j % 8 + 8 high; stored code ^ 0xF
-    const uint32_t stored = (code ^ kFpE2M1CodeXor) & 0x0F;
-    uint8_t& b = r[j % 8];
-    b = j < 8 ? static_cast<uint8_t>((b & 0xF0) | stored) : static_cast<uint8_t>((b & 0x0F) | (stored << 4));
+  if (st.elem == FpElem::kE2M1) {  // quad records (fp_isa.hpp): byte and nibble of (column, k % 4)
+    int nibble = 0;
+    uint8_t& b = st.packed.get()[fp4_quad_offset(st, n, k, &nibble)];
+    const uint32_t c = code & 0x0F;
+    b = nibble ? static_cast<uint8_t>((b & 0x0F) | (c << 4)) : static_cast<uint8_t>((b & 0xF0) | c);
     return;
   }
   uint8_t& nib = r[j / 2];
@@ -90,7 +99,11 @@ uint32_t get_code(const FpState& st, int64_t n, int64_t k) {
   const uint8_t* r = record(st, n, k);
   const int j = static_cast<int>(n % 16);
   if (st.elem == FpElem::kE4M3) return r[j];
-  if (st.elem == FpElem::kE2M1) return ((j < 8 ? r[j] : r[j - 8] >> 4) ^ kFpE2M1CodeXor) & 0x0Fu;
+  if (st.elem == FpElem::kE2M1) {
+    int nibble = 0;
+    const uint8_t b = st.packed.get()[fp4_quad_offset(st, n, k, &nibble)];
+    return (nibble ? b >> 4 : b) & 0x0Fu;
+  }
   uint32_t c = (j % 2) ? (r[j / 2] >> 4) : (r[j / 2] & 0x0F);
   c |= ((r[8 + j % 4] >> (2 * (j / 4))) & 3u) << 4;
   return c;
@@ -188,8 +201,8 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
   };
   const int64_t bytes = packed_bytes(*st);
   st->packed = aligned_bytes(bytes);
-  // Padding holds the code of +0 (stored E2M1 codes are flipped: 0xF is +0).
-  std::memset(st->packed.get(), st->elem == FpElem::kE2M1 ? 0xFF : 0, static_cast<size_t>(bytes));
+  // Padding holds the code of +0.
+  std::memset(st->packed.get(), 0, static_cast<size_t>(bytes));
   const bool e4m3 = st->elem == FpElem::kE4M3;
   std::vector<uint8_t> nan_col(static_cast<size_t>(c.n), 0);
   // One item per panel (its records share bytes); ~5 ns per code.
@@ -266,7 +279,7 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
   return Status::ok();
 }
 
-// Processed layout version 2 (1 had FP4 records in column pairs): meta I64 [n, k, n_pad, k_pad, wdtype,
+// Processed layout version 3 (1 had FP4 records in column pairs, 2 per k with flipped codes): meta I64 [n, k, n_pad, k_pad, wdtype,
 // group_scale, group, block_cols]; flags I64 [has col_nan, use_reference]; scalars F32 [in_scale, in_global]; packed U8 [panel bytes];
 // grp U8 [n_pad/16 * k_pad/group * 16] (MX, NVFP4); block_scale F32 [ceil(n/128) * block_cols] (128x128);
 // col_scale F32 [n_pad] (per-tensor / per-channel, NVFP4); col_nan F32 [n_pad] (when flagged).

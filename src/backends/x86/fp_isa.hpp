@@ -13,8 +13,9 @@
 //     E4M3:             16 bytes, byte j = code of column j
 //     FP6 (E2M3, E3M2): 12 bytes: 8 bytes of low nibbles (byte i: column 2i low, 2i+1 high nibble), then
 //                       4 bytes of the top two bits (byte b, bits 2q..2q+1 = column 4q + b)
-//     FP4 (E2M1):       8 bytes of nibbles (byte i: column i low, column i + 8 high nibble), each code
-//                       stored xor 0xF (kFpE2M1CodeXor: padding bytes 0xFF are +0; see Decoding)
+//     FP4 (E2M1):       8 bytes per k, in quad records: the 64 codes of k = 4q..4q+3 are one 32-byte
+//                       record at 32q, code (column j, k = 4q + kk) in byte 16 L + 8 W + 2 d + (kk % 2),
+//                       low nibble for kk < 2, high for kk >= 2, where j = 8 W + 4 L + d (see Decoding)
 //   panel p at byte p * k_pad * record_bytes, record k at k * record_bytes within it.
 //
 // Decoding, exact (every code value is an f32): a decoded code is its value times 2^-kFpDecodeExp[elem],
@@ -22,12 +23,16 @@
 //   E4M3, E3M2, E2M3: the code as an FP16 bit pattern (sign to bit 15, the other bits under it so that
 //       the code's exponent field is the low end of FP16's), widened by F16C: value * 2^-(15 - bias)
 //       (FP16's exponent bias is 15; subnormals map to subnormals).
-//   E2M1: each byte of the record widened to a 32-bit lane, its two nibbles looked up in a vpshufb table of
-//       2 * value + 12 (0..24; the lane's three zero bytes must look up 0, which is why stored codes are
-//       flipped so that index 0 is -6), to f32, then one FMA with the multiplier and -12 * multiplier.
-// s is the weight's per-group scale where it is folded (MX E8M0 per 1x32, NVFP4 E4M3 per 1x16): each
+//   E2M1: a quad record (one ymm) is split into its low and high nibbles; two vpshufb tables give the low
+//       and high byte of each code's BF16 value (every E2M1 value is a BF16; -0 maps to +0), vpunpck{l,h}bw
+//       pairs them into BF16 words, and a dword's two words become f32 by a shift (even word) and a mask
+//       (odd word): 8 vectors = 4 k x 16 columns in 19 integer operations and no multiply. The values are
+//       not scaled (kFpDecodeExp 0): the group scale multiplies each group's partial sum instead (below).
+// s is the weight's per-group scale (MX E8M0 per 1x32, NVFP4 E4M3 per 1x16). E4M3 / FP6 fold it: each
 // decoded weight is then exactly value * s, which process checks (the layer otherwise takes the
-// reference). Per-tensor / per-channel f32 scales are applied once in the epilogue, 128x128 f32 block
+// reference). E2M1 applies it in the accumulator: per row and column, a group's products are summed from
+// zero in k order (FMA) and the sum is added as C = fma(partial, s, C), in the same order at every M and
+// thread count. Per-tensor / per-channel f32 scales are applied once in the epilogue, 128x128 f32 block
 // scales (and 1x128 activation scales) on each 128-wide K block's f32 partial sum.
 #include <cstdint>
 
@@ -39,8 +44,7 @@ enum class FpElem : uint8_t { kE4M3, kE3M2, kE2M3, kE2M1 };
 
 // By FpElem: the power of two a decoded code lacks (above); MX multipliers 2^(e8m0 - 127 + this) must be
 // normal f32 (checked at process, fp_common.cpp).
-constexpr int kFpDecodeExp[4] = {8, 12, 14, -1};
-constexpr uint32_t kFpE2M1CodeXor = 0x0F;
+constexpr int kFpDecodeExp[4] = {8, 12, 14, 0};
 
 // How the per-group multiplier of a panel is made from its scale bytes grp[p][group][16].
 enum class FpGroupScale : uint8_t {
