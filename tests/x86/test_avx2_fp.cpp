@@ -278,6 +278,46 @@ bool uses_reference(const LinearKernel& k, const LinearLayer& layer) {
   return flags && flags->data<int64_t>()[1] != 0;
 }
 
+// E2M1 quad records (fp_isa.hpp): code (column j, k = 4q + kk) of panel p in byte 16 L + 8 W + 2 d + kk % 2
+// of the 32-byte record q (j = 8 W + 4 L + d), low nibble for kk < 2; padding codes +0. The exported
+// "packed" tensor holds exactly that, and a state exported under the previous layout version is refused.
+TEST(X86Avx2Fp, Fp4QuadRecordLayout) {
+  for (const char* scheme : {"w4a16-mxfp4", "w4a4-nvfp4"}) {
+    SCOPED_TRACE(scheme);
+    const LinearKernel& k = *find_kernel(scheme == std::string("w4a16-mxfp4") ? "x86_avx2_mxfp4" : "x86_avx2_nvfp4");
+    const int64_t n = 37, kdim = 96;
+    LinearLayer layer = x86_test::make_layer(*find_scheme(scheme), {1, n, kdim}, 17);
+    const Tensor w = layer.params.at("weight").contiguous();
+    LinearLayer fresh = layer;
+    ASSERT_TRUE(k.process_weights_after_loading(layer));
+    auto exported = k.export_processed(layer);
+    ASSERT_TRUE(exported) << exported.message();
+    EXPECT_EQ(exported->layout_version, 3u);
+    auto packed = exported->get("packed");
+    ASSERT_TRUE(packed) << packed.message();
+    const int64_t n_pad = 48, k_pad = 96;
+    ASSERT_EQ(packed->nbytes(), n_pad / 16 * k_pad * 8);
+    const uint8_t* pb = static_cast<const uint8_t*>(packed->raw());
+    int bad = 0;
+    for (int64_t col = 0; col < n_pad; ++col) {
+      for (int64_t kk = 0; kk < k_pad; ++kk) {
+        const uint32_t want = col < n ? unpack_code(DType::kF4E2M1, w.data<uint8_t>() + col * (kdim / 2), kk) : 0;
+        const int64_t j = col % 16, q = kk / 4, t = kk % 4;
+        const int64_t byte = 16 * ((j % 8) / 4) + 8 * (j / 8) + 2 * (j % 4) + t % 2;
+        const uint8_t b = pb[(col / 16) * k_pad * 8 + q * 32 + byte];
+        const uint32_t got = (t < 2 ? b : b >> 4) & 0x0F;
+        if (got != want && bad++ < 5) ADD_FAILURE() << "column " << col << " k " << kk << ": " << got << " vs " << want;
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    ProcessedWeights old = *exported;
+    old.layout_version = 2;
+    Status st = k.import_processed(fresh, old);
+    ASSERT_FALSE(st);
+    EXPECT_NE(st.message().find("layout version 2"), std::string::npos) << st.message();
+  }
+}
+
 // MX scales whose folded weights would leave f32's exact range: the layer runs the reference (FP64 sums).
 TEST(X86Avx2Fp, MxScalesOutOfFoldRangeTakeTheReference) {
   const LinearKernel& k = x86::kAvx2Mxfp4;
