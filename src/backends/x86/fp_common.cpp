@@ -65,47 +65,50 @@ const uint8_t* record(const FpState& st, int64_t n, int64_t k) {
   return st.packed.get() + (n / 16) * st.k_pad * rb + k * rb;
 }
 
-// E2M1 quad records (fp_isa.hpp): the offset of the byte holding (column n, k) and its nibble (0 low, 1 high).
-int64_t fp4_quad_offset(const FpState& st, int64_t n, int64_t k, int* nibble) {
+// Quad records (fp_isa.hpp), E2M1 and FP6: where the low nibble of (column n, k) is, and for FP6 its top
+// two bits.
+struct QuadSlot {
+  int64_t nibble_byte;  // offset in packed
+  int nibble_shift;     // 0 or 4
+  int64_t top_byte;     // FP6: offset in packed
+  int top_shift;        // FP6: 0, 2, 4 or 6
+};
+
+QuadSlot quad_slot(const FpState& st, int64_t n, int64_t k) {
   const int j = static_cast<int>(n % 16), kk = static_cast<int>(k % 4);
-  *nibble = kk / 2;
-  const int byte = 16 * ((j % 8) / 4) + 8 * (j / 8) + 2 * (j % 4) + kk % 2;
-  return (n / 16) * st.k_pad * 8 + (k / 4) * 32 + byte;
+  const int64_t rec = (n / 16) * st.k_pad * record_bytes(st.elem) + (k / 4) * 4 * record_bytes(st.elem);
+  QuadSlot s{};
+  s.nibble_shift = 4 * (kk / 2);
+  if (st.elem == FpElem::kE2M1) {
+    s.nibble_byte = rec + 16 * ((j % 8) / 4) + 8 * (j / 8) + 2 * (j % 4) + kk % 2;
+    return s;
+  }
+  const int i = 8 * (kk % 2) + j % 8;  // byte within a 128-bit lane
+  s.nibble_byte = rec + 16 * (j / 8) + i;
+  s.top_byte = rec + 32 + i;
+  s.top_shift = 2 * (2 * (kk / 2) + j / 8);
+  return s;
 }
 
 // Code panels (fp_isa.hpp): column j = n % 16 of record k.
 void set_code(FpState& st, int64_t n, int64_t k, uint32_t code) {
-  uint8_t* r = record(st, n, k);
-  const int j = static_cast<int>(n % 16);
   if (st.elem == FpElem::kE4M3) {
-    r[j] = static_cast<uint8_t>(code);
+    record(st, n, k)[n % 16] = static_cast<uint8_t>(code);
     return;
   }
-  if (st.elem == FpElem::kE2M1) {  // quad records (fp_isa.hpp): byte and nibble of (column, k % 4)
-    int nibble = 0;
-    uint8_t& b = st.packed.get()[fp4_quad_offset(st, n, k, &nibble)];
-    const uint32_t c = code & 0x0F;
-    b = nibble ? static_cast<uint8_t>((b & 0x0F) | (c << 4)) : static_cast<uint8_t>((b & 0xF0) | c);
-    return;
-  }
-  uint8_t& nib = r[j / 2];
-  nib = (j % 2) ? static_cast<uint8_t>((nib & 0x0F) | ((code & 0x0F) << 4)) : static_cast<uint8_t>((nib & 0xF0) | (code & 0x0F));
-  uint8_t& top = r[8 + j % 4];
-  const int sh = 2 * (j / 4);
-  top = static_cast<uint8_t>((top & ~(3 << sh)) | (((code >> 4) & 3) << sh));
+  const QuadSlot q = quad_slot(st, n, k);
+  uint8_t& b = st.packed.get()[q.nibble_byte];
+  b = static_cast<uint8_t>((b & ~(0x0F << q.nibble_shift)) | ((code & 0x0F) << q.nibble_shift));
+  if (st.elem == FpElem::kE2M1) return;
+  uint8_t& t = st.packed.get()[q.top_byte];
+  t = static_cast<uint8_t>((t & ~(3 << q.top_shift)) | (((code >> 4) & 3) << q.top_shift));
 }
 
 uint32_t get_code(const FpState& st, int64_t n, int64_t k) {
-  const uint8_t* r = record(st, n, k);
-  const int j = static_cast<int>(n % 16);
-  if (st.elem == FpElem::kE4M3) return r[j];
-  if (st.elem == FpElem::kE2M1) {
-    int nibble = 0;
-    const uint8_t b = st.packed.get()[fp4_quad_offset(st, n, k, &nibble)];
-    return (nibble ? b >> 4 : b) & 0x0Fu;
-  }
-  uint32_t c = (j % 2) ? (r[j / 2] >> 4) : (r[j / 2] & 0x0F);
-  c |= ((r[8 + j % 4] >> (2 * (j / 4))) & 3u) << 4;
+  if (st.elem == FpElem::kE4M3) return record(st, n, k)[n % 16];
+  const QuadSlot q = quad_slot(st, n, k);
+  uint32_t c = (st.packed.get()[q.nibble_byte] >> q.nibble_shift) & 0x0Fu;
+  if (st.elem != FpElem::kE2M1) c |= ((st.packed.get()[q.top_byte] >> q.top_shift) & 3u) << 4;
   return c;
 }
 
@@ -279,7 +282,7 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
   return Status::ok();
 }
 
-// Processed layout version 3 (1 had FP4 records in column pairs, 2 per k with flipped codes): meta I64 [n, k, n_pad, k_pad, wdtype,
+// Processed layout version 3 (1 had FP4 records in column pairs, 2 per k with flipped codes and FP6 per k): meta I64 [n, k, n_pad, k_pad, wdtype,
 // group_scale, group, block_cols]; flags I64 [has col_nan, use_reference]; scalars F32 [in_scale, in_global]; packed U8 [panel bytes];
 // grp U8 [n_pad/16 * k_pad/group * 16] (MX, NVFP4); block_scale F32 [ceil(n/128) * block_cols] (128x128);
 // col_scale F32 [n_pad] (per-tensor / per-channel, NVFP4); col_nan F32 [n_pad] (when flagged).

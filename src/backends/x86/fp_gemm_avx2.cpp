@@ -6,9 +6,10 @@
 // FMA per weight and row. The chunk's partial sums go into the thread's C tile [rows][16], scaled there
 // when the chunk is a 128x128 weight block. Small M therefore streams every weight once and decodes it
 // once; each output's arithmetic does not depend on how rows and panels are split, so results are the
-// same at any thread count. Items of at most 3 rows skip the tile and decode in registers (fused_chunk),
-// with the same operations in the same order; an item of 1 or 2 rows covers 4 or 2 panels, run side by
-// side for more independent FMA chains.
+// same at any thread count. Items of at most 3 rows skip the tile and decode in registers (fused_chunk,
+// quad_fused_chunk), with the same operations in the same order; an item of 1 or 2 rows covers 4 or 2
+// panels, run side by side for more independent FMA chains. FP4 and FP6 (quad records) keep each group's
+// partial sum in registers and add it to C times the group's scale (fp_isa.hpp).
 #include <immintrin.h>
 #include <cstring>
 
@@ -19,12 +20,12 @@ namespace qlinear::x86 {
 
 namespace {
 
-constexpr int kMr = 6;
+constexpr int kMr = kFpTileRows;
 
 // Local helpers instead of std::min / std::vector: their COMDAT copies compiled here would carry VEX code
 // (int8_isa.hpp NOTES).
 int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-constexpr int64_t kChunk = 256;  // K per decoded tile (128 with block scales)
+constexpr int64_t kChunk = kFpChunk;  // K per decoded tile (128 with block scales)
 
 // Everything that depends on the element format is a template on it, so that the inner loops hold no
 // branch on the format and every shift count and table is a constant (a runtime Decoder cost M = 1 about
@@ -45,36 +46,16 @@ float pow2(int e) {  // 2^e for e in [-149, 127]
   return f;
 }
 
-// 16 codes of one record as bytes: E4M3 codes; FP6 codes as s00mmmmm (sign to bit 7).
-template <FpElem E>
-__m128i load_codes(const uint8_t* rec) {
-  if constexpr (E == FpElem::kE4M3) {
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec));
-  } else {
-    const __m128i lo4 = _mm_set1_epi8(0x0F);
-    const __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec));
-    const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(b8, lo4), _mm_and_si128(_mm_srli_epi16(b8, 4), lo4));
-    int32_t top;
-    std::memcpy(&top, rec + 8, 4);
-    // Dword q (columns 4q..4q+3) shifted right by 2q puts byte b's bits 2q..2q+1 at bits 0..1 of byte b.
-    __m128i t = _mm_srlv_epi32(_mm_set1_epi32(top), _mm_setr_epi32(0, 2, 4, 6));
-    t = _mm_and_si128(t, _mm_set1_epi8(0x03));
-    // Code bit 4 to bit 4, bit 5 (the sign) to bit 7: the byte is then s00mmmmm, as decode wants it.
-    const __m128i place = _mm_setr_epi8(0x00, 0x10, static_cast<char>(0x80), static_cast<char>(0x90), 0, 0, 0, 0,
-                                        0, 0, 0, 0, 0, 0, 0, 0);
-    return _mm_or_si128(nib, _mm_shuffle_epi8(place, t));
-  }
-}
-
-// The multipliers of 16 columns for one group of records (E2M1 scales its groups' sums instead: fp4_*).
+// The multipliers of 16 columns for one group of E4M3 records (quad records scale their groups' sums instead).
 struct Mult {
   __m256 lo, hi;
 };
 
-// Two f32 vectors (columns 0-7, 8-15) of one record: value(code) * 2^-kDecodeExp * mult (exact, fp_isa.hpp).
+// Two f32 vectors (columns 0-7, 8-15) of one E4M3 record: value(code) * 2^-kDecodeExp * mult (exact, fp_isa.hpp).
 template <FpElem E>
 __attribute__((always_inline)) inline void decode(const uint8_t* rec, const Mult& m, __m256& out_lo, __m256& out_hi) {
-  const __m128i c = load_codes<E>(rec);
+  static_assert(E == FpElem::kE4M3, "FP6 and FP4 are quad records (QuadDecoder)");
+  const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec));
   // The code as an FP16 bit pattern: sign to bit 15, the magnitude bits under it so that the code's exponent
   // field is the low end of FP16's (sign-extended bytes shifted left; E4M3 and E2M3 then clear bit 14, where
   // the sign also lands). FP16 subnormals are the code's subnormals, so the value is exact times
@@ -106,7 +87,7 @@ Mult group_mult(const FpGemm& g, const uint8_t* codes) {
     m.lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(d0, off), 23));
     m.hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(d1, off), 23));
   } else {
-    // E4M3 group scales (float trick, 2^120); NVFP4 itself (E2M1) scales its groups in fp4_group_scale.
+    // E4M3 group scales (float trick, 2^120): NVFP4 is E2M1, whose groups quad_group_scale scales.
     const __m256i mag = _mm256_set1_epi32(0x7F), sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
     const __m256 k = _mm256_set1_ps(pow2(120 + kDecodeExp<E>));
     auto one = [&](__m256i d) {
@@ -197,8 +178,8 @@ void run_rows(int mr, const float* a, int64_t lda, const float* buf, int64_t len
 // side by side (their records interleaved): more independent chains, each column's sum still in the same
 // order. The same operations in the same order as decode_tile + ukernel: outputs are bit-identical to the
 // tiled path, so a row's result does not depend on M or on the thread count.
-constexpr int kFusedMaxRows = 3;
-constexpr int kMaxFusedPanels = 4;
+constexpr int kFusedMaxRows = kFpFusedMaxRows;
+constexpr int kMaxFusedPanels = kFpMaxFusedPanels;
 constexpr int fused_panels(int64_t rows) { return rows == 1 ? kMaxFusedPanels : rows == 2 ? 2 : 1; }
 
 // One step of fused_chunk: record k of every panel into the accumulators. Plain unrolled loops, no lambda:
@@ -268,178 +249,6 @@ void run_fused(const FpGemm& g, int64_t p0, int panels, int64_t k0, int64_t len,
   for (; j < panels; ++j) fused_chunk<E, ROWS, 1, kScaled>(g, p0 + j, k0, len, a, c + j * cp, cp, s + j * kMr);
 }
 
-// E2M1 (fp_isa.hpp): quad records decoded to the codes' values by byte tables, the group scale applied to
-// each group's partial sum. The partial sums live in registers; C (the sum of the scaled groups) in the
-// C tile, C = fma(partial, s, C) once per group. fused and tiled paths do the same operations in the same
-// order, so rows do not depend on M (as for the other formats).
-struct Fp4Decoder {
-  const __m256i lo4 = _mm256_set1_epi8(0x0F);
-  const __m256i hi16 = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-  // Low and high byte of the BF16 value of code i (bit 3 the sign; -0 gives +0), in both 128-bit lanes.
-  const __m256i t_lo = _mm256_setr_epi8(0, 0, -128, -64, 0, 64, -128, -64, 0, 0, -128, -64, 0, 64, -128, -64,
-                                        0, 0, -128, -64, 0, 64, -128, -64, 0, 0, -128, -64, 0, 64, -128, -64);
-  const __m256i t_hi = _mm256_setr_epi8(0, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40, 0, -65, -65, -65, -64, -64, -64, -64,
-                                        0, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40, 0, -65, -65, -65, -64, -64, -64, -64);
-
-  // The quad record's nibbles: v[0] codes of k = 4q, 4q + 1; v[1] of 4q + 2, 4q + 3.
-  __attribute__((always_inline)) void nibbles(const uint8_t* rec, __m256i (&v)[2]) const {
-    const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(rec));
-    v[0] = _mm256_and_si256(x, lo4);
-    v[1] = _mm256_and_si256(_mm256_srli_epi16(x, 4), lo4);
-  }
-  // One nibble vector to w[t][h]: k = 4q + 2 * half + t, columns 8h..8h+7.
-  __attribute__((always_inline)) void values(__m256i idx, __m256 (&w)[2][2]) const {
-    const __m256i lo = _mm256_shuffle_epi8(t_lo, idx), hi = _mm256_shuffle_epi8(t_hi, idx);
-    const __m256i a = _mm256_unpacklo_epi8(lo, hi), b = _mm256_unpackhi_epi8(lo, hi);
-    w[0][0] = _mm256_castsi256_ps(_mm256_slli_epi32(a, 16));
-    w[1][0] = _mm256_castsi256_ps(_mm256_and_si256(a, hi16));
-    w[0][1] = _mm256_castsi256_ps(_mm256_slli_epi32(b, 16));
-    w[1][1] = _mm256_castsi256_ps(_mm256_and_si256(b, hi16));
-  }
-};
-
-// The group scales of 16 columns as f32: MX 2^(e - 127) (normal: checked at process), NVFP4 the E4M3 value.
-__attribute__((always_inline)) inline void fp4_group_scale(const FpGemm& g, const uint8_t* codes, __m256& lo, __m256& hi) {
-  const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
-  const __m256i d0 = _mm256_cvtepu8_epi32(c), d1 = _mm256_cvtepu8_epi32(_mm_srli_si128(c, 8));
-  if (g.group_scale == FpGroupScale::kE8M0) {
-    lo = _mm256_castsi256_ps(_mm256_slli_epi32(d0, 23));
-    hi = _mm256_castsi256_ps(_mm256_slli_epi32(d1, 23));
-    return;
-  }
-  // E4M3 bits placed as an f32 with the exponent 120 too small (subnormal codes land on f32 subnormals), times 2^120.
-  const __m256i mag = _mm256_set1_epi32(0x7F), sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-  const __m256 k = _mm256_set1_ps(pow2(120));
-  auto one = [&](__m256i d) {
-    const __m256i b = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(d, mag), 20),
-                                      _mm256_and_si256(_mm256_slli_epi32(d, 24), sign));
-    return _mm256_mul_ps(_mm256_castsi256_ps(b), k);
-  };
-  lo = one(d0);
-  hi = one(d1);
-}
-
-// C tiles c[j][r][16] (+)= the scaled groups of records [k0, k0 + len) of panels p0.., MR rows a[r][k - k0],
-// decoded in registers (PANELS panels side by side for more independent FMA chains at M = 1).
-template <int MR, int PANELS>
-void fp4_fused_chunk(const FpGemm& g, int64_t p0, int64_t k0, int64_t len, const float* a, float* c, int64_t c_panel) {
-  const Fp4Decoder dec;
-  const uint8_t* rec[PANELS];
-#pragma GCC unroll 4
-  for (int j = 0; j < PANELS; ++j) rec[j] = g.packed + ((p0 + j) * g.k_pad + k0) * 8;
-  const int64_t groups = g.k_pad / g.group, lda = g.lda;
-  for (int64_t kb = 0; kb < len; kb += g.group) {
-    __m256 acc[PANELS][MR][2];
-#pragma GCC unroll 4
-    for (int j = 0; j < PANELS; ++j) {
-#pragma GCC unroll 4
-      for (int r = 0; r < MR; ++r) acc[j][r][0] = acc[j][r][1] = _mm256_setzero_ps();
-    }
-    for (int64_t q = kb; q < kb + g.group; q += 4) {
-#pragma GCC unroll 4
-      for (int j = 0; j < PANELS; ++j) {
-        __m256i v[2];
-        dec.nibbles(rec[j] + q * 8, v);
-#pragma GCC unroll 2
-        for (int half = 0; half < 2; ++half) {
-          __m256 w[2][2];
-          dec.values(v[half], w);
-#pragma GCC unroll 2
-          for (int t = 0; t < 2; ++t) {
-#pragma GCC unroll 4
-            for (int r = 0; r < MR; ++r) {
-              const __m256 av = _mm256_broadcast_ss(a + r * lda + q + 2 * half + t);
-              acc[j][r][0] = _mm256_fmadd_ps(av, w[t][0], acc[j][r][0]);
-              acc[j][r][1] = _mm256_fmadd_ps(av, w[t][1], acc[j][r][1]);
-            }
-          }
-        }
-      }
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < PANELS; ++j) {
-      __m256 s0, s1;
-      fp4_group_scale(g, g.grp + ((p0 + j) * groups + (k0 + kb) / g.group) * 16, s0, s1);
-#pragma GCC unroll 4
-      for (int r = 0; r < MR; ++r) {
-        float* cr = c + j * c_panel + r * 16;
-        _mm256_store_ps(cr, _mm256_fmadd_ps(acc[j][r][0], s0, _mm256_load_ps(cr)));
-        _mm256_store_ps(cr + 8, _mm256_fmadd_ps(acc[j][r][1], s1, _mm256_load_ps(cr + 8)));
-      }
-    }
-  }
-}
-
-template <int ROWS>
-void fp4_run_fused(const FpGemm& g, int64_t p0, int panels, int64_t k0, int64_t len, const float* a, float* c) {
-  constexpr int kPanels = fused_panels(ROWS);
-  constexpr int64_t cp = ROWS * 16;
-  int j = 0;
-  if constexpr (kPanels > 1) {
-    for (; j + kPanels <= panels; j += kPanels) fp4_fused_chunk<ROWS, kPanels>(g, p0 + j, k0, len, a, c + j * cp, cp);
-  }
-  for (; j < panels; ++j) fp4_fused_chunk<ROWS, 1>(g, p0 + j, k0, len, a, c + j * cp, cp);
-}
-
-// Records [k0, k0 + len) of panel p as values buf[len][16], their groups' scales sc[len / group][16].
-void fp4_decode_tile(const FpGemm& g, int64_t p, int64_t k0, int64_t len, float* buf, float* sc) {
-  const Fp4Decoder dec;
-  const uint8_t* rec = g.packed + (p * g.k_pad + k0) * 8;
-  for (int64_t q = 0; q < len; q += 4) {
-    __m256i v[2];
-    dec.nibbles(rec + q * 8, v);
-    for (int half = 0; half < 2; ++half) {
-      __m256 w[2][2];
-      dec.values(v[half], w);
-      for (int t = 0; t < 2; ++t) {
-        _mm256_store_ps(buf + (q + 2 * half + t) * 16, w[t][0]);
-        _mm256_store_ps(buf + (q + 2 * half + t) * 16 + 8, w[t][1]);
-      }
-    }
-  }
-  const int64_t groups = g.k_pad / g.group;
-  for (int64_t b = 0; b < len / g.group; ++b) {
-    __m256 lo, hi;
-    fp4_group_scale(g, g.grp + (p * groups + k0 / g.group + b) * 16, lo, hi);
-    _mm256_store_ps(sc + b * 16, lo);
-    _mm256_store_ps(sc + b * 16 + 8, hi);
-  }
-}
-
-// c[r][0..15] += the scaled groups of a[r] . buf, MR rows (the operations of fp4_fused_chunk).
-template <int MR>
-void fp4_ukernel(const float* a, int64_t lda, const float* buf, int64_t len, int64_t group, const float* sc, float* c) {
-  for (int64_t kb = 0; kb < len; kb += group) {
-    __m256 acc[MR][2];
-    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    for (int64_t k = kb; k < kb + group; ++k) {
-      const __m256 w0 = _mm256_load_ps(buf + k * 16), w1 = _mm256_load_ps(buf + k * 16 + 8);
-      for (int r = 0; r < MR; ++r) {
-        const __m256 av = _mm256_broadcast_ss(a + r * lda + k);
-        acc[r][0] = _mm256_fmadd_ps(av, w0, acc[r][0]);
-        acc[r][1] = _mm256_fmadd_ps(av, w1, acc[r][1]);
-      }
-    }
-    const __m256 s0 = _mm256_load_ps(sc + kb / group * 16), s1 = _mm256_load_ps(sc + kb / group * 16 + 8);
-    for (int r = 0; r < MR; ++r) {
-      _mm256_store_ps(c + r * 16, _mm256_fmadd_ps(acc[r][0], s0, _mm256_load_ps(c + r * 16)));
-      _mm256_store_ps(c + r * 16 + 8, _mm256_fmadd_ps(acc[r][1], s1, _mm256_load_ps(c + r * 16 + 8)));
-    }
-  }
-}
-
-void fp4_run_rows(int mr, const float* a, int64_t lda, const float* buf, int64_t len, int64_t group, const float* sc,
-                  float* c) {
-  switch (mr) {
-    case 6: fp4_ukernel<6>(a, lda, buf, len, group, sc, c); break;
-    case 5: fp4_ukernel<5>(a, lda, buf, len, group, sc, c); break;
-    case 4: fp4_ukernel<4>(a, lda, buf, len, group, sc, c); break;
-    case 3: fp4_ukernel<3>(a, lda, buf, len, group, sc, c); break;
-    case 2: fp4_ukernel<2>(a, lda, buf, len, group, sc, c); break;
-    default: fp4_ukernel<1>(a, lda, buf, len, group, sc, c); break;
-  }
-}
-
 // s[r] = the 128x128 weight block's scale for panel p and K block k0 / 128, times row m0 + r's 1x128
 // activation scale where there is one, for `rows` rows.
 void block_scales(const FpGemm& g, int64_t p, int64_t m0, int64_t rows, int64_t k0, float* s) {
@@ -460,18 +269,8 @@ void run_item(const FpGemm& g, int64_t p0, int panels, int64_t m_begin, int64_t 
   float s[kMaxFusedPanels * kMr];  // [panel][row] block scales
   for (int64_t k0 = 0; k0 < g.k_pad; k0 += chunk) {
     const int64_t len = min64(chunk, g.k_pad - k0);
-    if constexpr (E == FpElem::kE2M1) {
-      const float* a = g.act + m_begin * g.lda + k0;
-      if (rows == 1) fp4_run_fused<1>(g, p0, panels, k0, len, a, c);
-      else if (rows == 2) fp4_run_fused<2>(g, p0, panels, k0, len, a, c);
-      else if (rows == 3) fp4_run_fused<3>(g, p0, panels, k0, len, a, c);
-      if (rows <= kFusedMaxRows) continue;
-      alignas(32) float sc[kChunk];  // [group][16] scales
-      fp4_decode_tile(g, p0, k0, len, buf, sc);
-      for (int64_t m0 = m_begin; m0 < m_end; m0 += kMr) {
-        const int mr = static_cast<int>(min64(kMr, m_end - m0));
-        fp4_run_rows(mr, g.act + m0 * g.lda + k0, g.lda, buf, len, g.group, sc, c + (m0 - m_begin) * 16);
-      }
+    if constexpr (E != FpElem::kE4M3) {  // quad records (fp_quad_avx2.cpp)
+      fp_quad_chunk_avx2(g, p0, panels, m_begin, m_end, k0, len, buf, c);
     } else {
       if (rows <= kFusedMaxRows) {  // decoded in registers
         if (kScaled) {

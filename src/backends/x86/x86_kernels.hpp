@@ -142,7 +142,7 @@ class FpAvx2Kernel final : public LinearKernel {
   std::optional<QuantKey> input_quant_key(const LinearConfig& config) const override;
   Result<Tensor> row_major_weight(const LinearLayer& layer) const override;
   bool supports_pre_processed_weights() const override { return true; }
-  uint32_t processed_layout_version() const override { return 3; }  // 3: FP4 quad records (fp_isa.hpp)
+  uint32_t processed_layout_version() const override { return 3; }  // 3: FP4 / FP6 quad records (fp_isa.hpp)
   // One route for every M; explain says when the reference kernel runs a layer instead, and the dispatch
   // log names it for a layer whose scales are not exact in f32 (the exact path is a visible route).
   std::vector<MRoute> m_routes(const LinearConfig& config) const override;
