@@ -169,10 +169,14 @@ std::string_view FpAvx2Kernel::summary() const {
       return "FP8 E4M3 weights (per-tensor/channel/128x128) x f32/bf16/f16 activations, AVX2 FMA, f32 accumulation";
     case Family::kMxfp8: return "MXFP8 weights (E8M0 folded) x f32/bf16/f16 or MXFP8 activations, AVX2 FMA, f32 sums";
     case Family::kMxfp6:
-      return "MXFP6 E2M3/E3M2 weights (E8M0 folded) x f32/bf16/f16 or MX activations, AVX2 FMA, f32 sums";
+      return "MXFP6 E2M3/E3M2 weights (quad records, E8M0 on each group's f32 sum) x f32/bf16/f16 or MX activations, "
+             "AVX2 FMA";
     case Family::kMxfp4:
-      return "MXFP4 weights (vpshufb, E8M0 folded) x f32/bf16/f16, MX or static FP8 activations, AVX2 FMA";
-    default: return "NVFP4 weights (E4M3 block scales folded, global in the epilogue) x dense or NVFP4 activations, AVX2 FMA";
+      return "MXFP4 weights (vpshufb to BF16, E8M0 on each group's f32 sum) x f32/bf16/f16, MX or static FP8 "
+             "activations, AVX2 FMA";
+    default:
+      return "NVFP4 weights (vpshufb to BF16, E4M3 scales on each group's f32 sum, global in the epilogue) x dense or "
+             "NVFP4 activations, AVX2 FMA";
   }
 }
 
