@@ -278,6 +278,59 @@ bool uses_reference(const LinearKernel& k, const LinearLayer& layer) {
   return flags && flags->data<int64_t>()[1] != 0;
 }
 
+// Quad records (fp_isa.hpp), 4 k x 16 columns each. E2M1: code (column j, k = 4q + kk) of a panel in byte
+// 16 L + 8 W + 2 d + kk % 2 of the 32-byte record q (j = 8 W + 4 L + d), low nibble for kk < 2. FP6: its low
+// nibble in byte 16 (j / 8) + i, i = 8 (kk % 2) + j % 8, of the 48-byte record (low nibble for kk < 2), its
+// top two bits in byte 32 + i at bits 2 (2 (kk / 2) + j / 8). Padding codes +0. The exported "packed"
+// tensor holds exactly that, and a state exported under the previous layout version is refused.
+TEST(X86Avx2Fp, QuadRecordLayouts) {
+  const std::pair<const char*, const char*> cases[] = {{"w4a16-mxfp4", "x86_avx2_mxfp4"},
+                                                       {"w4a4-nvfp4", "x86_avx2_nvfp4"},
+                                                       {"w6a16-mxfp6-e2m3", "x86_avx2_mxfp6"},
+                                                       {"w6a16-mxfp6-e3m2", "x86_avx2_mxfp6"}};
+  for (const auto& [scheme, kernel] : cases) {
+    SCOPED_TRACE(scheme);
+    const LinearKernel& k = *find_kernel(kernel);
+    const int64_t n = 37, kdim = 96, n_pad = 48, k_pad = 96;
+    LinearLayer layer = x86_test::make_layer(*find_scheme(scheme), {1, n, kdim}, 17);
+    const Tensor w = layer.params.at("weight").contiguous();
+    const DType wd = layer.config.weight_key.dtype;
+    const bool fp4 = wd == DType::kF4E2M1;
+    const int64_t rec = fp4 ? 8 : 12, row_bytes = storage_bytes(wd, kdim);
+    LinearLayer fresh = layer;
+    ASSERT_TRUE(k.process_weights_after_loading(layer));
+    auto exported = k.export_processed(layer);
+    ASSERT_TRUE(exported) << exported.message();
+    EXPECT_EQ(exported->layout_version, 3u);
+    auto packed = exported->get("packed");
+    ASSERT_TRUE(packed) << packed.message();
+    ASSERT_EQ(packed->nbytes(), n_pad / 16 * k_pad * rec);
+    const uint8_t* pb = static_cast<const uint8_t*>(packed->raw());
+    int bad = 0;
+    for (int64_t col = 0; col < n_pad; ++col) {
+      for (int64_t kk = 0; kk < k_pad; ++kk) {
+        const uint32_t want = col < n ? unpack_code(wd, w.data<uint8_t>() + col * row_bytes, kk) : 0;
+        const int64_t j = col % 16, t = kk % 4;
+        const uint8_t* r = pb + (col / 16) * k_pad * rec + (kk / 4) * 4 * rec;
+        uint32_t got = 0;
+        if (fp4) {
+          got = (r[16 * ((j % 8) / 4) + 8 * (j / 8) + 2 * (j % 4) + t % 2] >> (4 * (t / 2))) & 0x0F;
+        } else {
+          const int64_t i = 8 * (t % 2) + j % 8;
+          got = ((r[16 * (j / 8) + i] >> (4 * (t / 2))) & 0x0F) | (((r[32 + i] >> (2 * (2 * (t / 2) + j / 8))) & 3) << 4);
+        }
+        if (got != want && bad++ < 5) ADD_FAILURE() << "column " << col << " k " << kk << ": " << got << " vs " << want;
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    ProcessedWeights old = *exported;
+    old.layout_version = 2;
+    Status st = k.import_processed(fresh, old);
+    ASSERT_FALSE(st);
+    EXPECT_NE(st.message().find("layout version 2"), std::string::npos) << st.message();
+  }
+}
+
 // MX scales whose folded weights would leave f32's exact range: the layer runs the reference (FP64 sums).
 TEST(X86Avx2Fp, MxScalesOutOfFoldRangeTakeTheReference) {
   const LinearKernel& k = x86::kAvx2Mxfp4;

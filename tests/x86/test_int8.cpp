@@ -63,6 +63,36 @@ TEST_P(Int8Kernels, DynamicAsymmetricAndPerTensorShardScales) {
   x86_test::expect_matches_reference(k, tensor_w, {3, 33, 64, DType::kBF16, DType::kF16, true, {}}, 33, kInt8Rel);
 }
 
+// Integer sums are exact, so a row's output cannot depend on the batch: the AVX2 kernel's tiled path (M >=
+// kInt8TiledMinM: 6- and 4-row tiles, widened weights) and its small-M path give the same bits, also for
+// codes at +-127 in both operands (where a saturating vpmaddubsw would lose the sum).
+TEST_P(Int8Kernels, RowsDoNotDependOnTheBatchAtExtremeCodes) {
+  const LinearKernel& k = *GetParam();
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  const int64_t m = 23, n = 40, kd = 264;
+  for (const char* s : kInt8Schemes) {
+    SCOPED_TRACE(s);
+    LinearLayer layer = x86_test::make_layer(*find_scheme(s), {m, n, kd}, 41);
+    Tensor& w = layer.params.at("weight");
+    for (int64_t i = 0; i < n * kd; i += 3) w.data<int8_t>()[i] = (i / 3) % 2 ? 127 : -127;  // extreme weights
+    ASSERT_TRUE(k.process_weights_after_loading(layer));
+    Tensor x = random_normal(DType::kF32, {m, kd}, 42, 1.0);
+    for (int64_t r = 0; r < m; r += 2) {  // every other row: +-amax throughout, codes +-127
+      for (int64_t i = 0; i < kd; ++i) x.data<float>()[r * kd + i] = (i % 2 ? 2.5f : -2.5f);
+    }
+    auto all = k.apply(layer, Activation::dense(x));
+    ASSERT_TRUE(all) << all.message();
+    const size_t row_bytes = static_cast<size_t>(all->nbytes() / m);
+    for (int64_t r0 = 0; r0 + 2 <= m; r0 += 5) {
+      auto some = k.apply(layer, Activation::dense(x.narrow(0, r0, 2).value().contiguous()));
+      ASSERT_TRUE(some) << some.message();
+      EXPECT_EQ(std::memcmp(some->raw(), static_cast<const char*>(all->raw()) + r0 * row_bytes, 2 * row_bytes), 0)
+          << "rows " << r0 << ".." << r0 + 1;
+    }
+    x86_test::expect_matches_reference(k, *find_scheme(s), {m, n, kd, DType::kF32, DType::kF32, true}, 43, kInt8Rel);
+  }
+}
+
 TEST_P(Int8Kernels, PreQuantizedActivationMatchesDense) {
   const LinearKernel& k = *GetParam();
   QL_SKIP_UNLESS_SUPPORTED(k);

@@ -1,6 +1,7 @@
-# Times torch's BF16 F.linear and the dynamic INT8 linear (engine onednn): median wall and process-CPU ms.
-# usage: torch_bench.py N K M[,M..] REPS THREADS
-import json, sys, time
+# Times torch's BF16 F.linear and the dynamic INT8 linear (engine onednn, or QL_TORCH_INT8_ENGINE=fbgemm):
+# median wall and process-CPU ms.
+# usage: [QL_TORCH_INT8_ENGINE=onednn|fbgemm] torch_bench.py N K M[,M..] REPS THREADS
+import json, os, sys, time
 import torch
 import torch.nn.functional as F
 n, k = int(sys.argv[1]), int(sys.argv[2])
@@ -10,7 +11,8 @@ torch.set_num_threads(threads)
 g = torch.Generator().manual_seed(1)
 w = torch.randn(n, k, generator=g) * 0.05
 wb = w.to(torch.bfloat16)
-torch.backends.quantized.engine = "onednn"
+engine = os.environ.get("QL_TORCH_INT8_ENGINE", "onednn")
+torch.backends.quantized.engine = engine
 scales = (w.abs().amax(dim=1) / 127.0).double()
 qw = torch.quantize_per_channel(w, scales, torch.zeros(n, dtype=torch.int64), 0, torch.qint8)
 mod = torch.ao.nn.quantized.dynamic.Linear(k, n, bias_=False, dtype=torch.qint8)
@@ -28,7 +30,7 @@ def timeit(fn):
 for m in ms:
     xb = torch.randn(m, k, generator=g).to(torch.bfloat16)
     xf = xb.float()
-    for name, fn in (("torch_bf16", lambda: F.linear(xb, wb)), ("torch_onednn_int8_dyn", lambda: mod(xf))):
+    for name, fn in (("torch_bf16", lambda: F.linear(xb, wb)), (f"torch_{engine}_int8_dyn", lambda: mod(xf))):
         wm, wmin, cm, cmin = timeit(fn)
         print(json.dumps({"tool": name, "n": n, "k": k, "m": m, "wall_med": round(wm, 4), "wall_min": round(wmin, 4),
                           "cpu_med": round(cm, 4), "cpu_min": round(cmin, 4)}), flush=True)

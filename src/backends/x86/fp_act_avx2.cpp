@@ -67,6 +67,55 @@ double grid_round(double t, const Grid& g) {
 
 double to_f32(double v) { return static_cast<double>(static_cast<float>(v)); }
 
+// grid_round(t, E2M1) on 4 doubles: |t| rounded (RNE) on E2M1's grid at its binade (spacing 0.5 below 2,
+// 1 below 4, 2 above), saturated at 6, the sign of t kept (also for zeros).
+__m256d e2m1_round4(__m256d t) {
+  const __m256d sign = _mm256_set1_pd(-0.0);
+  const __m256d a = _mm256_andnot_pd(sign, t);
+  const __m256d below2 = _mm256_cmp_pd(a, _mm256_set1_pd(2.0), _CMP_LT_OQ);
+  const __m256d below4 = _mm256_cmp_pd(a, _mm256_set1_pd(4.0), _CMP_LT_OQ);
+  // 1 / spacing: 2 below 2, 1 below 4, 0.5 above (powers of two: the products below are exact)
+  const __m256d inv = _mm256_blendv_pd(_mm256_blendv_pd(_mm256_set1_pd(0.5), _mm256_set1_pd(1.0), below4),
+                                       _mm256_set1_pd(2.0), below2);
+  const __m256d spacing = _mm256_div_pd(_mm256_set1_pd(1.0), inv);
+  __m256d r = _mm256_mul_pd(_mm256_round_pd(_mm256_mul_pd(a, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), spacing);
+  r = _mm256_min_pd(r, _mm256_set1_pd(6.0));
+  return _mm256_or_pd(r, _mm256_and_pd(t, sign));
+}
+
+// One NVFP4 block of 16 activations, as the reference (nvfp4_quant.cpp) and the scalar rule above:
+// sf = E4M3(amax / 6 * g), out = E2M1(x * g / sf) * sf in double (x * g is exact: 24-bit by 24-bit
+// mantissas; the quotient is one IEEE division, as in scalar code).
+void nvfp4_block(const void* row, FloatKind kind, int64_t b, double gs, float* out, bool* finite, bool* exact) {
+  const __m256 x0 = load8(row, kind, b), x1 = load8(row, kind, b + 8);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 ax = _mm256_max_ps(_mm256_and_ps(x0, abs_mask), _mm256_and_ps(x1, abs_mask));
+  const __m256 bad = _mm256_or_ps(_mm256_cmp_ps(x0, x0, _CMP_UNORD_Q), _mm256_cmp_ps(x1, x1, _CMP_UNORD_Q));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, ax);
+  float amax = 0;
+  for (float v : lanes) amax = v > amax ? v : amax;
+  if (_mm256_movemask_ps(bad) != 0 || !(amax <= 3.4028234663852886e38f)) *finite = false;
+  const double sf = grid_round(static_cast<double>(amax) / 6.0 * gs, grid_of(FpElem::kE4M3));
+  if (sf == 0) {
+    _mm256_storeu_ps(out, _mm256_setzero_ps());
+    _mm256_storeu_ps(out + 8, _mm256_setzero_ps());
+    return;
+  }
+  const __m256d g = _mm256_set1_pd(gs), s = _mm256_set1_pd(sf);
+  __m256d exact_all = _mm256_castsi256_pd(_mm256_set1_epi64x(-1));
+  const __m128 halves[4] = {_mm256_castps256_ps128(x0), _mm256_extractf128_ps(x0, 1), _mm256_castps256_ps128(x1),
+                            _mm256_extractf128_ps(x1, 1)};
+  for (int h = 0; h < 4; ++h) {
+    const __m256d t = _mm256_div_pd(_mm256_mul_pd(_mm256_cvtps_pd(halves[h]), g), s);
+    const __m256d v = _mm256_mul_pd(e2m1_round4(t), s);
+    const __m128 f = _mm256_cvtpd_ps(v);
+    _mm_storeu_ps(out + 4 * h, f);
+    exact_all = _mm256_and_pd(exact_all, _mm256_cmp_pd(_mm256_cvtps_pd(f), v, _CMP_EQ_OQ));
+  }
+  if (_mm256_movemask_pd(exact_all) != 0xF) *exact = false;
+}
+
 const void* row_ptr(const FpActQuant& q, int64_t r) {
   const size_t esize = q.x_kind == FloatKind::kF32 ? 4 : 2;
   return static_cast<const char*>(q.x) + static_cast<size_t>(r * q.ldx) * esize;
@@ -167,17 +216,7 @@ void prepare_row(const FpActQuant& q, int64_t r, double tensor_scale) {
     }
     case FpActMode::kNvfp4Dyn: {
       const double gs = q.global_scale;
-      const Grid e2m1 = grid_of(FpElem::kE2M1);
-      for (int64_t b = 0; b < q.k; b += 16) {
-        const double amax = amax_of(row, q.x_kind, b, b + 16, &finite);
-        const double sf = grid_round(amax / 6.0 * gs, e4m3);
-        for (int64_t i = b; i < b + 16; ++i) {
-          const double x = load1(row, q.x_kind, i);
-          const double v = sf == 0 ? 0.0 : grid_round(x * gs / sf, e2m1) * sf;
-          out[i] = static_cast<float>(v);
-          exact = exact && static_cast<double>(out[i]) == v;
-        }
-      }
+      for (int64_t b = 0; b < q.k; b += 16) nvfp4_block(row, q.x_kind, b, gs, out + b, &finite, &exact);
       q.row_scale[r] = static_cast<float>(1.0 / gs);
       break;
     }

@@ -65,34 +65,50 @@ const uint8_t* record(const FpState& st, int64_t n, int64_t k) {
   return st.packed.get() + (n / 16) * st.k_pad * rb + k * rb;
 }
 
+// Quad records (fp_isa.hpp), E2M1 and FP6: where the low nibble of (column n, k) is, and for FP6 its top
+// two bits.
+struct QuadSlot {
+  int64_t nibble_byte;  // offset in packed
+  int nibble_shift;     // 0 or 4
+  int64_t top_byte;     // FP6: offset in packed
+  int top_shift;        // FP6: 0, 2, 4 or 6
+};
+
+QuadSlot quad_slot(const FpState& st, int64_t n, int64_t k) {
+  const int j = static_cast<int>(n % 16), kk = static_cast<int>(k % 4);
+  const int64_t rec = (n / 16) * st.k_pad * record_bytes(st.elem) + (k / 4) * 4 * record_bytes(st.elem);
+  QuadSlot s{};
+  s.nibble_shift = 4 * (kk / 2);
+  if (st.elem == FpElem::kE2M1) {
+    s.nibble_byte = rec + 16 * ((j % 8) / 4) + 8 * (j / 8) + 2 * (j % 4) + kk % 2;
+    return s;
+  }
+  const int i = 8 * (kk % 2) + j % 8;  // byte within a 128-bit lane
+  s.nibble_byte = rec + 16 * (j / 8) + i;
+  s.top_byte = rec + 32 + i;
+  s.top_shift = 2 * (2 * (kk / 2) + j / 8);
+  return s;
+}
+
 // Code panels (fp_isa.hpp): column j = n % 16 of record k.
 void set_code(FpState& st, int64_t n, int64_t k, uint32_t code) {
-  uint8_t* r = record(st, n, k);
-  const int j = static_cast<int>(n % 16);
   if (st.elem == FpElem::kE4M3) {
-    r[j] = static_cast<uint8_t>(code);
+    record(st, n, k)[n % 16] = static_cast<uint8_t>(code);
     return;
   }
-  if (st.elem == FpElem::kE2M1) {  // byte j % 8: column j % 8 low nibble, j % 8 + 8 high; stored code ^ 0xF
-    const uint32_t stored = (code ^ kFpE2M1CodeXor) & 0x0F;
-    uint8_t& b = r[j % 8];
-    b = j < 8 ? static_cast<uint8_t>((b & 0xF0) | stored) : static_cast<uint8_t>((b & 0x0F) | (stored << 4));
-    return;
-  }
-  uint8_t& nib = r[j / 2];
-  nib = (j % 2) ? static_cast<uint8_t>((nib & 0x0F) | ((code & 0x0F) << 4)) : static_cast<uint8_t>((nib & 0xF0) | (code & 0x0F));
-  uint8_t& top = r[8 + j % 4];
-  const int sh = 2 * (j / 4);
-  top = static_cast<uint8_t>((top & ~(3 << sh)) | (((code >> 4) & 3) << sh));
+  const QuadSlot q = quad_slot(st, n, k);
+  uint8_t& b = st.packed.get()[q.nibble_byte];
+  b = static_cast<uint8_t>((b & ~(0x0F << q.nibble_shift)) | ((code & 0x0F) << q.nibble_shift));
+  if (st.elem == FpElem::kE2M1) return;
+  uint8_t& t = st.packed.get()[q.top_byte];
+  t = static_cast<uint8_t>((t & ~(3 << q.top_shift)) | (((code >> 4) & 3) << q.top_shift));
 }
 
 uint32_t get_code(const FpState& st, int64_t n, int64_t k) {
-  const uint8_t* r = record(st, n, k);
-  const int j = static_cast<int>(n % 16);
-  if (st.elem == FpElem::kE4M3) return r[j];
-  if (st.elem == FpElem::kE2M1) return ((j < 8 ? r[j] : r[j - 8] >> 4) ^ kFpE2M1CodeXor) & 0x0Fu;
-  uint32_t c = (j % 2) ? (r[j / 2] >> 4) : (r[j / 2] & 0x0F);
-  c |= ((r[8 + j % 4] >> (2 * (j / 4))) & 3u) << 4;
+  if (st.elem == FpElem::kE4M3) return record(st, n, k)[n % 16];
+  const QuadSlot q = quad_slot(st, n, k);
+  uint32_t c = (st.packed.get()[q.nibble_byte] >> q.nibble_shift) & 0x0Fu;
+  if (st.elem != FpElem::kE2M1) c |= ((st.packed.get()[q.top_byte] >> q.top_shift) & 3u) << 4;
   return c;
 }
 
@@ -153,10 +169,14 @@ std::string_view FpAvx2Kernel::summary() const {
       return "FP8 E4M3 weights (per-tensor/channel/128x128) x f32/bf16/f16 activations, AVX2 FMA, f32 accumulation";
     case Family::kMxfp8: return "MXFP8 weights (E8M0 folded) x f32/bf16/f16 or MXFP8 activations, AVX2 FMA, f32 sums";
     case Family::kMxfp6:
-      return "MXFP6 E2M3/E3M2 weights (E8M0 folded) x f32/bf16/f16 or MX activations, AVX2 FMA, f32 sums";
+      return "MXFP6 E2M3/E3M2 weights (quad records, E8M0 on each group's f32 sum) x f32/bf16/f16 or MX activations, "
+             "AVX2 FMA";
     case Family::kMxfp4:
-      return "MXFP4 weights (vpshufb, E8M0 folded) x f32/bf16/f16, MX or static FP8 activations, AVX2 FMA";
-    default: return "NVFP4 weights (E4M3 block scales folded, global in the epilogue) x dense or NVFP4 activations, AVX2 FMA";
+      return "MXFP4 weights (vpshufb to BF16, E8M0 on each group's f32 sum) x f32/bf16/f16, MX or static FP8 "
+             "activations, AVX2 FMA";
+    default:
+      return "NVFP4 weights (vpshufb to BF16, E4M3 scales on each group's f32 sum, global in the epilogue) x dense or "
+             "NVFP4 activations, AVX2 FMA";
   }
 }
 
@@ -188,8 +208,8 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
   };
   const int64_t bytes = packed_bytes(*st);
   st->packed = aligned_bytes(bytes);
-  // Padding holds the code of +0 (stored E2M1 codes are flipped: 0xF is +0).
-  std::memset(st->packed.get(), st->elem == FpElem::kE2M1 ? 0xFF : 0, static_cast<size_t>(bytes));
+  // Padding holds the code of +0.
+  std::memset(st->packed.get(), 0, static_cast<size_t>(bytes));
   const bool e4m3 = st->elem == FpElem::kE4M3;
   std::vector<uint8_t> nan_col(static_cast<size_t>(c.n), 0);
   // One item per panel (its records share bytes); ~5 ns per code.
@@ -266,7 +286,7 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
   return Status::ok();
 }
 
-// Processed layout version 2 (1 had FP4 records in column pairs): meta I64 [n, k, n_pad, k_pad, wdtype,
+// Processed layout version 3 (1 had FP4 records in column pairs, 2 per k with flipped codes and FP6 per k): meta I64 [n, k, n_pad, k_pad, wdtype,
 // group_scale, group, block_cols]; flags I64 [has col_nan, use_reference]; scalars F32 [in_scale, in_global]; packed U8 [panel bytes];
 // grp U8 [n_pad/16 * k_pad/group * 16] (MX, NVFP4); block_scale F32 [ceil(n/128) * block_cols] (128x128);
 // col_scale F32 [n_pad] (per-tensor / per-channel, NVFP4); col_nan F32 [n_pad] (when flagged).

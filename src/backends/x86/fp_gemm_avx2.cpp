@@ -6,9 +6,10 @@
 // FMA per weight and row. The chunk's partial sums go into the thread's C tile [rows][16], scaled there
 // when the chunk is a 128x128 weight block. Small M therefore streams every weight once and decodes it
 // once; each output's arithmetic does not depend on how rows and panels are split, so results are the
-// same at any thread count. Items of at most 3 rows skip the tile and decode in registers (fused_chunk),
-// with the same operations in the same order; an item of 1 or 2 rows covers 4 or 2 panels, run side by
-// side for more independent FMA chains.
+// same at any thread count. Items of at most 3 rows skip the tile and decode in registers (fused_chunk,
+// quad_fused_chunk), with the same operations in the same order; an item of 1 or 2 rows covers 4 or 2
+// panels, run side by side for more independent FMA chains. FP4 and FP6 (quad records) keep each group's
+// partial sum in registers and add it to C times the group's scale (fp_isa.hpp).
 #include <immintrin.h>
 #include <cstring>
 
@@ -19,12 +20,12 @@ namespace qlinear::x86 {
 
 namespace {
 
-constexpr int kMr = 6;
+constexpr int kMr = kFpTileRows;
 
 // Local helpers instead of std::min / std::vector: their COMDAT copies compiled here would carry VEX code
 // (int8_isa.hpp NOTES).
 int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-constexpr int64_t kChunk = 256;  // K per decoded tile (128 with block scales)
+constexpr int64_t kChunk = kFpChunk;  // K per decoded tile (128 with block scales)
 
 // Everything that depends on the element format is a template on it, so that the inner loops hold no
 // branch on the format and every shift count and table is a constant (a runtime Decoder cost M = 1 about
@@ -45,49 +46,16 @@ float pow2(int e) {  // 2^e for e in [-149, 127]
   return f;
 }
 
-// 16 codes of one record as bytes: E4M3 codes; FP6 codes as s00mmmmm (sign to bit 7). FP4 records are
-// read by decode itself.
-template <FpElem E>
-__m128i load_codes(const uint8_t* rec) {
-  if constexpr (E == FpElem::kE4M3) {
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec));
-  } else {
-    const __m128i lo4 = _mm_set1_epi8(0x0F);
-    const __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec));
-    const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(b8, lo4), _mm_and_si128(_mm_srli_epi16(b8, 4), lo4));
-    int32_t top;
-    std::memcpy(&top, rec + 8, 4);
-    // Dword q (columns 4q..4q+3) shifted right by 2q puts byte b's bits 2q..2q+1 at bits 0..1 of byte b.
-    __m128i t = _mm_srlv_epi32(_mm_set1_epi32(top), _mm_setr_epi32(0, 2, 4, 6));
-    t = _mm_and_si128(t, _mm_set1_epi8(0x03));
-    // Code bit 4 to bit 4, bit 5 (the sign) to bit 7: the byte is then s00mmmmm, as decode wants it.
-    const __m128i place = _mm_setr_epi8(0x00, 0x10, static_cast<char>(0x80), static_cast<char>(0x90), 0, 0, 0, 0,
-                                        0, 0, 0, 0, 0, 0, 0, 0);
-    return _mm_or_si128(nib, _mm_shuffle_epi8(place, t));
-  }
-}
-
-// The multipliers of 16 columns for one group of records (E2M1 also adds a constant, fp_isa.hpp).
+// The multipliers of 16 columns for one group of E4M3 records (quad records scale their groups' sums instead).
 struct Mult {
   __m256 lo, hi;
-  __m256 add_lo, add_hi;  // E2M1: -12 * lo, -12 * hi
 };
 
-// Two f32 vectors (columns 0-7, 8-15) of one record: value(code) * 2^-kDecodeExp * mult (exact, fp_isa.hpp).
+// Two f32 vectors (columns 0-7, 8-15) of one E4M3 record: value(code) * 2^-kDecodeExp * mult (exact, fp_isa.hpp).
 template <FpElem E>
 __attribute__((always_inline)) inline void decode(const uint8_t* rec, const Mult& m, __m256& out_lo, __m256& out_hi) {
-  if constexpr (E == FpElem::kE2M1) {
-    // Table entry s: 2 * value(s ^ 0xF) + 12, in both 128-bit lanes; index 0 (-6) gives 0.
-    const __m256i table = _mm256_setr_epi8(0, 4, 6, 8, 9, 10, 11, 12, 24, 20, 18, 16, 15, 14, 13, 12,
-                                           0, 4, 6, 8, 9, 10, 11, 12, 24, 20, 18, 16, 15, 14, 13, 12);
-    const __m256i d = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec)));
-    const __m256i a = _mm256_shuffle_epi8(table, _mm256_and_si256(d, _mm256_set1_epi32(0x0F)));
-    const __m256i b = _mm256_shuffle_epi8(table, _mm256_srli_epi32(d, 4));
-    out_lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), m.lo, m.add_lo);
-    out_hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(b), m.hi, m.add_hi);
-    return;
-  }
-  const __m128i c = load_codes<E>(rec);
+  static_assert(E == FpElem::kE4M3, "FP6 and FP4 are quad records (QuadDecoder)");
+  const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec));
   // The code as an FP16 bit pattern: sign to bit 15, the magnitude bits under it so that the code's exponent
   // field is the low end of FP16's (sign-extended bytes shifted left; E4M3 and E2M3 then clear bit 14, where
   // the sign also lands). FP16 subnormals are the code's subnormals, so the value is exact times
@@ -105,8 +73,7 @@ __attribute__((always_inline)) inline void decode(const uint8_t* rec, const Mult
 template <FpElem E>
 Mult constant_mult() {
   const __m256 v = _mm256_set1_ps(pow2(kDecodeExp<E>));
-  const __m256 add = _mm256_mul_ps(v, _mm256_set1_ps(-12.0f));
-  return {v, v, add, add};
+  return {v, v};
 }
 
 // Multipliers of 16 columns from their scale codes: 2^kDecodeExp times the group scale.
@@ -120,7 +87,7 @@ Mult group_mult(const FpGemm& g, const uint8_t* codes) {
     m.lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(d0, off), 23));
     m.hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(d1, off), 23));
   } else {
-    // NVFP4: E4M3 scale (float trick, 2^120) times the E2M1 decode's 2^-1.
+    // E4M3 group scales (float trick, 2^120): NVFP4 is E2M1, whose groups quad_group_scale scales.
     const __m256i mag = _mm256_set1_epi32(0x7F), sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
     const __m256 k = _mm256_set1_ps(pow2(120 + kDecodeExp<E>));
     auto one = [&](__m256i d) {
@@ -130,11 +97,6 @@ Mult group_mult(const FpGemm& g, const uint8_t* codes) {
     };
     m.lo = one(d0);
     m.hi = one(d1);
-  }
-  if constexpr (E == FpElem::kE2M1) {
-    const __m256 neg12 = _mm256_set1_ps(-12.0f);
-    m.add_lo = _mm256_mul_ps(m.lo, neg12);
-    m.add_hi = _mm256_mul_ps(m.hi, neg12);
   }
   return m;
 }
@@ -216,8 +178,8 @@ void run_rows(int mr, const float* a, int64_t lda, const float* buf, int64_t len
 // side by side (their records interleaved): more independent chains, each column's sum still in the same
 // order. The same operations in the same order as decode_tile + ukernel: outputs are bit-identical to the
 // tiled path, so a row's result does not depend on M or on the thread count.
-constexpr int kFusedMaxRows = 3;
-constexpr int kMaxFusedPanels = 4;
+constexpr int kFusedMaxRows = kFpFusedMaxRows;
+constexpr int kMaxFusedPanels = kFpMaxFusedPanels;
 constexpr int fused_panels(int64_t rows) { return rows == 1 ? kMaxFusedPanels : rows == 2 ? 2 : 1; }
 
 // One step of fused_chunk: record k of every panel into the accumulators. Plain unrolled loops, no lambda:
@@ -307,21 +269,25 @@ void run_item(const FpGemm& g, int64_t p0, int panels, int64_t m_begin, int64_t 
   float s[kMaxFusedPanels * kMr];  // [panel][row] block scales
   for (int64_t k0 = 0; k0 < g.k_pad; k0 += chunk) {
     const int64_t len = min64(chunk, g.k_pad - k0);
-    if (rows <= kFusedMaxRows) {  // decoded in registers
-      if (kScaled) {
-        for (int j = 0; j < panels; ++j) block_scales(g, p0 + j, m_begin, rows, k0, s + j * kMr);
+    if constexpr (E != FpElem::kE4M3) {  // quad records (fp_quad_avx2.cpp)
+      fp_quad_chunk_avx2(g, p0, panels, m_begin, m_end, k0, len, buf, c);
+    } else {
+      if (rows <= kFusedMaxRows) {  // decoded in registers
+        if (kScaled) {
+          for (int j = 0; j < panels; ++j) block_scales(g, p0 + j, m_begin, rows, k0, s + j * kMr);
+        }
+        const float* a = g.act + m_begin * g.lda + k0;
+        if (rows == 1) run_fused<E, 1, kScaled>(g, p0, panels, k0, len, a, c, s);
+        else if (rows == 2) run_fused<E, 2, kScaled>(g, p0, panels, k0, len, a, c, s);
+        else run_fused<E, 3, kScaled>(g, p0, panels, k0, len, a, c, s);
+        continue;
       }
-      const float* a = g.act + m_begin * g.lda + k0;
-      if (rows == 1) run_fused<E, 1, kScaled>(g, p0, panels, k0, len, a, c, s);
-      else if (rows == 2) run_fused<E, 2, kScaled>(g, p0, panels, k0, len, a, c, s);
-      else run_fused<E, 3, kScaled>(g, p0, panels, k0, len, a, c, s);
-      continue;
-    }
-    decode_tile<E>(g, p0, k0, len, buf);
-    for (int64_t m0 = m_begin; m0 < m_end; m0 += kMr) {
-      const int mr = static_cast<int>(min64(kMr, m_end - m0));
-      if (kScaled) block_scales(g, p0, m0, mr, k0, s);
-      run_rows<kScaled>(mr, g.act + m0 * g.lda + k0, g.lda, buf, len, c + (m0 - m_begin) * 16, s);
+      decode_tile<E>(g, p0, k0, len, buf);
+      for (int64_t m0 = m_begin; m0 < m_end; m0 += kMr) {
+        const int mr = static_cast<int>(min64(kMr, m_end - m0));
+        if (kScaled) block_scales(g, p0, m0, mr, k0, s);
+        run_rows<kScaled>(mr, g.act + m0 * g.lda + k0, g.lda, buf, len, c + (m0 - m_begin) * 16, s);
+      }
     }
   }
   for (int j = 0; j < panels; ++j) epilogue(g, c + j * rows * 16, m_begin, rows, (p0 + j) * 16);

@@ -11,23 +11,32 @@
 //   N padded to 16, K padded to 32, padding codes 0. Panel p holds output columns 16p..16p+15; along K,
 //   one record of the 16 columns' codes per k:
 //     E4M3:             16 bytes, byte j = code of column j
-//     FP6 (E2M3, E3M2): 12 bytes: 8 bytes of low nibbles (byte i: column 2i low, 2i+1 high nibble), then
-//                       4 bytes of the top two bits (byte b, bits 2q..2q+1 = column 4q + b)
-//     FP4 (E2M1):       8 bytes of nibbles (byte i: column i low, column i + 8 high nibble), each code
-//                       stored xor 0xF (kFpE2M1CodeXor: padding bytes 0xFF are +0; see Decoding)
+//     FP4 (E2M1):       8 bytes per k, in quad records: the 64 codes of k = 4q..4q+3 are one 32-byte
+//                       record at 32q, code (column j, k = 4q + kk) in byte 16 L + 8 W + 2 d + (kk % 2),
+//                       low nibble for kk < 2, high for kk >= 2, where j = 8 W + 4 L + d (see Decoding)
+//     FP6 (E2M3, E3M2): 12 bytes per k, in quad records of 48 bytes at 48q: the low nibble of code (j, kk)
+//                       in byte 16 (j / 8) + i, i = 8 (kk % 2) + j % 8, low nibble for kk < 2, high for
+//                       kk >= 2; its top two bits in byte 32 + i at bits 2 (2 (kk / 2) + j / 8)
 //   panel p at byte p * k_pad * record_bytes, record k at k * record_bytes within it.
 //
 // Decoding, exact (every code value is an f32): a decoded code is its value times 2^-kFpDecodeExp[elem],
 // times a multiplier 2^kFpDecodeExp[elem] * s:
 //   E4M3, E3M2, E2M3: the code as an FP16 bit pattern (sign to bit 15, the other bits under it so that
 //       the code's exponent field is the low end of FP16's), widened by F16C: value * 2^-(15 - bias)
-//       (FP16's exponent bias is 15; subnormals map to subnormals).
-//   E2M1: each byte of the record widened to a 32-bit lane, its two nibbles looked up in a vpshufb table of
-//       2 * value + 12 (0..24; the lane's three zero bytes must look up 0, which is why stored codes are
-//       flipped so that index 0 is -6), to f32, then one FMA with the multiplier and -12 * multiplier.
-// s is the weight's per-group scale where it is folded (MX E8M0 per 1x32, NVFP4 E4M3 per 1x16): each
+//       (FP16's exponent bias is 15; subnormals map to subnormals). FP6 quad records give their codes as
+//       two ymm of bytes (low nibbles split as for E2M1, the top bits of all 64 codes one broadcast xmm
+//       shifted per 128-bit lane and placed by vpshufb), each 16-byte half 2 k x 8 columns.
+//   E2M1: a quad record (one ymm) is split into its low and high nibbles; two vpshufb tables give the low
+//       and high byte of each code's BF16 value (every E2M1 value is a BF16; -0 maps to +0), vpunpck{l,h}bw
+//       pairs them into BF16 words, and a dword's two words become f32 by a shift (even word) and a mask
+//       (odd word): 8 vectors = 4 k x 16 columns in 19 integer operations and no multiply. The values are
+//       not scaled (kFpDecodeExp 0): the group scale multiplies each group's partial sum instead (below).
+// s is the weight's per-group scale (MX E8M0 per 1x32, NVFP4 E4M3 per 1x16). MXFP8 folds it: each
 // decoded weight is then exactly value * s, which process checks (the layer otherwise takes the
-// reference). Per-tensor / per-channel f32 scales are applied once in the epilogue, 128x128 f32 block
+// reference). E2M1 and FP6 (quad records) apply 2^kFpDecodeExp * s in the accumulator instead (process's
+// range check is the same): per row and column, a group's products are summed from
+// zero in k order (FMA) and the sum is added as C = fma(partial, s, C), in the same order at every M and
+// thread count. Per-tensor / per-channel f32 scales are applied once in the epilogue, 128x128 f32 block
 // scales (and 1x128 activation scales) on each 128-wide K block's f32 partial sum.
 #include <cstdint>
 
@@ -39,8 +48,7 @@ enum class FpElem : uint8_t { kE4M3, kE3M2, kE2M3, kE2M1 };
 
 // By FpElem: the power of two a decoded code lacks (above); MX multipliers 2^(e8m0 - 127 + this) must be
 // normal f32 (checked at process, fp_common.cpp).
-constexpr int kFpDecodeExp[4] = {8, 12, 14, -1};
-constexpr uint32_t kFpE2M1CodeXor = 0x0F;
+constexpr int kFpDecodeExp[4] = {8, 12, 14, 0};
 
 // How the per-group multiplier of a panel is made from its scale bytes grp[p][group][16].
 enum class FpGroupScale : uint8_t {
@@ -75,6 +83,17 @@ struct FpGemm {
 };
 
 void fp_gemm_avx2(const FpGemm& g);
+
+// Blocking shared by fp_gemm_avx2.cpp and fp_quad_avx2.cpp: rows of a register tile, K per decoded chunk,
+// the most rows decoded in registers (no tile), panels side by side at M = 1.
+constexpr int kFpTileRows = 6;
+constexpr int64_t kFpChunk = 256;
+constexpr int kFpFusedMaxRows = 3;
+constexpr int kFpMaxFusedPanels = 4;
+// One K chunk [k0, k0 + len) of a work item on quad records (E2M1, FP6): rows [m_begin, m_end) of panels
+// [p0, p0 + panels) into C tiles c[panel][rows][16]; buf: kFpChunk * 16 floats of scratch.
+void fp_quad_chunk_avx2(const FpGemm& g, int64_t p0, int panels, int64_t m_begin, int64_t m_end, int64_t k0,
+                        int64_t len, float* buf, float* c);
 
 // Activation preparation: dense rows to f32, or quantized bit-identically to the reference quantizer
 // (src/quant) and handed on as the exact f32 values of the codes (times the group scale where that is

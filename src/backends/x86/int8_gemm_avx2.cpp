@@ -68,6 +68,7 @@ void run_range(const Int8Gemm& g, int64_t m_begin, int64_t m_end, int64_t p_begi
 }  // namespace
 
 void int8_gemm_avx2(const Int8Gemm& g) {
+  if (g.m >= kInt8TiledMinM) return int8_gemm_avx2_tiled(g);
   const int64_t panels = g.n_pad / 16;
   const int nt = g.threads;
   if (panels >= 2 * nt || g.m < 2 * kMaxMr * nt) {  // an item per panel: each streams its weights once

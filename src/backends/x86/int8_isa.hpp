@@ -80,7 +80,10 @@ struct Int8Gemm {
 };
 // AVX-512 F/BW/VL + VNNI (vpdpbusd); activations with offset128.
 void int8_gemm_avx512vnni(const Int8Gemm& g);
-// AVX2 (vpmovsxbw + vpmaddwd, exact int32); activations without offset.
+// AVX2 (vpmovsxbw + vpmaddwd, exact int32); activations without offset. From kInt8TiledMinM rows it runs
+// int8_gemm_avx2_tiled (int8_tiled_avx2.cpp: weights widened once per K chunk, a 6 x 16 register tile).
 void int8_gemm_avx2(const Int8Gemm& g);
+void int8_gemm_avx2_tiled(const Int8Gemm& g);
+constexpr int64_t kInt8TiledMinM = 7;  // measured: fewer rows amortize the widening worse
 
 }  // namespace qlinear::x86

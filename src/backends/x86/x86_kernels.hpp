@@ -7,7 +7,7 @@
 //   registry name                 family            ISA                                   file of its SIMD code
 //   x86_amx_int8                  int8_scaled_mm    AMX-INT8 (M >= 8) + the AVX-512 VNNI kernel  amx_int8_gemm.cpp
 //   x86_avx512vnni_int8           int8_scaled_mm    AVX-512 F/BW/VL + VNNI (+AVX2 quantizer)  int8_gemm_avx512.cpp
-//   x86_avx2_int8                 int8_scaled_mm    AVX2 + FMA + F16C                      int8_gemm_avx2.cpp
+//   x86_avx2_int8                 int8_scaled_mm    AVX2 + FMA + F16C                      int8_gemm_avx2.cpp, int8_tiled_avx2.cpp
 //   x86_amx_bf16_fp8_w8a16        fp8_weight_only   AMX-BF16 (M >= 2) + the AVX-512 BF16 kernel  amx_w8a16_gemm.cpp
 //   x86_amx_bf16_mxfp8_w8a16      mxfp8 (A16)       AMX-BF16 (M >= 2) + the AVX-512 BF16 kernel  amx_w8a16_gemm.cpp
 //   x86_amx_bf16_mxfp4_w4a16      mxfp4 (A16)       AMX-BF16 (M >= 2) + the AVX-512 BF16 kernel  amx_w8a16_gemm.cpp
@@ -20,9 +20,9 @@
 //   x86_avx2_fp8_block_scaled     fp8_block_scaled  AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
 //   x86_avx2_fp8_weight_only      fp8_weight_only   AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
 //   x86_avx2_mxfp8                mxfp8 (A16, A8)   AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
-//   x86_avx2_mxfp6                mxfp6 (A16, A*)   AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
-//   x86_avx2_mxfp4                mxfp4 (A16, A*)   AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
-//   x86_avx2_nvfp4                nvfp4 (A16, A4)   AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
+//   x86_avx2_mxfp6                mxfp6 (A16, A*)   AVX2 + FMA + F16C                      fp_gemm_avx2.cpp, fp_quad_avx2.cpp
+//   x86_avx2_mxfp4                mxfp4 (A16, A*)   AVX2 + FMA + F16C                      fp_gemm_avx2.cpp, fp_quad_avx2.cpp
+//   x86_avx2_nvfp4                nvfp4 (A16, A4)   AVX2 + FMA + F16C                      fp_gemm_avx2.cpp, fp_quad_avx2.cpp
 //
 // Per-layer state lives in layer.kernel_state (the kernels are stateless and shared); process replaces
 // the checkpoint's "weight" tensor by the packed copy (no second full copy stays), and row_major_weight
@@ -124,8 +124,9 @@ extern const W8A16Kernel kAmxBf16Mxfp8W8A16;     // "x86_amx_bf16_mxfp8_w8a16"
 extern const W8A16Kernel kAmxBf16Mxfp4W4A16;     // "x86_amx_bf16_mxfp4_w4a16"
 
 // Every FP8 / MX / NVFP4 family on AVX2 + FMA (fp_isa.hpp): weight codes decoded to f32 in registers
-// (group scales folded where exact), f32 activations (dense input converted exactly, or quantized inside
-// apply bit-identically to the reference quantizer and decoded), FMA with f32 accumulation. Per-tensor /
+// (MXFP8 group scales folded where exact; FP4 / FP6 group scales on each group's f32 sum), f32 activations
+// (dense input converted exactly, or quantized inside apply bit-identically to the reference quantizer and
+// decoded), FMA with f32 accumulation. Per-tensor /
 // per-channel scales in the epilogue, 128x128 blocks on each K block's partial sum. Layers whose folded
 // MX scales would leave f32's exact range (or activations whose would) run the reference instead.
 class FpAvx2Kernel final : public LinearKernel {
@@ -142,7 +143,7 @@ class FpAvx2Kernel final : public LinearKernel {
   std::optional<QuantKey> input_quant_key(const LinearConfig& config) const override;
   Result<Tensor> row_major_weight(const LinearLayer& layer) const override;
   bool supports_pre_processed_weights() const override { return true; }
-  uint32_t processed_layout_version() const override { return 2; }  // 2: FP4 records (fp_isa.hpp)
+  uint32_t processed_layout_version() const override { return 3; }  // 3: FP4 / FP6 quad records (fp_isa.hpp)
   // One route for every M; explain says when the reference kernel runs a layer instead, and the dispatch
   // log names it for a layer whose scales are not exact in f32 (the exact path is a visible route).
   std::vector<MRoute> m_routes(const LinearConfig& config) const override;
