@@ -118,6 +118,13 @@ float max_of(const Tensor& t) {
   return *std::max_element(c.data<float>(), c.data<float>() + c.numel());
 }
 
+// Smallest M the AMX variant of a family runs on tiles; below it the AVX2 code on the same panels (amx_isa.hpp).
+int64_t amx_min_m(Family f) {
+  switch (f) {
+    default: return kAmxBf16MinM;
+  }
+}
+
 // Smallest and largest nonzero magnitude of an element format.
 double min_nonzero(DType d) { return traits(d).min_subnormal; }
 
@@ -132,15 +139,29 @@ const FpAvx2Kernel kAvx2Mxfp4("x86_avx2_mxfp4", Family::kMxfp4);
 const FpAvx2Kernel kAvx2Nvfp4("x86_avx2_nvfp4", Family::kNvfp4);
 const FpAvx2Kernel kAmxBf16Fp8ScaledMM("x86_amx_bf16_fp8_scaled_mm", Family::kFp8ScaledMM, Isa::kAmxBf16);
 const FpAvx2Kernel kAmxBf16Mxfp8("x86_amx_bf16_mxfp8", Family::kMxfp8, Isa::kAmxBf16);
+const FpAvx2Kernel kAmxBf16Mxfp6("x86_amx_bf16_mxfp6", Family::kMxfp6, Isa::kAmxBf16);
+const FpAvx2Kernel kAmxBf16Mxfp4("x86_amx_bf16_mxfp4", Family::kMxfp4, Isa::kAmxBf16);
+const FpAvx2Kernel kAmxBf16Nvfp4("x86_amx_bf16_nvfp4", Family::kNvfp4, Isa::kAmxBf16);
 
 std::string_view FpAvx2Kernel::summary() const {
-  if (isa_ == Isa::kAmxBf16 && family_ == Family::kMxfp8) {
-    return "MXFP8 weights x MXFP8 (quantized as the reference) or BF16 activations, AMX-BF16 tdpbf16ps for M >= 2 "
-           "on E4M3 decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation; M = 1: the AVX2 code";
-  }
   if (isa_ == Isa::kAmxBf16) {
-    return "FP8 W8A8 (per-tensor/channel weights, activations quantized as the reference), AMX-BF16 tdpbf16ps for "
-           "M >= 2 on E4M3 decoded to BF16 tiles (products exact), f32 accumulation; M = 1: the AVX2 code";
+    switch (family_) {
+      case Family::kFp8ScaledMM:
+        return "FP8 W8A8 (per-tensor/channel weights, activations quantized as the reference), AMX-BF16 tdpbf16ps "
+               "on E4M3 decoded to BF16 tiles (products exact), f32 accumulation; M = 1: the AVX2 code";
+      case Family::kMxfp8:
+        return "MXFP8 weights x MXFP8 (quantized as the reference) or BF16 activations, AMX-BF16 tdpbf16ps on E4M3 "
+               "decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation; M = 1: the AVX2 code";
+      case Family::kMxfp6:
+        return "MXFP6 E2M3/E3M2 weights x BF16 or MX activations (quantized as the reference), AMX-BF16 tdpbf16ps "
+               "on FP6 decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation";
+      case Family::kMxfp4:
+        return "MXFP4 weights x MX / static FP8 activations (quantized as the reference) or BF16, AMX-BF16 "
+               "tdpbf16ps on E2M1 decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation";
+      default:
+        return "NVFP4 weights x BF16 or NVFP4 activations (quantized as the reference), AMX-BF16 tdpbf16ps on E2M1 "
+               "times its E4M3 block scale decoded to BF16 tiles (exact), global scales in the epilogue";
+    }
   }
   switch (family_) {
     case Family::kFp8ScaledMM:
@@ -365,10 +386,21 @@ const LinearKernel& FpAvx2Kernel::reference_kernel() const {
 }
 
 std::vector<MRoute> FpAvx2Kernel::m_routes(const LinearConfig&) const {
-  return {MRoute{1, MRoute::kNoLimit, std::string(name()),
-                 "a layer whose block scales cannot be applied exactly in f32 (found when its weights are "
-                 "processed) runs " + std::string(reference_kernel().name()) +
-                     " instead, as does a call whose MX / NVFP4 activation scales leave f32's range"}};
+  const std::string self(name());
+  const std::string exact_path =
+      "a layer whose block scales cannot be applied exactly in f32 (found when its weights are processed) runs " +
+      std::string(reference_kernel().name()) + " instead, as does a call whose MX / NVFP4 activation scales leave "
+      "f32's range";
+  if (isa_ != Isa::kAmxBf16) return {MRoute{1, MRoute::kNoLimit, self, exact_path}};
+  const int64_t min_m = amx_min_m(family_);
+  std::vector<MRoute> routes;
+  if (min_m > 1) {
+    routes.push_back({1, min_m - 1, self, "the AVX2 code on the same code panels: a 16-row tile would waste its rows"});
+  }
+  routes.push_back({min_m, MRoute::kNoLimit, self,
+                    "AMX-BF16 tiles (activations with a value that is not a normal BF16 take the AVX2 code); " +
+                        exact_path});
+  return routes;
 }
 
 std::string_view FpAvx2Kernel::apply_route(const LinearLayer& layer, const Activation&) const {
@@ -500,8 +532,8 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   g.out_kind = static_cast<FloatKind>(float_kind_of(out.dtype()));
   g.threads = threads::threads_for(packed_bytes(st), 2 * m * st.n_pad * st.k_pad);
   // AMX: the OS grant is asked here too (cached), so a kernel applied without is_supported never faults.
-  const bool amx = isa_ == Isa::kAmxBf16 && m >= kAmxBf16MinM && amx_tile_permission_refusal().empty();
-  if (!amx || !fp8_records_gemm_amx(g)) fp_gemm_avx2(g);
+  const bool amx = isa_ == Isa::kAmxBf16 && m >= amx_min_m(family_) && amx_tile_permission_refusal().empty();
+  if (!amx || !fp_records_gemm_amx(g)) fp_gemm_avx2(g);
   return Status::ok();
 }
 

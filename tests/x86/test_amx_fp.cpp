@@ -1,0 +1,166 @@
+// The FP engine's AMX-BF16 kernels for the MX / NVFP4 families (x86_amx_bf16_{mxfp6, mxfp4, nvfp4}): weights
+// and quantized activations decoded to BF16 tiles, against the reference on the same quantized layer, at M
+// around the 16-row tile and 32-row block edges, N off the 16-column panels and K off the 32-wide tile step
+// (NVFP4: K a multiple of 16 only); every family's scheme with BF16 and with quantized activations. Each case
+// also checks that the tile path ran (a fallback to the AVX2 code gives the same numbers). Skipped, with the
+// reason, where the CPU or the OS gives no AMX.
+#include "backends/x86/amx_isa.hpp"
+#include "backends/x86/x86_kernels.hpp"
+#include "x86_test_util.hpp"
+
+namespace qlinear {
+namespace {
+
+using x86_test::Case;
+
+constexpr int64_t kMs[] = {1, 2, 15, 16, 17, 31, 32, 33, 127, 128, 129};
+
+// f32 accumulation of K exact BF16 products (tdpbf16ps), the scales and the bias.
+double f32_sum_rel(int64_t k) { return static_cast<double>(k + 16) * 0x1p-24; }
+
+const Scheme kNvfp4A16{"nvfp4-a16", Family::kNvfp4, kNvfp4Static, std::nullopt, ""};
+const Scheme kMxfp4A8{"mxfp4-a8", Family::kMxfp4, kMxfp4Static, kMxfp8Dynamic, ""};
+const Scheme kMxfp6A8{"mxfp6-e3m2-a8", Family::kMxfp6, kMxfp6E3M2Static, kMxfp8Dynamic, ""};
+
+struct FamilyCase {
+  const LinearKernel* kernel;
+  std::vector<const Scheme*> schemes;
+  bool k16;  // NVFP4: K a multiple of 16
+};
+
+std::vector<FamilyCase> families() {
+  return {
+      {&x86::kAmxBf16Nvfp4, {find_scheme("w4a4-nvfp4"), &kNvfp4A16}, true},
+      {&x86::kAmxBf16Mxfp6,
+       {find_scheme("w6a16-mxfp6-e2m3"), find_scheme("w6a16-mxfp6-e3m2"), find_scheme("w6a6-mxfp6-e2m3"),
+        find_scheme("w6a6-mxfp6-e3m2"), &kMxfp6A8},
+       false},
+      {&x86::kAmxBf16Mxfp4,
+       {find_scheme("w4a4-mxfp4"), find_scheme("w4a6-mxfp4-mxfp6-e2m3"), find_scheme("w4a8-mxfp4-fp8"), &kMxfp4A8,
+        find_scheme("w4a16-mxfp4")},
+       false},
+  };
+}
+
+// Every M of kMs, N and K cycling through and off the tile multiples, outputs and bias varied.
+std::vector<Case> sweep(bool k16) {
+  static const int64_t ns[] = {67, 96, 33, 129};
+  static const int64_t ks_mx[] = {96, 256, 544, 32};  // MX: multiples of 32
+  static const int64_t ks_nv[] = {80, 256, 336, 16};  // NVFP4: 16 off the 32-wide tile step
+  const DType outs[] = {DType::kBF16, DType::kF16, DType::kF32};
+  std::vector<Case> cases;
+  int i = 0;
+  for (int64_t m : kMs) {
+    cases.push_back({m, ns[i % 4], (k16 ? ks_nv : ks_mx)[(i + 1) % 4], DType::kBF16, outs[i % 3], i % 2 == 0});
+    ++i;
+  }
+  return cases;
+}
+
+// Matches the reference, and ran on tiles when M reaches the kernel's AMX range.
+void expect_amx_matches(const LinearKernel& k, const Scheme& s, const Case& c, uint64_t seed) {
+  const int64_t before = x86::amx_bf16_gemms_on_this_thread();
+  x86_test::expect_matches_reference(k, s, c, seed, f32_sum_rel(c.k));
+  const std::vector<MRoute> routes = k.m_routes(x86_test::make_layer(s, c, seed).config);
+  const bool tiles = c.m >= routes.back().m_min;
+  EXPECT_EQ(x86::amx_bf16_gemms_on_this_thread() - before, tiles ? 1 : 0)
+      << k.name() << " " << s.name << " " << x86_test::describe(c) << ": the AMX tile path "
+      << (tiles ? "did not run" : "ran below its M range");
+}
+
+class AmxFp : public ::testing::TestWithParam<int> {};
+
+TEST_P(AmxFp, MatchesReferenceAcrossSchemesAndShapes) {
+  const FamilyCase fc = families()[GetParam()];
+  QL_SKIP_UNLESS_SUPPORTED(*fc.kernel);
+  uint64_t seed = 9000 + 100 * GetParam();
+  for (const Scheme* s : fc.schemes) {
+    ASSERT_NE(s, nullptr);
+    for (const Case& c : sweep(fc.k16)) expect_amx_matches(*fc.kernel, *s, c, seed += 7);
+    // f32 input quantized first (the tiles see the quantized values); BF16-only for weight-only schemes.
+    if (s->activation_key) expect_amx_matches(*fc.kernel, *s, {20, 40, 128, DType::kF32, DType::kBF16, true}, seed += 7);
+  }
+  // Several 32-row blocks over whole-K decoded panels, rows split between threads, and the K-outer path
+  // (activation rows over 1 MiB per thread: chunks of 1024 and a tail).
+  expect_amx_matches(*fc.kernel, *fc.schemes[0], {300, 40, 1024}, seed += 7);
+  expect_amx_matches(*fc.kernel, *fc.schemes[0], {129, 200, 4160, DType::kBF16, DType::kBF16, true}, seed += 7);
+}
+
+TEST_P(AmxFp, ThreadsAndRoundTrip) {
+  const FamilyCase fc = families()[GetParam()];
+  QL_SKIP_UNLESS_SUPPORTED(*fc.kernel);
+  for (const Scheme* s : fc.schemes) x86_test::expect_thread_safe(*fc.kernel, *s, {33, 200, 384}, 11);
+  x86_test::expect_round_trip(*fc.kernel, *fc.schemes[0], {1, 35, 160}, 12);
+}
+
+INSTANTIATE_TEST_SUITE_P(X86, AmxFp, ::testing::Range(0, 3), [](const ::testing::TestParamInfo<int>& i) {
+  return std::string(families()[static_cast<size_t>(i.param)].kernel->name());
+});
+
+// Every E4M3 block-scale code (0 .. 126: zero, subnormal, normal, the largest) through the f32 multiply of
+// the NVFP4 decode.
+TEST(X86AmxFp, Nvfp4EveryBlockScaleCode) {
+  const LinearKernel& k = x86::kAmxBf16Nvfp4;
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  for (const Scheme* s : {&kNvfp4A16, find_scheme("w4a4-nvfp4")}) {
+    const Case c{40, 48, 2048, DType::kBF16, DType::kF32, true};
+    const int64_t before = x86::amx_bf16_gemms_on_this_thread();
+    auto r = x86_test::run_with_edited_scales(k, *s, c, 31, [](uint8_t* e, int64_t count) {
+      for (int64_t i = 0; i < count; ++i) e[i] = static_cast<uint8_t>((i * 7) % 127);
+    });
+    ASSERT_TRUE(r);
+    EXPECT_EQ(x86::amx_bf16_gemms_on_this_thread() - before, 1);
+    auto wd = reference::dequantized_weight(r->ref_layer);
+    auto xd = reference::effective_activation(r->ref_layer, Activation::dense(r->x));
+    ASSERT_TRUE(wd && xd);
+    int bad = 0;
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double mag = 0;
+        for (int64_t kk = 0; kk < c.k; ++kk) mag += std::fabs(xd->data<double>()[i * c.k + kk] * wd->data<double>()[j * c.k + kk]);
+        const double g = r->got.data<float>()[i * c.n + j], want = r->want.data<float>()[i * c.n + j];
+        bad += !(std::fabs(g - want) <= f32_sum_rel(c.k) * mag + std::ldexp(std::fabs(want), -23));
+      }
+    }
+    EXPECT_EQ(bad, 0) << s->name;
+  }
+}
+
+// MX scales far from 1 on both sides, still inside BF16's normal range once folded.
+TEST(X86AmxFp, MxScalesFarFromOneStayExact) {
+  for (const auto& [kernel, scheme] : {std::pair{&x86::kAmxBf16Mxfp6, "w6a6-mxfp6-e3m2"},
+                                       std::pair{&x86::kAmxBf16Mxfp4, "w4a4-mxfp4"}}) {
+    QL_SKIP_UNLESS_SUPPORTED(*kernel);
+    const Case c{17, 40, 256, DType::kBF16, DType::kF32, false};
+    auto r = x86_test::run_with_edited_scales(*kernel, *find_scheme(scheme), c, 41, [](uint8_t* e, int64_t count) {
+      for (int64_t i = 0; i < count; ++i) e[i] = i % 3 == 0 ? 200 : (i % 3 == 1 ? 20 : 127);
+    });
+    ASSERT_TRUE(r);
+    EXPECT_EQ(kernel->apply_route(r->layer, Activation::dense(r->x)), kernel->name());
+    for (int64_t i = 0; i < c.m * c.n; ++i) {
+      const double g = r->got.data<float>()[i], want = r->want.data<float>()[i];
+      EXPECT_LE(std::fabs(g - want), std::ldexp(std::fabs(want), -16) + 1e-30) << scheme << " " << i;
+    }
+  }
+}
+
+// Where AMX runs, the priority list picks these kernels for quantized-activation MX and NVFP4 layers, and
+// explain shows their M ranges.
+TEST(X86AmxFp, SelectedWithTheirMRanges) {
+  if (!x86::kAmxBf16Nvfp4.is_supported(Platform::host_cpu())) GTEST_SKIP() << "no AMX-BF16 here";
+  for (const auto& [scheme, kernel] : {std::pair{"w4a4-nvfp4", "x86_amx_bf16_nvfp4"},
+                                       std::pair{"w4a4-mxfp4", "x86_amx_bf16_mxfp4"},
+                                       std::pair{"w6a16-mxfp6-e2m3", "x86_amx_bf16_mxfp6"},
+                                       std::pair{"w4a16-mxfp4", "x86_amx_bf16_mxfp4_w4a16"}}) {
+    LinearLayer l = x86_test::make_layer(*find_scheme(scheme), {16, 64, 64}, 51);
+    const Selection sel = explain_selection(l.config, Platform::host_cpu());
+    ASSERT_NE(sel.kernel, nullptr) << scheme;
+    EXPECT_EQ(sel.kernel->name(), kernel);
+    if (sel.kernel->name() != "x86_amx_bf16_mxfp4_w4a16") {
+      EXPECT_NE(sel.explain().find("AMX-BF16 tiles"), std::string::npos) << sel.explain();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qlinear
