@@ -4,6 +4,8 @@
 // (NVFP4: K a multiple of 16 only); every family's scheme with BF16 and with quantized activations. Each case
 // also checks that the tile path ran (a fallback to the AVX2 code gives the same numbers). Skipped, with the
 // reason, where the CPU or the OS gives no AMX.
+#include <cstring>
+
 #include "backends/x86/amx_isa.hpp"
 #include "backends/x86/x86_kernels.hpp"
 #include "x86_test_util.hpp"
@@ -140,6 +142,74 @@ TEST(X86AmxFp, MxScalesFarFromOneStayExact) {
     for (int64_t i = 0; i < c.m * c.n; ++i) {
       const double g = r->got.data<float>()[i], want = r->want.data<float>()[i];
       EXPECT_LE(std::fabs(g - want), std::ldexp(std::fabs(want), -16) + 1e-30) << scheme << " " << i;
+    }
+  }
+}
+
+// The AMX path's MX activation quantizer (amx_act_bf16.cpp) gives the reference quantizer's values bit for bit:
+// blocks spread over 2^-150 .. 2^123 of magnitude (underflow, saturation, the exponent clamps), exact ties of
+// every element grid, zeros, f32 / bf16 / f16 input; and refuses (false) where a value is not a normal BF16.
+TEST(X86AmxFp, MxActivationsEqualTheReferenceQuantizer) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAmxBf16Mxfp4);
+  const int64_t m = 7, k = 640;
+  for (const char* scheme : {"w4a4-mxfp4", "w6a6-mxfp6-e2m3", "w6a6-mxfp6-e3m2", "w8a8-mxfp8"}) {
+    const Scheme& s = *find_scheme(scheme);
+    for (const auto& [in, wide] : {std::pair{DType::kF32, false}, std::pair{DType::kBF16, false},
+                                   std::pair{DType::kF16, false}, std::pair{DType::kF32, true},
+                                   std::pair{DType::kBF16, true}}) {
+      SCOPED_TRACE(std::string(scheme) + " " + std::string(name(in)) + (wide ? " wide" : ""));
+      LinearLayer layer = x86_test::make_layer(s, {m, 64, k, in, DType::kF32}, 61);
+      ASSERT_TRUE(x86_test::reference_for(s.family).process_weights_after_loading(layer));
+      Tensor x = random_normal(DType::kF32, {m, k}, 62, 1.0);
+      float* xv = x.data<float>();
+      for (int64_t i = 0; i < m * k; ++i) {
+        const int64_t block = i / 32;
+        // Narrow: every folded value a normal BF16, so the quantizer must accept; wide: down to underflow.
+        const int shift = in == DType::kF16 ? static_cast<int>(block % 9) - 4
+                          : wide            ? static_cast<int>((block * 37) % 274) - 150
+                                            : static_cast<int>((block * 37) % 121) - 60;
+        xv[i] = std::ldexp(xv[i], shift);
+        if (i % 5 == 0) xv[i] = std::ldexp(static_cast<float>(2 * (i % 13) + 1), shift - 4);  // ties of coarse grids
+        if (i % 97 == 0) xv[i] = 0.0f;
+      }
+      Tensor xin = in == DType::kF32 ? x : Tensor::empty(in, {m, k});
+      for (int64_t i = 0; in != DType::kF32 && i < m * k; ++i) {
+        xin.data<uint16_t>()[i] = in == DType::kBF16 ? float_to_bf16(xv[i]) : float_to_f16(xv[i]);
+      }
+      x86::FpActQuant q;
+      q.x = xin.raw();
+      q.x_kind = static_cast<x86::FloatKind>(x86::float_kind_of(in));
+      q.m = m;
+      q.k = k;
+      q.ldx = k;
+      q.k_pad = k;
+      q.mode = x86::FpActMode::kMxDyn;
+      q.elem = s.activation_key->dtype == DType::kF4E2M1   ? x86::FpElem::kE2M1
+               : s.activation_key->dtype == DType::kF6E2M3 ? x86::FpElem::kE2M3
+               : s.activation_key->dtype == DType::kF6E3M2 ? x86::FpElem::kE3M2
+                                                           : x86::FpElem::kE4M3;
+      q.mx_rule = default_mx_rule(*s.activation_key) == MxScaleRule::kQuarkEven ? x86::FpMxRule::kQuarkEven
+                                                                                : x86::FpMxRule::kCeilOverMax;
+      std::vector<uint16_t> act(static_cast<size_t>(16 * k), 0xFFFF);
+      const bool ok = x86::amx_prepare_bf16_activations(q, act.data());
+      auto want = reference::effective_activation(layer, Activation::dense(xin));
+      ASSERT_TRUE(want) << want.message();
+      bool representable = true;  // every reference value a normal BF16 or zero
+      int bad = 0;
+      for (int64_t i = 0; i < m * k; ++i) {
+        const double w = want->data<double>()[i];
+        const float wf = static_cast<float>(w);
+        uint32_t bits;
+        std::memcpy(&bits, &wf, 4);
+        if (static_cast<double>(wf) != w || (bits & 0xFFFF) != 0 || (w != 0 && (bits & 0x7F800000) == 0)) representable = false;
+        const uint32_t got = static_cast<uint32_t>(act[static_cast<size_t>(i)]) << 16;
+        float g;
+        std::memcpy(&g, &got, 4);
+        if (ok && static_cast<double>(g) != w && bad++ < 5) ADD_FAILURE() << "element " << i << ": " << g << ", reference " << w;
+      }
+      EXPECT_EQ(ok, representable) << "the quantizer must refuse exactly the activations that are not BF16 values";
+      if (!wide) EXPECT_TRUE(ok) << "the narrow range must be compared value for value";
+      for (int64_t i = m * k; i < 16 * k; ++i) ASSERT_EQ(act[static_cast<size_t>(i)], 0) << "padding row element " << i;
     }
   }
 }

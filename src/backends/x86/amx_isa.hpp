@@ -53,6 +53,14 @@ void w8a16_gemm_amx(const W8A16Gemm& g);
 // be unset. g.act (f32, [m, k_pad]) is converted to BF16 here; returns false, computing nothing, when a value
 // is not exactly a normal BF16 or zero (the caller runs fp_gemm_avx2).
 bool fp_records_gemm_amx(const FpGemm& g);
+// The same with the activations already BF16 (act: [round_up(g.m, 16), g.k_pad], zeros past k and m; g.act unused).
+void fp_records_gemm_amx_bf16(const FpGemm& g, const uint16_t* act);
+
+// q's activations as the BF16 rows fp_records_gemm_amx_bf16 takes (act: [round_up(q.m, 16), q.k_pad]): dense BF16
+// rows, or kMxDyn quantized bit-identically to the reference (amx_act_bf16.cpp). False when q is another mode or
+// input dtype, holds Inf / NaN, or a folded value is not exactly a normal BF16: then act is garbage and the
+// caller takes fp_prepare_activations_avx2's path (which reports bad input, or hands the layer to the reference).
+bool amx_prepare_bf16_activations(const FpActQuant& q, uint16_t* act);
 
 // Test hook: how many BF16 tile GEMMs (w8a16_gemm_amx, fp_records_gemm_amx that ran) this thread has started,
 // so that a test can tell the AMX path from the fallback that gives the same result.

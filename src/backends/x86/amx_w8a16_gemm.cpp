@@ -356,6 +356,12 @@ bool fp_records_gemm_amx(const FpGemm& f) {
     std::free(act);
     return false;
   }
+  fp_records_gemm_amx_bf16(f, act);
+  std::free(act);
+  return true;
+}
+
+void fp_records_gemm_amx_bf16(const FpGemm& f, const uint16_t* act) {
   Job g;
   g.packed = f.packed;
   switch (f.elem) {
@@ -380,8 +386,6 @@ bool fp_records_gemm_amx(const FpGemm& f) {
   g.out_kind = f.out_kind;
   g.threads = f.threads;
   run(g);
-  std::free(act);
-  return true;
 }
 
 }  // namespace qlinear::x86

@@ -120,6 +120,7 @@ float max_of(const Tensor& t) {
 
 // Smallest M the AMX variant of a family runs on tiles; below it the AVX2 code on the same panels (amx_isa.hpp).
 int64_t amx_min_m(Family f) {
+  if (const char* e = std::getenv("QL_TMP_AMX_MIN_M")) return std::atoi(e);
   switch (f) {
     default: return kAmxBf16MinM;
   }
@@ -487,26 +488,8 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
       q.static_scale = st.in_scale;
     }
   }
-  AlignedBytes act = aligned_bytes(m * st.k_pad * 4);
   std::vector<float> row_scale(static_cast<size_t>(m), 1.0f);
   std::vector<float> act_block(q.mode == FpActMode::kFp8Dyn1x128 ? static_cast<size_t>(m * block_cols) : 0);
-  uint8_t bad = 0, inexact = 0;
-  q.act = reinterpret_cast<float*>(act.get());
-  q.k_pad = st.k_pad;
-  q.row_scale = row_scale.data();
-  q.block_scale = act_block.data();
-  q.bad_input = &bad;
-  q.inexact = &inexact;
-  // Dense rows convert at ~1 element/ns; the quantizing modes round each element in double (~20 ns).
-  q.threads = threads::threads_for(0, m * c.k * (q.mode == FpActMode::kDense ? 1 : 20), 1.0);
-  if (x.is_quantized()) {
-    decode_mx_activation(x.quantized_tensor(), st.k_pad, q.act, &inexact);
-  } else {
-    fp_prepare_activations_avx2(q);
-  }
-  if (bad) return Status::error(std::string(name()) + ": the activation holds Inf or NaN (it cannot be quantized)");
-  if (inexact) return reference_apply(layer, x, bias, out);  // MX / NVFP4 activation scales beyond f32's range
-
   const std::vector<float> b = bias_as_f32(bias, c.n);
   FpGemm g;
   g.packed = st.packed.get();
@@ -525,14 +508,40 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   g.col_scale = st.col_scale.empty() ? nullptr : st.col_scale.data();
   g.bias = b.empty() ? nullptr : b.data();
   g.col_nan = st.col_nan.empty() ? nullptr : st.col_nan.data();
-  g.act = q.act;
   g.lda = st.k_pad;
   g.m = m;
   g.out = out.raw();
   g.out_kind = static_cast<FloatKind>(float_kind_of(out.dtype()));
   g.threads = threads::threads_for(packed_bytes(st), 2 * m * st.n_pad * st.k_pad);
+  q.k_pad = st.k_pad;
   // AMX: the OS grant is asked here too (cached), so a kernel applied without is_supported never faults.
   const bool amx = isa_ == Isa::kAmxBf16 && m >= amx_min_m(family_) && amx_tile_permission_refusal().empty();
+  if (amx && !x.is_quantized()) {  // BF16 rows or MX activations made straight into the tiles' BF16 rows
+    AlignedBytes act16 = aligned_bytes(round_up(m, 16) * st.k_pad * 2);
+    uint16_t* a16 = reinterpret_cast<uint16_t*>(act16.get());
+    if (amx_prepare_bf16_activations(q, a16)) {
+      fp_records_gemm_amx_bf16(g, a16);
+      return Status::ok();
+    }
+  }
+
+  AlignedBytes act = aligned_bytes(m * st.k_pad * 4);
+  uint8_t bad = 0, inexact = 0;
+  q.act = reinterpret_cast<float*>(act.get());
+  q.row_scale = row_scale.data();
+  q.block_scale = act_block.data();
+  q.bad_input = &bad;
+  q.inexact = &inexact;
+  // Dense rows convert at ~1 element/ns; the quantizing modes round each element in double (~20 ns).
+  q.threads = threads::threads_for(0, m * c.k * (q.mode == FpActMode::kDense ? 1 : 20), 1.0);
+  if (x.is_quantized()) {
+    decode_mx_activation(x.quantized_tensor(), st.k_pad, q.act, &inexact);
+  } else {
+    fp_prepare_activations_avx2(q);
+  }
+  if (bad) return Status::error(std::string(name()) + ": the activation holds Inf or NaN (it cannot be quantized)");
+  if (inexact) return reference_apply(layer, x, bias, out);  // MX / NVFP4 activation scales beyond f32's range
+  g.act = q.act;
   if (!amx || !fp_records_gemm_amx(g)) fp_gemm_avx2(g);
   return Status::ok();
 }
