@@ -32,11 +32,20 @@
 namespace qlinear::x86 {
 namespace {
 
-enum class Layout : uint8_t { kQuadE4M3, kQuadE2M1, kRecordE4M3, kRecordE2M1, kRecordE2M3, kRecordE3M2 };
+// kRecordE2M1Nv: kRecordE2M1's bytes for NVFP4, whose tables give each code's "exponent offset" word instead
+// of its value (see QuadDecoder::nvfp4).
+enum class Layout : uint8_t { kQuadE4M3, kQuadE2M1, kRecordE4M3, kRecordE2M1, kRecordE2M3, kRecordE3M2, kRecordE2M1Nv };
 
 // Bytes per k of one panel (16 columns): where quad q of panel p starts.
 constexpr int64_t layout_bytes_per_k(Layout l) {
-  return l == Layout::kQuadE2M1 || l == Layout::kRecordE2M1 ? 8 : (l == Layout::kRecordE2M3 || l == Layout::kRecordE3M2) ? 12 : 16;
+  switch (l) {
+    case Layout::kQuadE2M1:
+    case Layout::kRecordE2M1:
+    case Layout::kRecordE2M1Nv: return 8;
+    case Layout::kRecordE2M3:
+    case Layout::kRecordE3M2: return 12;
+    default: return 16;
+  }
 }
 
 // BF16 bits of +-sig * 2^exp2 (sig < 256, exact), or of 0.
@@ -63,12 +72,19 @@ struct DecodeTables {
   alignas(64) uint8_t e2m1_hi[64], e2m1_lo[64];    // kQuadE2M1: code i % 16 (vpshufb, per lane)
   alignas(64) uint8_t rec_e2m1_hi[64], rec_e2m1_lo[64];  // kRecordE2M1: stored (i % 16) = code ^ 0xF
   alignas(64) uint8_t e2m3_hi[64], e2m3_lo[64], e3m2_hi[64], e3m2_lo[64];
+  alignas(64) uint8_t e4m3x3_hi[128], e4m3x3_lo[128];  // 1.5 * E4M3 magnitude (NVFP4 scales)
+  alignas(64) uint8_t nv_hi[64], nv_lo[64];            // kRecordE2M1Nv: stored (i % 16) = code ^ 0xF
   constexpr DecodeTables()
       : e4m3_hi(), e4m3_lo(), e2m1_hi(), e2m1_lo(), rec_e2m1_hi(), rec_e2m1_lo(), e2m3_hi(), e2m3_lo(), e3m2_hi(),
-        e3m2_lo() {
+        e3m2_lo(), e4m3x3_hi(), e4m3x3_lo(), nv_hi(), nv_lo() {
     for (int c = 0; c < 128; ++c) {
       e4m3_hi[c] = static_cast<uint8_t>(float_code_bf16(c, 4, 3) >> 8);
       e4m3_lo[c] = static_cast<uint8_t>(float_code_bf16(c, 4, 3) & 0xFF);
+      // 1.5 * value: the significand times 3, the exponent one lower.
+      const int e = c >> 3, m = c & 7;
+      const uint16_t x3 = e == 0 ? bf16_bits(false, 3 * m, -10) : bf16_bits(false, 3 * (8 | m), e - 11);
+      e4m3x3_hi[c] = static_cast<uint8_t>(x3 >> 8);
+      e4m3x3_lo[c] = static_cast<uint8_t>(x3 & 0xFF);
     }
     for (int i = 0; i < 64; ++i) {
       const uint16_t f4 = float_code_bf16(i % 16, 2, 1), r4 = float_code_bf16((i % 16) ^ 0xF, 2, 1);
@@ -81,6 +97,13 @@ struct DecodeTables {
       e2m3_lo[i] = static_cast<uint8_t>(f6a & 0xFF);
       e3m2_hi[i] = static_cast<uint8_t>(f6b >> 8);
       e3m2_lo[i] = static_cast<uint8_t>(f6b & 0xFF);
+      // NVFP4 word of E2M1 code c: value = 2^k (base S) or 1.5 * 2^k (base S15): sign << 15 plus k << 7 (mod
+      // 2^16), bit 0 = "base S15", bit 1 = "nonzero" (QuadDecoder::nvfp4).
+      const int c = (i % 16) ^ 0xF, mag = c & 7;
+      const int k_of[8] = {0, -1, 0, 0, 1, 1, 2, 2};
+      const int word = mag == 0 ? (c & 8) << 12 : (((c & 8) << 12) + (k_of[mag] << 7) + 2 + (mag >= 2 && (mag & 1)));
+      nv_hi[i] = static_cast<uint8_t>((word >> 8) & 0xFF);
+      nv_lo[i] = static_cast<uint8_t>(word & 0xFF);
     }
   }
 };
@@ -91,147 +114,141 @@ static_assert(float_code_bf16(0x01, 4, 3) == 0x3B00, "E4M3 2^-9");
 static_assert(float_code_bf16(0x7, 2, 1) == 0x40C0 && float_code_bf16(0x9, 2, 1) == 0xBF00, "E2M1 6, -0.5");
 static_assert(float_code_bf16(0x1F, 2, 3) == 0x40F0 && float_code_bf16(0x01, 2, 3) == 0x3E00, "E2M3 7.5, 0.125");
 static_assert(float_code_bf16(0x1F, 3, 2) == 0x41E0 && float_code_bf16(0x21, 3, 2) == 0xBD80, "E3M2 28, -1/16");
+static_assert(kDecodeTables.e4m3x3_hi[0x7E] == 0x44 && kDecodeTables.e4m3x3_lo[0x7E] == 0x28, "1.5 * 448 = 672");
+static_assert(kDecodeTables.e4m3x3_hi[0x01] == 0x3B && kDecodeTables.e4m3x3_lo[0x01] == 0x40, "1.5 * 2^-9");
+static_assert(kDecodeTables.nv_hi[0x0 ^ 0xF] == 0x00 && kDecodeTables.nv_lo[0x0 ^ 0xF] == 0x00, "E2M1 +0");
+static_assert(kDecodeTables.nv_hi[0x7 ^ 0xF] == 0x01 && kDecodeTables.nv_lo[0x7 ^ 0xF] == 0x03, "6 = 1.5 * 2^2");
+static_assert(kDecodeTables.nv_hi[0x9 ^ 0xF] == 0x7F && kDecodeTables.nv_lo[0x9 ^ 0xF] == 0x82, "-0.5");
 
-// vpermb / vpmultishiftqb controls that bring one record layout into quad order. For quad byte Q = 16l + 8h + i:
+// vpermb / vpmultishiftqb controls that bring the record layouts into quad order. For quad byte Q = 16l + 8h + i:
 // column c = 4l + i/2, record kk = 2h + i%2.
-struct RecordGather {
-  __m512i e2m1_idx, e2m1_shift;    // byte kk*8 + c%8, nibble c/8
-  __m512i fp6_nib_idx, fp6_nib_shift;  // byte kk*12 + c/2, nibble c%2
-  __m512i fp6_top_idx, fp6_top_shift;  // byte kk*12 + 8 + c%4, bits 2(c/4), moved to bits 4..5
-  __m512i e4m3_idx;                // byte kk*16 + c
-  RecordGather() {
-    alignas(64) uint8_t t[7][64];
+struct GatherTables {
+  alignas(64) uint8_t e2m1_idx[64], e2m1_shift[64];        // byte kk*8 + c%8, nibble c/8
+  alignas(64) uint8_t fp6_nib_idx[64], fp6_nib_shift[64];  // byte kk*12 + c/2, nibble c%2
+  alignas(64) uint8_t fp6_top_idx[64], fp6_top_shift[64];  // byte kk*12 + 8 + c%4, bits 2(c/4) -> bits 4..5
+  alignas(64) uint8_t e4m3_idx[64];                        // byte kk*16 + c
+  alignas(64) uint16_t scale_idx[32];  // NVFP4 scales: word 2j + t <- column j (j < 8: word j, else 32 + j - 8)
+  constexpr GatherTables()
+      : e2m1_idx(), e2m1_shift(), fp6_nib_idx(), fp6_nib_shift(), fp6_top_idx(), fp6_top_shift(), e4m3_idx(),
+        scale_idx() {
     for (int q = 0; q < 64; ++q) {
       const int l = q / 16, h = (q / 8) % 2, i = q % 8;
       const int c = 4 * l + i / 2, kk = 2 * h + i % 2;
       const int base = 8 * (q % 8);  // the byte's own bit offset in its qword
-      t[0][q] = static_cast<uint8_t>(kk * 8 + c % 8);
-      t[1][q] = static_cast<uint8_t>(base + 4 * (c / 8));
-      t[2][q] = static_cast<uint8_t>(kk * 12 + c / 2);
-      t[3][q] = static_cast<uint8_t>(base + 4 * (c % 2));
-      t[4][q] = static_cast<uint8_t>(kk * 12 + 8 + c % 4);
-      t[5][q] = static_cast<uint8_t>((base + 2 * (c / 4) + 60) % 64);  // bit 2(c/4) lands at bit 4
-      t[6][q] = static_cast<uint8_t>(kk * 16 + c);
+      e2m1_idx[q] = static_cast<uint8_t>(kk * 8 + c % 8);
+      e2m1_shift[q] = static_cast<uint8_t>(base + 4 * (c / 8));
+      fp6_nib_idx[q] = static_cast<uint8_t>(kk * 12 + c / 2);
+      fp6_nib_shift[q] = static_cast<uint8_t>(base + 4 * (c % 2));
+      fp6_top_idx[q] = static_cast<uint8_t>(kk * 12 + 8 + c % 4);
+      fp6_top_shift[q] = static_cast<uint8_t>((base + 2 * (c / 4) + 60) % 64);  // bit 2(c/4) lands at bit 4
+      e4m3_idx[q] = static_cast<uint8_t>(kk * 16 + c);
     }
-    e2m1_idx = _mm512_load_si512(t[0]);
-    e2m1_shift = _mm512_load_si512(t[1]);
-    fp6_nib_idx = _mm512_load_si512(t[2]);
-    fp6_nib_shift = _mm512_load_si512(t[3]);
-    fp6_top_idx = _mm512_load_si512(t[4]);
-    fp6_top_shift = _mm512_load_si512(t[5]);
-    e4m3_idx = _mm512_load_si512(t[6]);
+    for (int w = 0; w < 32; ++w) scale_idx[w] = static_cast<uint16_t>(w / 2 < 8 ? w / 2 : 32 + w / 2 - 8);
   }
 };
+inline constexpr GatherTables kGather;
 
-// Decodes quads of one layout; constructed once per thread item (tables in registers / L1).
+// Decodes quads of layout L. A local object per decoded run, so that its tables stay in registers.
+template <Layout L>
 class QuadDecoder {
+  static constexpr bool kE4M3 = L == Layout::kQuadE4M3 || L == Layout::kRecordE4M3;
+
  public:
-  explicit QuadDecoder(Layout layout) : layout_(layout) {
+  QuadDecoder() {
     const DecodeTables& t = kDecodeTables;
-    switch (layout) {
-      case Layout::kQuadE2M1:
-        hi0_ = _mm512_load_si512(t.e2m1_hi);
-        lo0_ = _mm512_load_si512(t.e2m1_lo);
-        break;
-      case Layout::kRecordE2M1:
-        hi0_ = _mm512_load_si512(t.rec_e2m1_hi);
-        lo0_ = _mm512_load_si512(t.rec_e2m1_lo);
-        break;
-      case Layout::kRecordE2M3:
-        hi0_ = _mm512_load_si512(t.e2m3_hi);
-        lo0_ = _mm512_load_si512(t.e2m3_lo);
-        break;
-      case Layout::kRecordE3M2:
-        hi0_ = _mm512_load_si512(t.e3m2_hi);
-        lo0_ = _mm512_load_si512(t.e3m2_lo);
-        break;
-      default:
-        hi0_ = _mm512_load_si512(t.e4m3_hi);
-        hi1_ = _mm512_load_si512(t.e4m3_hi + 64);
-        lo0_ = _mm512_load_si512(t.e4m3_lo);
-        lo1_ = _mm512_load_si512(t.e4m3_lo + 64);
-        break;
+    const uint8_t* hi = L == Layout::kQuadE2M1     ? t.e2m1_hi
+                        : L == Layout::kRecordE2M1 ? t.rec_e2m1_hi
+                        : L == Layout::kRecordE2M3 ? t.e2m3_hi
+                        : L == Layout::kRecordE3M2 ? t.e3m2_hi
+                        : L == Layout::kRecordE2M1Nv ? t.nv_hi
+                                                     : t.e4m3_hi;
+    const uint8_t* lo = L == Layout::kQuadE2M1     ? t.e2m1_lo
+                        : L == Layout::kRecordE2M1 ? t.rec_e2m1_lo
+                        : L == Layout::kRecordE2M3 ? t.e2m3_lo
+                        : L == Layout::kRecordE3M2 ? t.e3m2_lo
+                        : L == Layout::kRecordE2M1Nv ? t.nv_lo
+                                                     : t.e4m3_lo;
+    hi0_ = _mm512_load_si512(hi);
+    lo0_ = _mm512_load_si512(lo);
+    if constexpr (kE4M3) {
+      hi1_ = _mm512_load_si512(hi + 64);
+      lo1_ = _mm512_load_si512(lo + 64);
     }
   }
 
   // Quad at `src` (the layout's bytes of 4 k) -> rows a (k pair 2q) and b (2q + 1).
   void quad(const uint8_t* src, __m512i& a, __m512i& b) const {
     __m512i hi, lo;
-    switch (layout_) {
-      case Layout::kQuadE2M1: {
-        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-        const __m256i m0f = _mm256_set1_epi8(0x0F);
-        const __m256i lo4 = _mm256_and_si256(x, m0f), hi4 = _mm256_and_si256(_mm256_srli_epi16(x, 4), m0f);
-        const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(lo4), hi4, 1);
-        hi = _mm512_shuffle_epi8(hi0_, idx);
-        lo = _mm512_shuffle_epi8(lo0_, idx);
-        break;
-      }
-      case Layout::kRecordE2M1: {
-        const __m512i x = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
-        const __m512i codes =
-            _mm512_multishift_epi64_epi8(gather_.e2m1_shift, _mm512_permutexvar_epi8(gather_.e2m1_idx, x));
-        hi = _mm512_permutexvar_epi8(codes, hi0_);
-        lo = _mm512_permutexvar_epi8(codes, lo0_);
-        break;
-      }
-      case Layout::kRecordE2M3:
-      case Layout::kRecordE3M2: {
-        const __m512i x = _mm512_maskz_loadu_epi8(0x0000FFFFFFFFFFFFull, src);  // 48 bytes
-        const __m512i nib =
-            _mm512_multishift_epi64_epi8(gather_.fp6_nib_shift, _mm512_permutexvar_epi8(gather_.fp6_nib_idx, x));
-        const __m512i top =
-            _mm512_multishift_epi64_epi8(gather_.fp6_top_shift, _mm512_permutexvar_epi8(gather_.fp6_top_idx, x));
-        const __m512i codes = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), nib, top, 0xCA);  // nib : top
-        hi = _mm512_permutexvar_epi8(codes, hi0_);
-        lo = _mm512_permutexvar_epi8(codes, lo0_);
-        break;
-      }
-      default: {  // E4M3, 16 bytes per k
-        __m512i x = _mm512_loadu_si512(src);
-        if (layout_ == Layout::kRecordE4M3) x = _mm512_permutexvar_epi8(gather_.e4m3_idx, x);
-        const __m512i m80 = _mm512_set1_epi8(static_cast<char>(0x80));
-        hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0_, x, hi1_), x, m80, 0xF8);  // | (x & 0x80)
-        lo = _mm512_permutex2var_epi8(lo0_, x, lo1_);
-        break;
-      }
+    if constexpr (L == Layout::kQuadE2M1) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+      const __m256i m0f = _mm256_set1_epi8(0x0F);
+      const __m256i lo4 = _mm256_and_si256(x, m0f), hi4 = _mm256_and_si256(_mm256_srli_epi16(x, 4), m0f);
+      const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(lo4), hi4, 1);
+      hi = _mm512_shuffle_epi8(hi0_, idx);
+      lo = _mm512_shuffle_epi8(lo0_, idx);
+    } else if constexpr (L == Layout::kRecordE2M1 || L == Layout::kRecordE2M1Nv) {
+      const __m512i x = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+      const __m512i codes = _mm512_multishift_epi64_epi8(ld(kGather.e2m1_shift), _mm512_permutexvar_epi8(ld(kGather.e2m1_idx), x));
+      hi = _mm512_permutexvar_epi8(codes, hi0_);
+      lo = _mm512_permutexvar_epi8(codes, lo0_);
+    } else if constexpr (L == Layout::kRecordE2M3 || L == Layout::kRecordE3M2) {
+      const __m512i x = _mm512_maskz_loadu_epi8(0x0000FFFFFFFFFFFFull, src);  // 48 bytes
+      const __m512i nib =
+          _mm512_multishift_epi64_epi8(ld(kGather.fp6_nib_shift), _mm512_permutexvar_epi8(ld(kGather.fp6_nib_idx), x));
+      const __m512i top =
+          _mm512_multishift_epi64_epi8(ld(kGather.fp6_top_shift), _mm512_permutexvar_epi8(ld(kGather.fp6_top_idx), x));
+      const __m512i codes = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), nib, top, 0xCA);  // nib : top
+      hi = _mm512_permutexvar_epi8(codes, hi0_);
+      lo = _mm512_permutexvar_epi8(codes, lo0_);
+    } else {  // E4M3, 16 bytes per k
+      __m512i x = _mm512_loadu_si512(src);
+      if constexpr (L == Layout::kRecordE4M3) x = _mm512_permutexvar_epi8(ld(kGather.e4m3_idx), x);
+      const __m512i m80 = _mm512_set1_epi8(static_cast<char>(0x80));
+      hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0_, x, hi1_), x, m80, 0xF8);  // | (x & 0x80)
+      lo = _mm512_permutex2var_epi8(lo0_, x, lo1_);
     }
     a = _mm512_unpacklo_epi8(lo, hi);
     b = _mm512_unpackhi_epi8(lo, hi);
   }
 
-  // 16 E4M3 codes (one scale per column, NVFP4's block scales) -> f32 for the words of a B-tile row: s_lo
-  // lane w = scale of column w / 2 (words 0..15), s_hi lane w = scale of column 8 + w / 2 (words 16..31).
-  void e4m3_scales(const uint8_t* codes16, __m512& s_lo, __m512& s_hi) const {
+  // NVFP4 (kRecordE2M1Nv): a decoded row x (the tables' words) times its columns' E4M3 block scales. Value
+  // 2^k * s is s's BF16 word plus k << 7, and 1.5 * 2^k * s is (1.5 s)'s word plus k << 7 (both exact: at
+  // most 6 significant bits, normal); a sign in x flips the product's sign bit (the carry out of bit 15 is
+  // dropped). x's bit 0 picks 1.5 s, bit 1 marks a nonzero code; both are cleared after the add (bits 0..2 of
+  // s and 1.5 s are zero). Zero codes and zero scales give +0.
+  struct NvScale {
+    __m512i s, s15;  // per word 2j + t: column j's s, 1.5 s
+    __mmask32 nonzero;
+  };
+  NvScale nv_scale(const uint8_t* codes16) const {
+    const DecodeTables& t = kDecodeTables;
     const __m512i x = _mm512_zextsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes16)));
-    const __m512i h = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0_e4m3(), x, hi1_e4m3()), x,
-                                                _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);
-    const __m512i l = _mm512_permutex2var_epi8(lo0_e4m3(), x, lo1_e4m3());
-    const __m512i w0 = _mm512_unpacklo_epi8(l, h), w1 = _mm512_unpackhi_epi8(l, h);  // lane 0: columns 0..7, 8..15
-    // The scale word to the high half of each dword (an f32 with zero low half); even words zeroed.
-    s_lo = _mm512_castsi512_ps(_mm512_maskz_permutex2var_epi16(0xAAAAAAAAu, w0, scale_idx_lo_, w1));
-    s_hi = _mm512_castsi512_ps(_mm512_maskz_permutex2var_epi16(0xAAAAAAAAu, w0, scale_idx_hi_, w1));
+    const __m512i m80 = _mm512_set1_epi8(static_cast<char>(0x80));
+    auto words = [&](const uint8_t* th, const uint8_t* tl) {
+      const __m512i h = _mm512_ternarylogic_epi32(
+          _mm512_permutex2var_epi8(_mm512_load_si512(th), x, _mm512_load_si512(th + 64)), x, m80, 0xF8);
+      const __m512i l = _mm512_permutex2var_epi8(_mm512_load_si512(tl), x, _mm512_load_si512(tl + 64));
+      // lane 0 of unpacklo: columns 0..7, of unpackhi: 8..15; word 2j + t <- column j
+      return _mm512_permutex2var_epi16(_mm512_unpacklo_epi8(l, h), ld(kGather.scale_idx), _mm512_unpackhi_epi8(l, h));
+    };
+    NvScale r;
+    r.s = words(t.e4m3_hi, t.e4m3_lo);
+    r.s15 = words(t.e4m3x3_hi, t.e4m3x3_lo);
+    r.nonzero = _mm512_test_epi16_mask(r.s, _mm512_set1_epi16(0x7FFF));
+    return r;
+  }
+  static __m512i nvfp4(__m512i x, const NvScale& sc) {
+    const __mmask32 m15 = _mm512_test_epi16_mask(x, _mm512_set1_epi16(1));
+    const __mmask32 nz = _mm512_mask_test_epi16_mask(sc.nonzero, x, _mm512_set1_epi16(2));
+    const __m512i r = _mm512_maskz_add_epi16(nz, _mm512_mask_blend_epi16(m15, sc.s, sc.s15), x);
+    return _mm512_andnot_si512(_mm512_set1_epi16(3), r);
   }
 
  private:
-  static __m512i hi0_e4m3() { return _mm512_load_si512(kDecodeTables.e4m3_hi); }
-  static __m512i hi1_e4m3() { return _mm512_load_si512(kDecodeTables.e4m3_hi + 64); }
-  static __m512i lo0_e4m3() { return _mm512_load_si512(kDecodeTables.e4m3_lo); }
-  static __m512i lo1_e4m3() { return _mm512_load_si512(kDecodeTables.e4m3_lo + 64); }
-  // Odd word 2w + 1 <- column w / 2 (lo) or 8 + w / 2 (hi): word c of w0 for c < 8, word 32 + c - 8 of w1.
-  static __m512i scale_idx(int first_col) {
-    alignas(64) uint16_t idx[32] = {};
-    for (int w = 0; w < 16; ++w) {
-      const int c = first_col + w / 2;
-      idx[2 * w + 1] = static_cast<uint16_t>(c < 8 ? c : 32 + c - 8);
-    }
-    return _mm512_load_si512(idx);
-  }
+  // A 64-byte table (constant: the compiler keeps it in a register across the decode loop).
+  static __m512i ld(const void* table) { return _mm512_load_si512(table); }
 
-  Layout layout_;
   __m512i hi0_, hi1_ = _mm512_setzero_si512(), lo0_, lo1_ = _mm512_setzero_si512();
-  RecordGather gather_;
-  __m512i scale_idx_lo_ = scale_idx(0), scale_idx_hi_ = scale_idx(8);
 };
 
 }  // namespace

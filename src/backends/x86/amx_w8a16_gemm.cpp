@@ -84,42 +84,51 @@ __m512i add_exponent(__m512i w, __m512i off) {
   return _mm512_mask_add_epi16(w, _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x7FFF)), w, off);
 }
 
-// 32 BF16 words (column j = word / 2) times the f32 scales of columns 0..7 (s_lo) and 8..15 (s_hi): exact,
-// an E2M1 value times an E4M3 scale has at most 6 significant bits and stays a normal BF16.
-__m512i scale_words(__m512i w, __m512 s_lo, __m512 s_hi) {
-  const __m512 f0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(w)), 16));
-  const __m512 f1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(w, 1)), 16));
-  return (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(f1, s_hi), _mm512_mul_ps(f0, s_lo));
-}
-
 // Quads [q0, q1) of panel p into dst[(q - q0) * 2 + {0, 1}][32 words].
-void decode_panel(const Job& g, const QuadDecoder& dec, int64_t p, int64_t q0, int64_t q1, uint16_t* dst) {
-  const int64_t bpk = layout_bytes_per_k(g.layout);
+template <Layout L>
+void decode_panel(const Job& g, int64_t p, int64_t q0, int64_t q1, uint16_t* dst) {
+  constexpr int64_t bpk = layout_bytes_per_k(L);
+  const QuadDecoder<L> dec;
   const uint8_t* src = g.packed + p * bpk * g.k_pad;
-  if (g.nv_scale != nullptr) {  // NVFP4: E4M3 scale per 16 k (4 quads) and column
-    __m512 s_lo = _mm512_setzero_ps(), s_hi = _mm512_setzero_ps();
+  if constexpr (L == Layout::kRecordE2M1Nv) {  // NVFP4: E4M3 scale per 16 k (4 quads) and column
+    typename QuadDecoder<L>::NvScale sc{};
     for (int64_t q = q0; q < q1; ++q) {
-      if (q % 4 == 0 || q == q0) dec.e4m3_scales(g.nv_scale + (p * (g.k_pad / 16) + q / 4) * 16, s_lo, s_hi);
+      if (q % 4 == 0 || q == q0) sc = dec.nv_scale(g.nv_scale + (p * (g.k_pad / 16) + q / 4) * 16);
       __m512i a, b;
       dec.quad(src + q * 4 * bpk, a, b);
-      _mm512_store_si512(dst + (q - q0) * 64, scale_words(a, s_lo, s_hi));
-      _mm512_store_si512(dst + (q - q0) * 64 + 32, scale_words(b, s_lo, s_hi));
+      _mm512_store_si512(dst + (q - q0) * 64, QuadDecoder<L>::nvfp4(a, sc));
+      _mm512_store_si512(dst + (q - q0) * 64 + 32, QuadDecoder<L>::nvfp4(b, sc));
     }
-    return;
-  }
-  const bool mx = g.mx_scale != nullptr;
-  __m512i off = _mm512_setzero_si512();
-  for (int64_t q = q0; q < q1; ++q) {
-    if (mx && (q % 8 == 0 || q == q0)) off = mx_offsets(g.mx_scale + (p * (g.k_pad / 32) + q / 8) * 16);
-    __m512i a, b;
-    dec.quad(src + q * 4 * bpk, a, b);
-    if (mx) {
-      a = add_exponent(a, off);
-      b = add_exponent(b, off);
+  } else {
+    const bool mx = g.mx_scale != nullptr;
+    __m512i off = _mm512_setzero_si512();
+    for (int64_t q = q0; q < q1; ++q) {
+      if (mx && (q % 8 == 0 || q == q0)) off = mx_offsets(g.mx_scale + (p * (g.k_pad / 32) + q / 8) * 16);
+      __m512i a, b;
+      dec.quad(src + q * 4 * bpk, a, b);
+      if (mx) {
+        a = add_exponent(a, off);
+        b = add_exponent(b, off);
+      }
+      _mm512_store_si512(dst + (q - q0) * 64, a);
+      _mm512_store_si512(dst + (q - q0) * 64 + 32, b);
     }
-    _mm512_store_si512(dst + (q - q0) * 64, a);
-    _mm512_store_si512(dst + (q - q0) * 64 + 32, b);
   }
+}
+
+using DecodePanel = void (*)(const Job&, int64_t, int64_t, int64_t, uint16_t*);
+
+DecodePanel decoder_of(Layout l) {
+  switch (l) {
+    case Layout::kQuadE4M3: return decode_panel<Layout::kQuadE4M3>;
+    case Layout::kQuadE2M1: return decode_panel<Layout::kQuadE2M1>;
+    case Layout::kRecordE4M3: return decode_panel<Layout::kRecordE4M3>;
+    case Layout::kRecordE2M1: return decode_panel<Layout::kRecordE2M1>;
+    case Layout::kRecordE2M3: return decode_panel<Layout::kRecordE2M3>;
+    case Layout::kRecordE3M2: return decode_panel<Layout::kRecordE3M2>;
+    case Layout::kRecordE2M1Nv: break;
+  }
+  return decode_panel<Layout::kRecordE2M1Nv>;
 }
 
 constexpr int64_t kBlock = 32;        // rows and columns of one output block
@@ -209,7 +218,7 @@ void epilogue(const Job& g, const float* c, int64_t ldc, int64_t m0, int64_t row
 // of K words (whole-K path) or of kChunkK (one-M-block path).
 void run_range(const Job& g, uint16_t* scratch, float* c, int64_t m_begin, int64_t m_end, int64_t b_begin,
                int64_t b_end) {
-  const QuadDecoder dec(g.layout);
+  const DecodePanel decode = decoder_of(g.layout);
   const int64_t panels = g.n_pad / 16, quads = g.k_pad / 4;
   const bool one_block = m_end - m_begin <= kBlock;
   for (int64_t blk = b_begin; blk < b_end; ++blk) {
@@ -224,8 +233,8 @@ void run_range(const Job& g, uint16_t* scratch, float* c, int64_t m_begin, int64
       zero_tiles();
       for (int64_t q0 = 0; q0 < quads; q0 += kChunkK / 4) {
         const int64_t q1 = q0 + kChunkK / 4 < quads ? q0 + kChunkK / 4 : quads;
-        decode_panel(g, dec, p0, q0, q1, scratch);
-        if (two_cols) decode_panel(g, dec, p0 + 1, q0, q1, w1);
+        decode(g, p0, q0, q1, scratch);
+        if (two_cols) decode(g, p0 + 1, q0, q1, w1);
         mul(g.act + m_begin * g.lda + q0 * 4, g.lda, scratch, w1, (q1 - q0) * 4);
       }
       store_tiles(c, kBlock);
@@ -233,8 +242,8 @@ void run_range(const Job& g, uint16_t* scratch, float* c, int64_t m_begin, int64
       continue;
     }
     uint16_t* w1 = scratch + g.k_pad * 16;
-    decode_panel(g, dec, p0, 0, quads, scratch);
-    if (two_cols) decode_panel(g, dec, p0 + 1, 0, quads, w1);
+    decode(g, p0, 0, quads, scratch);
+    if (two_cols) decode(g, p0 + 1, 0, quads, w1);
     for (int64_t m0 = m_begin; m0 < m_end; m0 += kBlock) {
       const int64_t rows = m_end - m0 < kBlock ? m_end - m0 : kBlock;
       zero_tiles();
@@ -250,7 +259,7 @@ void run_range(const Job& g, uint16_t* scratch, float* c, int64_t m_begin, int64
 // ([round_up(rows, 32)][blocks * 32]) between chunks. scratch holds 2 panels of kOuterChunkK.
 void run_k_outer(const Job& g, uint16_t* scratch, float* sums, int64_t m_begin, int64_t m_end, int64_t b_begin,
                  int64_t b_end) {
-  const QuadDecoder dec(g.layout);
+  const DecodePanel decode = decoder_of(g.layout);
   const int64_t panels = g.n_pad / 16, quads = g.k_pad / 4;
   const int64_t ldsum = (b_end - b_begin) * kBlock;
   uint16_t* w1 = scratch + kOuterChunkK * 16;
@@ -259,8 +268,8 @@ void run_k_outer(const Job& g, uint16_t* scratch, float* sums, int64_t m_begin, 
     for (int64_t blk = b_begin; blk < b_end; ++blk) {
       const int64_t p0 = blk * 2;
       const bool two_cols = p0 + 1 < panels;
-      decode_panel(g, dec, p0, q0, q1, scratch);
-      if (two_cols) decode_panel(g, dec, p0 + 1, q0, q1, w1);
+      decode(g, p0, q0, q1, scratch);
+      if (two_cols) decode(g, p0 + 1, q0, q1, w1);
       for (int64_t m0 = m_begin; m0 < m_end; m0 += kBlock) {
         float* s = sums + (m0 - m_begin) * ldsum + (blk - b_begin) * kBlock;
         if (q0 == 0) {
@@ -365,7 +374,7 @@ void fp_records_gemm_amx_bf16(const FpGemm& f, const uint16_t* act) {
   Job g;
   g.packed = f.packed;
   switch (f.elem) {
-    case FpElem::kE2M1: g.layout = Layout::kRecordE2M1; break;
+    case FpElem::kE2M1: g.layout = f.group_scale == FpGroupScale::kE4M3 ? Layout::kRecordE2M1Nv : Layout::kRecordE2M1; break;
     case FpElem::kE2M3: g.layout = Layout::kRecordE2M3; break;
     case FpElem::kE3M2: g.layout = Layout::kRecordE3M2; break;
     default: g.layout = Layout::kRecordE4M3; break;

@@ -105,6 +105,8 @@ class W8A16Kernel final : public LinearKernel {
   Result<Tensor> row_major_weight(const LinearLayer& layer) const override;
   bool supports_pre_processed_weights() const override { return true; }
   uint32_t processed_layout_version() const override { return 1; }
+  // AMX variants: M 1 on the AVX-512 kernel's code, tiles from kAmxBf16MinM.
+  std::vector<MRoute> m_routes(const LinearConfig& config) const override;
 
  protected:
   Status process_impl(LinearLayer& layer) const override;
