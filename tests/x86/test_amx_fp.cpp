@@ -214,6 +214,74 @@ TEST(X86AmxFp, MxActivationsEqualTheReferenceQuantizer) {
   }
 }
 
+// Every mode the AMX quantizer takes gives fp_prepare_activations_avx2's values (which test_avx2_fp.cpp holds
+// bit-identical to the reference quantizers) and row scales, bit for bit: NVFP4 with a given and a per-call
+// global scale, FP8 static / per-token / per-tensor, MX; blocks of very different magnitudes, ties, zeros.
+TEST(X86AmxFp, QuantizedActivationsEqualTheAvx2Path) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAmxBf16Nvfp4);
+  const int64_t m = 9, k = 384;
+  Tensor x = random_normal(DType::kF32, {m, k}, 71, 1.0);
+  float* xv = x.data<float>();
+  for (int64_t i = 0; i < m * k; ++i) {
+    const int shift = static_cast<int>((i / 16 * 29) % 41) - 20;
+    xv[i] = std::ldexp(i % 7 == 0 ? static_cast<float>(2 * (i % 11) + 1) * 0.125f : xv[i], shift);
+    if (i % 89 == 0) xv[i] = 0.0f;
+  }
+  for (int64_t i = 5 * k; i < 6 * k; ++i) xv[i] = 0.0f;  // an all-zero row
+  struct Mode {
+    x86::FpActMode mode;
+    bool dynamic_global;
+    x86::FpElem elem;
+  };
+  const Mode modes[] = {{x86::FpActMode::kNvfp4Dyn, false, x86::FpElem::kE2M1},
+                        {x86::FpActMode::kNvfp4Dyn, true, x86::FpElem::kE2M1},
+                        {x86::FpActMode::kFp8Static, false, x86::FpElem::kE4M3},
+                        {x86::FpActMode::kFp8DynToken, false, x86::FpElem::kE4M3},
+                        {x86::FpActMode::kFp8DynTensor, false, x86::FpElem::kE4M3},
+                        {x86::FpActMode::kMxDyn, false, x86::FpElem::kE2M3},
+                        {x86::FpActMode::kMxDyn, false, x86::FpElem::kE4M3}};
+  for (const Mode& md : modes) {
+    SCOPED_TRACE(static_cast<int>(md.mode) * 10 + (md.dynamic_global ? 1 : 0));
+    x86::FpActQuant q;
+    q.x = xv;
+    q.x_kind = x86::FloatKind::kF32;
+    q.m = m;
+    q.k = k;
+    q.ldx = k;
+    q.k_pad = k;
+    q.mode = md.mode;
+    q.elem = md.elem;
+    q.mx_rule = md.elem == x86::FpElem::kE4M3 ? x86::FpMxRule::kCeilOverMax : x86::FpMxRule::kQuarkEven;
+    q.static_scale = 0.0137f;
+    q.global_scale = 1234.5f;
+    q.dynamic_global = md.dynamic_global;
+    std::vector<float> want(static_cast<size_t>(m * k)), want_scale(m, -1.0f), got_scale(m, -1.0f);
+    uint8_t bad = 0, inexact = 0;
+    x86::FpActQuant ref = q;
+    ref.act = want.data();
+    ref.row_scale = want_scale.data();
+    ref.bad_input = &bad;
+    ref.inexact = &inexact;
+    x86::fp_prepare_activations_avx2(ref);
+    ASSERT_EQ(bad | inexact, 0);
+    std::vector<uint16_t> got(static_cast<size_t>(16 * k), 0xFFFF);
+    q.row_scale = got_scale.data();
+    ASSERT_TRUE(x86::amx_prepare_bf16_activations(q, got.data()));
+    int mismatches = 0;
+    for (int64_t i = 0; i < m * k; ++i) {
+      const uint32_t bits = static_cast<uint32_t>(got[static_cast<size_t>(i)]) << 16;
+      float g;
+      std::memcpy(&g, &bits, 4);
+      if (g != want[static_cast<size_t>(i)] && mismatches++ < 5) {
+        ADD_FAILURE() << "element " << i << ": " << g << ", AVX2 path " << want[static_cast<size_t>(i)];
+      }
+    }
+    if (md.mode != x86::FpActMode::kMxDyn) {
+      for (int64_t r = 0; r < m; ++r) EXPECT_EQ(got_scale[r], want_scale[r]) << "row scale " << r;
+    }
+  }
+}
+
 // Where AMX runs, the priority list picks these kernels for quantized-activation MX and NVFP4 layers, and
 // explain shows their M ranges.
 TEST(X86AmxFp, SelectedWithTheirMRanges) {

@@ -518,9 +518,10 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   g.out_kind = static_cast<FloatKind>(float_kind_of(out.dtype()));
   g.threads = threads::threads_for(packed_bytes(st), 2 * m * st.n_pad * st.k_pad);
   q.k_pad = st.k_pad;
+  q.row_scale = row_scale.data();
   // AMX: the OS grant is asked here too (cached), so a kernel applied without is_supported never faults.
   const bool amx = isa_ == Isa::kAmxBf16 && m >= amx_min_m(family_) && amx_tile_permission_refusal().empty();
-  if (amx && !x.is_quantized()) {  // BF16 rows or MX activations made straight into the tiles' BF16 rows
+  if (amx && !x.is_quantized()) {  // BF16 rows or quantized activations made straight into the tiles' BF16 rows
     AlignedBytes act16 = aligned_bytes(round_up(m, 16) * st.k_pad * 2);
     uint16_t* a16 = reinterpret_cast<uint16_t*>(act16.get());
     if (amx_prepare_bf16_activations(q, a16)) {
