@@ -99,8 +99,8 @@ INSTANTIATE_TEST_SUITE_P(X86, AmxFp, ::testing::Range(0, 3), [](const ::testing:
   return std::string(families()[static_cast<size_t>(i.param)].kernel->name());
 });
 
-// Every E4M3 block-scale code (0 .. 126: zero, subnormal, normal, the largest) through the f32 multiply of
-// the NVFP4 decode.
+// Every E4M3 block-scale code (0 .. 126: zero, subnormal, normal, the largest; some negative) through the
+// NVFP4 decode's (scale mantissa, code) lookup and exponent add.
 TEST(X86AmxFp, Nvfp4EveryBlockScaleCode) {
   const LinearKernel& k = x86::kAmxBf16Nvfp4;
   QL_SKIP_UNLESS_SUPPORTED(k);
@@ -108,7 +108,7 @@ TEST(X86AmxFp, Nvfp4EveryBlockScaleCode) {
     const Case c{40, 48, 2048, DType::kBF16, DType::kF32, true};
     const int64_t before = x86::amx_bf16_gemms_on_this_thread();
     auto r = x86_test::run_with_edited_scales(k, *s, c, 31, [](uint8_t* e, int64_t count) {
-      for (int64_t i = 0; i < count; ++i) e[i] = static_cast<uint8_t>((i * 7) % 127);
+      for (int64_t i = 0; i < count; ++i) e[i] = static_cast<uint8_t>((i * 7) % 127 | (i % 5 == 0 ? 0x80 : 0));
     });
     ASSERT_TRUE(r);
     EXPECT_EQ(x86::amx_bf16_gemms_on_this_thread() - before, 1);

@@ -1,27 +1,49 @@
 # Medians over rounds of the per-round CPU-time medians; ratio = anchor / qlinear (> 1: qlinear faster),
-# same-round ratio range in brackets.
-import json, sys, statistics, collections
-rows = [json.loads(l) for f in sys.argv[1:] for l in open(f)]
-cells = collections.defaultdict(dict)
+# same-round ratio range in brackets. INT8 W8A8 against torch's dynamic INT8 linear (engine onednn), every other
+# scheme against torch's BF16 F.linear on the unquantized weights. One row per scheme and M, one column per shape.
+# A round is one (file, round) pair, so that files of separate run.sh calls are separate rounds.
+# usage: python3 table.py OUT.jsonl [OUT2.jsonl ...]
+import collections
+import json
+import statistics
+import sys
+
+rows = []
+for i, f in enumerate(sys.argv[1:]):
+    for line in open(f):
+        r = json.loads(line)
+        r["round"] = (i, r["round"])
+        rows.append(r)
+cells = collections.defaultdict(dict)  # (n, k, m) -> name -> round -> record
 for r in rows:
-    name = r.get("scheme", r["tool"])
-    cells[(r["n"], r["k"], r["m"])].setdefault(name, {})[r["round"]] = r
-pairs = [("w8a8-int8-dynamic", "torch_onednn_int8_dyn")] + [(s, "torch_bf16") for s in
-         ("w8a16-fp8", "w8a16-mxfp8", "w4a16-mxfp4", "w8a8-fp8-channel", "w8a8-mxfp8")]
-print("| shape (N x K) | M | anchor ms: torch bf16 / onednn int8 | " + " | ".join(p[0] for p in pairs) + " |")
-print("|---|---|---|" + "---|" * len(pairs))
-for key in sorted(cells):
-    c = cells[key]
-    def med(name):
-        return statistics.median(v["cpu_med"] for v in c[name].values()) if name in c else None
-    out = []
-    for q, a in pairs:
-        if q not in c or a not in c:
-            out.append("–"); continue
-        rr = [c[a][r]["cpu_med"] / c[q][r]["cpu_med"] for r in c[q] if r in c[a]]
-        kern = next(iter(c[q].values()))["kernel"]
-        out.append(f"{med(q):.2f} ms, {med(a) / med(q):.2f}× ({min(rr):.2f}–{max(rr):.2f})")
-    anchors = " / ".join(f"{v:.2f}" if v is not None else "–" for v in (med("torch_bf16"), med("torch_onednn_int8_dyn")))
-    print(f"| {key[0]}x{key[1]} | {key[2]} | {anchors} | " + " | ".join(out) + " |")
+    cells[(r["n"], r["k"], r["m"])].setdefault(r.get("scheme", r["tool"]), {})[r["round"]] = r
+shapes = sorted({(n, k) for n, k, _ in cells}, key=lambda s: (s != (4096, 4096), s))
+ms = sorted({m for _, _, m in cells})
+schemes = list(dict.fromkeys(r["scheme"] for r in rows if r["tool"] == "qlinear"))
+
+
+def med(c, name):
+    return statistics.median(v["cpu_med"] for v in c[name].values())
+
+
+print("| scheme | kernel | M | " + " | ".join(f"{n}x{k}" for n, k in shapes) + " |")
+print("|---|---|---|" + "---|" * len(shapes))
+for anchor_row in ("torch_bf16", "torch_onednn_int8_dyn"):
+    for m in ms:
+        out = [f"{med(cells[(n, k, m)], anchor_row):.2f} ms" if anchor_row in cells[(n, k, m)] else "–" for n, k in shapes]
+        print(f"| {anchor_row} (anchor) | | {m} | " + " | ".join(out) + " |")
+for s in schemes:
+    anchor = "torch_onednn_int8_dyn" if s.startswith("w8a8-int8") else "torch_bf16"
+    for m in ms:
+        out, kern = [], ""
+        for n, k in shapes:
+            c = cells[(n, k, m)]
+            if s not in c or anchor not in c:
+                out.append("–")
+                continue
+            kern = next(iter(c[s].values()))["kernel"]
+            rr = [c[anchor][r]["cpu_med"] / c[s][r]["cpu_med"] for r in c[s] if r in c[anchor]]
+            out.append(f"{med(c, s):.2f} ms, **{med(c, anchor) / med(c, s):.2f}×** ({min(rr):.2f}–{max(rr):.2f})")
+        print(f"| {s} | `{kern}` | {m} | " + " | ".join(out) + " |")
 loads = [r["load1"] for r in rows]
-print(f"\nrounds: {len(set(r['round'] for r in rows))}; load1 during blocks {min(loads):.1f}–{max(loads):.1f}")
+print(f"\nrounds: {len({r['round'] for r in rows})} (file, round) pairs; load1 during blocks {min(loads):.1f}–{max(loads):.1f}")

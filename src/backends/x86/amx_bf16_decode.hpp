@@ -32,8 +32,8 @@
 namespace qlinear::x86 {
 namespace {
 
-// kRecordE2M1Nv: kRecordE2M1's bytes for NVFP4, whose tables give each code's "exponent offset" word instead
-// of its value (see QuadDecoder::nvfp4).
+// kRecordE2M1Nv: kRecordE2M1's bytes for NVFP4, looked up together with the 3 mantissa bits of the code's E4M3
+// block scale (QuadDecoder::nv_scale).
 enum class Layout : uint8_t { kQuadE4M3, kQuadE2M1, kRecordE4M3, kRecordE2M1, kRecordE2M3, kRecordE3M2, kRecordE2M1Nv };
 
 // Bytes per k of one panel (16 columns): where quad q of panel p starts.
@@ -72,19 +72,35 @@ struct DecodeTables {
   alignas(64) uint8_t e2m1_hi[64], e2m1_lo[64];    // kQuadE2M1: code i % 16 (vpshufb, per lane)
   alignas(64) uint8_t rec_e2m1_hi[64], rec_e2m1_lo[64];  // kRecordE2M1: stored (i % 16) = code ^ 0xF
   alignas(64) uint8_t e2m3_hi[64], e2m3_lo[64], e3m2_hi[64], e3m2_lo[64];
-  alignas(64) uint8_t e4m3x3_hi[128], e4m3x3_lo[128];  // 1.5 * E4M3 magnitude (NVFP4 scales)
-  alignas(64) uint8_t nv_hi[64], nv_lo[64];            // kRecordE2M1Nv: stored (i % 16) = code ^ 0xF
+  // NVFP4, by index (m << 4) | stored (stored = E2M1 code ^ 0xF, m = a block scale's 3 mantissa bits): the BF16
+  // bytes of value(code) * (1 + m / 8) (exact: at most 6 significant bits, normal).
+  alignas(64) uint8_t nv_hi[128], nv_lo[128];
+  // By E4M3 block-scale magnitude code: its mantissa bits m << 4 and the BF16 exponent offset e << 7 (as an int16's
+  // two bytes) with s = (1 + m / 8) * 2^e (subnormal scales normalized; 0 for a zero scale, masked separately).
+  alignas(64) uint8_t sc_m[128], sc_e_hi[128], sc_e_lo[128];
   constexpr DecodeTables()
       : e4m3_hi(), e4m3_lo(), e2m1_hi(), e2m1_lo(), rec_e2m1_hi(), rec_e2m1_lo(), e2m3_hi(), e2m3_lo(), e3m2_hi(),
-        e3m2_lo(), e4m3x3_hi(), e4m3x3_lo(), nv_hi(), nv_lo() {
+        e3m2_lo(), nv_hi(), nv_lo(), sc_m(), sc_e_hi(), sc_e_lo() {
     for (int c = 0; c < 128; ++c) {
       e4m3_hi[c] = static_cast<uint8_t>(float_code_bf16(c, 4, 3) >> 8);
       e4m3_lo[c] = static_cast<uint8_t>(float_code_bf16(c, 4, 3) & 0xFF);
-      // 1.5 * value: the significand times 3, the exponent one lower.
+      // E4M3 scale: normal (8 | m) * 2^(e - 10), subnormal m * 2^-9 normalized to 3 fraction bits.
       const int e = c >> 3, m = c & 7;
-      const uint16_t x3 = e == 0 ? bf16_bits(false, 3 * m, -10) : bf16_bits(false, 3 * (8 | m), e - 11);
-      e4m3x3_hi[c] = static_cast<uint8_t>(x3 >> 8);
-      e4m3x3_lo[c] = static_cast<uint8_t>(x3 & 0xFF);
+      int sig = e == 0 ? m : (8 | m), ex = e == 0 ? -9 : e - 10;
+      while (sig != 0 && sig < 8) {
+        sig <<= 1;
+        --ex;
+      }
+      const int off = sig == 0 ? 0 : (ex + 3) * 128;  // (1 + (sig - 8) / 8) * 2^(ex + 3)
+      sc_m[c] = static_cast<uint8_t>(sig == 0 ? 0 : (sig - 8) << 4);
+      sc_e_hi[c] = static_cast<uint8_t>((off >> 8) & 0xFF);
+      sc_e_lo[c] = static_cast<uint8_t>(off & 0xFF);
+      const int ms = c >> 4, stored = c & 0xF, code = stored ^ 0xF;
+      // value(code) = v2 / 2 with v2 in {0, 1, 2, 3, 4, 6, 8, 12}; times (8 + ms) / 8
+      const int v2[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+      const uint16_t w = bf16_bits((code & 8) != 0, v2[code & 7] * (8 + ms), -4);
+      nv_hi[c] = static_cast<uint8_t>(w >> 8);
+      nv_lo[c] = static_cast<uint8_t>(w & 0xFF);
     }
     for (int i = 0; i < 64; ++i) {
       const uint16_t f4 = float_code_bf16(i % 16, 2, 1), r4 = float_code_bf16((i % 16) ^ 0xF, 2, 1);
@@ -97,13 +113,6 @@ struct DecodeTables {
       e2m3_lo[i] = static_cast<uint8_t>(f6a & 0xFF);
       e3m2_hi[i] = static_cast<uint8_t>(f6b >> 8);
       e3m2_lo[i] = static_cast<uint8_t>(f6b & 0xFF);
-      // NVFP4 word of E2M1 code c: value = 2^k (base S) or 1.5 * 2^k (base S15): sign << 15 plus k << 7 (mod
-      // 2^16), bit 0 = "base S15", bit 1 = "nonzero" (QuadDecoder::nvfp4).
-      const int c = (i % 16) ^ 0xF, mag = c & 7;
-      const int k_of[8] = {0, -1, 0, 0, 1, 1, 2, 2};
-      const int word = mag == 0 ? (c & 8) << 12 : (((c & 8) << 12) + (k_of[mag] << 7) + 2 + (mag >= 2 && (mag & 1)));
-      nv_hi[i] = static_cast<uint8_t>((word >> 8) & 0xFF);
-      nv_lo[i] = static_cast<uint8_t>(word & 0xFF);
     }
   }
 };
@@ -114,11 +123,14 @@ static_assert(float_code_bf16(0x01, 4, 3) == 0x3B00, "E4M3 2^-9");
 static_assert(float_code_bf16(0x7, 2, 1) == 0x40C0 && float_code_bf16(0x9, 2, 1) == 0xBF00, "E2M1 6, -0.5");
 static_assert(float_code_bf16(0x1F, 2, 3) == 0x40F0 && float_code_bf16(0x01, 2, 3) == 0x3E00, "E2M3 7.5, 0.125");
 static_assert(float_code_bf16(0x1F, 3, 2) == 0x41E0 && float_code_bf16(0x21, 3, 2) == 0xBD80, "E3M2 28, -1/16");
-static_assert(kDecodeTables.e4m3x3_hi[0x7E] == 0x44 && kDecodeTables.e4m3x3_lo[0x7E] == 0x28, "1.5 * 448 = 672");
-static_assert(kDecodeTables.e4m3x3_hi[0x01] == 0x3B && kDecodeTables.e4m3x3_lo[0x01] == 0x40, "1.5 * 2^-9");
-static_assert(kDecodeTables.nv_hi[0x0 ^ 0xF] == 0x00 && kDecodeTables.nv_lo[0x0 ^ 0xF] == 0x00, "E2M1 +0");
-static_assert(kDecodeTables.nv_hi[0x7 ^ 0xF] == 0x01 && kDecodeTables.nv_lo[0x7 ^ 0xF] == 0x03, "6 = 1.5 * 2^2");
-static_assert(kDecodeTables.nv_hi[0x9 ^ 0xF] == 0x7F && kDecodeTables.nv_lo[0x9 ^ 0xF] == 0x82, "-0.5");
+static_assert(kDecodeTables.nv_hi[(0 << 4) | (0x7 ^ 0xF)] == 0x40 && kDecodeTables.nv_lo[(0 << 4) | (0x7 ^ 0xF)] == 0xC0, "6");
+static_assert(kDecodeTables.nv_hi[(7 << 4) | (0xF ^ 0xF)] == 0xC1 && kDecodeTables.nv_lo[(7 << 4) | (0xF ^ 0xF)] == 0x34,
+              "-6 * 1.875 = -11.25");
+static_assert(kDecodeTables.nv_hi[(3 << 4) | (0x8 ^ 0xF)] == 0x80 && kDecodeTables.nv_lo[(3 << 4) | (0x8 ^ 0xF)] == 0x00, "-0");
+static_assert(kDecodeTables.sc_m[0x7E] == (6 << 4) && kDecodeTables.sc_e_hi[0x7E] == 0x04 && kDecodeTables.sc_e_lo[0x7E] == 0x00,
+              "448 = 1.75 * 2^8");
+static_assert(kDecodeTables.sc_m[0x03] == (4 << 4) && kDecodeTables.sc_e_hi[0x03] == 0xFC && kDecodeTables.sc_e_lo[0x03] == 0x00,
+              "3 * 2^-9 = 1.5 * 2^-8");
 
 // vpermb / vpmultishiftqb controls that bring the record layouts into quad order. For quad byte Q = 16l + 8h + i:
 // column c = 4l + i/2, record kk = 2h + i%2.
@@ -128,9 +140,10 @@ struct GatherTables {
   alignas(64) uint8_t fp6_top_idx[64], fp6_top_shift[64];  // byte kk*12 + 8 + c%4, bits 2(c/4) -> bits 4..5
   alignas(64) uint8_t e4m3_idx[64];                        // byte kk*16 + c
   alignas(64) uint16_t scale_idx[32];  // NVFP4 scales: word 2j + t <- column j (j < 8: word j, else 32 + j - 8)
+  alignas(64) uint8_t column[64];      // NVFP4 scales: quad byte Q <- column c
   constexpr GatherTables()
       : e2m1_idx(), e2m1_shift(), fp6_nib_idx(), fp6_nib_shift(), fp6_top_idx(), fp6_top_shift(), e4m3_idx(),
-        scale_idx() {
+        scale_idx(), column() {
     for (int q = 0; q < 64; ++q) {
       const int l = q / 16, h = (q / 8) % 2, i = q % 8;
       const int c = 4 * l + i / 2, kk = 2 * h + i % 2;
@@ -142,6 +155,7 @@ struct GatherTables {
       fp6_top_idx[q] = static_cast<uint8_t>(kk * 12 + 8 + c % 4);
       fp6_top_shift[q] = static_cast<uint8_t>((base + 2 * (c / 4) + 60) % 64);  // bit 2(c/4) lands at bit 4
       e4m3_idx[q] = static_cast<uint8_t>(kk * 16 + c);
+      column[q] = static_cast<uint8_t>(c);
     }
     for (int w = 0; w < 32; ++w) scale_idx[w] = static_cast<uint16_t>(w / 2 < 8 ? w / 2 : 32 + w / 2 - 8);
   }
@@ -152,6 +166,7 @@ inline constexpr GatherTables kGather;
 template <Layout L>
 class QuadDecoder {
   static constexpr bool kE4M3 = L == Layout::kQuadE4M3 || L == Layout::kRecordE4M3;
+  static constexpr bool kTable128 = kE4M3 || L == Layout::kRecordE2M1Nv;
 
  public:
   QuadDecoder() {
@@ -170,7 +185,7 @@ class QuadDecoder {
                                                      : t.e4m3_lo;
     hi0_ = _mm512_load_si512(hi);
     lo0_ = _mm512_load_si512(lo);
-    if constexpr (kE4M3) {
+    if constexpr (kTable128) {
       hi1_ = _mm512_load_si512(hi + 64);
       lo1_ = _mm512_load_si512(lo + 64);
     }
@@ -186,11 +201,17 @@ class QuadDecoder {
       const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(lo4), hi4, 1);
       hi = _mm512_shuffle_epi8(hi0_, idx);
       lo = _mm512_shuffle_epi8(lo0_, idx);
-    } else if constexpr (L == Layout::kRecordE2M1 || L == Layout::kRecordE2M1Nv) {
+    } else if constexpr (L == Layout::kRecordE2M1) {
       const __m512i x = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
       const __m512i codes = _mm512_multishift_epi64_epi8(ld(kGather.e2m1_shift), _mm512_permutexvar_epi8(ld(kGather.e2m1_idx), x));
       hi = _mm512_permutexvar_epi8(codes, hi0_);
       lo = _mm512_permutexvar_epi8(codes, lo0_);
+    } else if constexpr (L == Layout::kRecordE2M1Nv) {  // index (scale mantissa << 4) | stored code
+      const __m512i x = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+      const __m512i codes = _mm512_multishift_epi64_epi8(ld(kGather.e2m1_shift), _mm512_permutexvar_epi8(ld(kGather.e2m1_idx), x));
+      const __m512i idx = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), codes, nv_m_, 0xEA);  // (codes & 0xF) | m
+      hi = _mm512_permutex2var_epi8(hi0_, idx, hi1_);
+      lo = _mm512_permutex2var_epi8(lo0_, idx, lo1_);
     } else if constexpr (L == Layout::kRecordE2M3 || L == Layout::kRecordE3M2) {
       const __m512i x = _mm512_maskz_loadu_epi8(0x0000FFFFFFFFFFFFull, src);  // 48 bytes
       const __m512i nib =
@@ -211,37 +232,36 @@ class QuadDecoder {
     b = _mm512_unpackhi_epi8(lo, hi);
   }
 
-  // NVFP4 (kRecordE2M1Nv): a decoded row x (the tables' words) times its columns' E4M3 block scales. Value
-  // 2^k * s is s's BF16 word plus k << 7, and 1.5 * 2^k * s is (1.5 s)'s word plus k << 7 (both exact: at
-  // most 6 significant bits, normal); a sign in x flips the product's sign bit (the carry out of bit 15 is
-  // dropped). x's bit 0 picks 1.5 s, bit 1 marks a nonzero code; both are cleared after the add (bits 0..2 of
-  // s and 1.5 s are zero). Zero codes and zero scales give +0.
+  // NVFP4 (kRecordE2M1Nv): the block scales s = (1 + m / 8) * 2^e of the next 16 k (4 quads) of a panel. The
+  // quads then look up value(code) * (1 + m / 8) by (m, code), and nvfp4() adds e << 7 to the exponent of every
+  // nonzero word (exact: normal BF16 values), flips the sign for a negative scale (adding 0x8000; the carry out of
+  // bit 15 is dropped) and zeroes the columns whose scale is zero.
   struct NvScale {
-    __m512i s, s15;  // per word 2j + t: column j's s, 1.5 s
-    __mmask32 nonzero;
+    __m512i off;        // word 2j + t: column j's (e << 7) + (negative ? 0x8000 : 0)
+    __mmask32 nonzero;  // words of columns whose scale is not zero
   };
-  NvScale nv_scale(const uint8_t* codes16) const {
+  NvScale nv_scale(const uint8_t* codes16) {
     const DecodeTables& t = kDecodeTables;
     const __m512i x = _mm512_zextsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes16)));
-    const __m512i m80 = _mm512_set1_epi8(static_cast<char>(0x80));
-    auto words = [&](const uint8_t* th, const uint8_t* tl) {
-      const __m512i h = _mm512_ternarylogic_epi32(
-          _mm512_permutex2var_epi8(_mm512_load_si512(th), x, _mm512_load_si512(th + 64)), x, m80, 0xF8);
-      const __m512i l = _mm512_permutex2var_epi8(_mm512_load_si512(tl), x, _mm512_load_si512(tl + 64));
-      // lane 0 of unpacklo: columns 0..7, of unpackhi: 8..15; word 2j + t <- column j
-      return _mm512_permutex2var_epi16(_mm512_unpacklo_epi8(l, h), ld(kGather.scale_idx), _mm512_unpackhi_epi8(l, h));
-    };
+    nv_m_ = _mm512_permutexvar_epi8(ld(kGather.column),
+                                    _mm512_permutex2var_epi8(ld(t.sc_m), x, ld(t.sc_m + 64)));
+    const __m512i h = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(ld(t.sc_e_hi), x, ld(t.sc_e_hi + 64)), x,
+                                                _mm512_set1_epi8(static_cast<char>(0x80)), 0x78);  // ^ (x & 0x80)
+    const __m512i l = _mm512_permutex2var_epi8(ld(t.sc_e_lo), x, ld(t.sc_e_lo + 64));
     NvScale r;
-    r.s = words(t.e4m3_hi, t.e4m3_lo);
-    r.s15 = words(t.e4m3x3_hi, t.e4m3x3_lo);
-    r.nonzero = _mm512_test_epi16_mask(r.s, _mm512_set1_epi16(0x7FFF));
+    // lane 0 of unpacklo: columns 0..7, of unpackhi: 8..15; word 2j + t <- column j
+    r.off = _mm512_permutex2var_epi16(_mm512_unpacklo_epi8(l, h), ld(kGather.scale_idx), _mm512_unpackhi_epi8(l, h));
+    uint32_t m = _mm512_test_epi8_mask(x, _mm512_set1_epi8(0x7F)) & 0xFFFFu;  // column j -> bits 2j, 2j + 1
+    m = (m | (m << 8)) & 0x00FF00FFu;
+    m = (m | (m << 4)) & 0x0F0F0F0Fu;
+    m = (m | (m << 2)) & 0x33333333u;
+    m = (m | (m << 1)) & 0x55555555u;
+    r.nonzero = static_cast<__mmask32>(m | (m << 1));
     return r;
   }
-  static __m512i nvfp4(__m512i x, const NvScale& sc) {
-    const __mmask32 m15 = _mm512_test_epi16_mask(x, _mm512_set1_epi16(1));
-    const __mmask32 nz = _mm512_mask_test_epi16_mask(sc.nonzero, x, _mm512_set1_epi16(2));
-    const __m512i r = _mm512_maskz_add_epi16(nz, _mm512_mask_blend_epi16(m15, sc.s, sc.s15), x);
-    return _mm512_andnot_si512(_mm512_set1_epi16(3), r);
+  static __m512i nvfp4(__m512i w, const NvScale& sc) {
+    const __mmask32 nz = _mm512_mask_test_epi16_mask(sc.nonzero, w, _mm512_set1_epi16(0x7FFF));
+    return _mm512_maskz_add_epi16(nz, w, sc.off);
   }
 
  private:
@@ -249,6 +269,7 @@ class QuadDecoder {
   static __m512i ld(const void* table) { return _mm512_load_si512(table); }
 
   __m512i hi0_, hi1_ = _mm512_setzero_si512(), lo0_, lo1_ = _mm512_setzero_si512();
+  __m512i nv_m_ = _mm512_setzero_si512();  // NVFP4: quad byte Q <- (mantissa bits of column c(Q)'s scale) << 4
 };
 
 }  // namespace

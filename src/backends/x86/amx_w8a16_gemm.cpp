@@ -88,7 +88,7 @@ __m512i add_exponent(__m512i w, __m512i off) {
 template <Layout L>
 void decode_panel(const Job& g, int64_t p, int64_t q0, int64_t q1, uint16_t* dst) {
   constexpr int64_t bpk = layout_bytes_per_k(L);
-  const QuadDecoder<L> dec;
+  QuadDecoder<L> dec;
   const uint8_t* src = g.packed + p * bpk * g.k_pad;
   if constexpr (L == Layout::kRecordE2M1Nv) {  // NVFP4: E4M3 scale per 16 k (4 quads) and column
     typename QuadDecoder<L>::NvScale sc{};
