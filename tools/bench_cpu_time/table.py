@@ -2,14 +2,19 @@
 # same-round ratio range in brackets. INT8 W8A8 against torch's dynamic INT8 linear (engine onednn), every other
 # scheme against torch's BF16 F.linear on the unquantized weights. One row per scheme and M, one column per shape.
 # A round is one (file, round) pair, so that files of separate run.sh calls are separate rounds.
-# usage: python3 table.py OUT.jsonl [OUT2.jsonl ...]
+# usage: python3 table.py [--wall] OUT.jsonl [OUT2.jsonl ...]   (--wall: wall-clock medians instead of CPU time)
 import collections
 import json
 import statistics
 import sys
 
+args = sys.argv[1:]
+key = "cpu_med"
+if args and args[0] == "--wall":
+    key = "wall_med"
+    args = args[1:]
 rows = []
-for i, f in enumerate(sys.argv[1:]):
+for i, f in enumerate(args):
     for line in open(f):
         r = json.loads(line)
         r["round"] = (i, r["round"])
@@ -23,7 +28,7 @@ schemes = list(dict.fromkeys(r["scheme"] for r in rows if r["tool"] == "qlinear"
 
 
 def med(c, name):
-    return statistics.median(v["cpu_med"] for v in c[name].values())
+    return statistics.median(v[key] for v in c[name].values())
 
 
 print("| scheme | kernel | M | " + " | ".join(f"{n}x{k}" for n, k in shapes) + " |")
@@ -42,7 +47,7 @@ for s in schemes:
                 out.append("–")
                 continue
             kern = next(iter(c[s].values()))["kernel"]
-            rr = [c[anchor][r]["cpu_med"] / c[s][r]["cpu_med"] for r in c[s] if r in c[anchor]]
+            rr = [c[anchor][r][key] / c[s][r][key] for r in c[s] if r in c[anchor]]
             out.append(f"{med(c, s):.2f} ms, **{med(c, anchor) / med(c, s):.2f}×** ({min(rr):.2f}–{max(rr):.2f})")
         print(f"| {s} | `{kern}` | {m} | " + " | ".join(out) + " |")
 loads = [r["load1"] for r in rows]
