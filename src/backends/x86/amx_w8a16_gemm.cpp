@@ -299,8 +299,13 @@ void run(const Job& g) {
   const int64_t blocks = (g.n_pad / 16 + 1) / 2;
   const int64_t work = g.m * g.n_pad * g.k_pad;
   const int n_threads = work < (int64_t{1} << 18) ? 1 : g.threads;
-  // One item per thread's share (the pool may run several items on one thread; each configures its tiles).
-  const int64_t nt = n_threads;
+  // Items claimed by the calling thread and the pool (each configures its tiles). With enough column blocks,
+  // four items per thread: the caller starts at once, so a worker that wakes late (another process on its core)
+  // still finds items left; with one item per thread the caller did the whole call whenever the worker woke
+  // after it had finished its own half (measured: no two-thread speed-up at load 5-10 on 2 cores). Row splits
+  // (few column blocks) keep one item per thread: each decodes every block of its rows.
+  const int64_t fine = 4 * static_cast<int64_t>(n_threads);
+  const int64_t nt = n_threads > 1 && blocks >= 2 * fine ? fine : n_threads;
   threads::parallel_for(nt, n_threads, [&](int64_t t) {
     const AmxShare sh = amx_share(t, nt, g.m, blocks, kBlock);
     const int64_t m0 = sh.m0, m1 = sh.m1, b0 = sh.b0, b1 = sh.b1;
