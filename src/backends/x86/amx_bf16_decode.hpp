@@ -24,7 +24,8 @@
 // each code's bits to the bottom of its byte (a nibble's shift, or a 2-bit field's shift, differs by column).
 // Lookups: E4M3 -> two 128-entry vpermi2b tables (the sign OR-ed back); E2M1 in kQuadE2M1 -> 16-entry vpshufb
 // tables; record FP4 / FP6 codes -> 64-entry vpermb tables (vpermb reads the low 6 bits, so the 4-bit FP4
-// table is repeated four times and bits 6..7 of an FP6 byte need not be cleared).
+// table is repeated four times and bits 6..7 of an FP6 byte need not be cleared); NVFP4 (kRecordE2M1Nv) ->
+// one 128-entry vpermi2b table by (the column's E4M3 block-scale mantissa, code), the scale's exponent added after.
 #include <immintrin.h>
 
 #include <cstdint>
