@@ -24,9 +24,13 @@ const LinearKernel* const kX86CpuPriority[] = {
     &x86::kAvx512Bf16Mxfp8W8A16,
     // MXFP4 weight-only (W4A16)
     &x86::kAvx512Bf16Mxfp4W4A16,
-    // FP8 W8A8 and MXFP8 (A8, or BF16 A16 after the kernel above) on AMX-BF16 tiles (M >= 2; M = 1, the AVX2 code)
+    // FP8 W8A8, MXFP8 / MXFP6 / MXFP4 (MX or FP8 activations, or BF16 after the kernels above) and NVFP4 on
+    // AMX-BF16 tiles (M ranges: m_routes; below them, the AVX2 code)
     &x86::kAmxBf16Fp8ScaledMM,
     &x86::kAmxBf16Mxfp8,
+    &x86::kAmxBf16Mxfp6,
+    &x86::kAmxBf16Mxfp4,
+    &x86::kAmxBf16Nvfp4,
     // AVX2 + FMA: every FP8 / MX / NVFP4 family (weight-only paths first, then W8A8, then NVFP4)
     &x86::kAvx2Mxfp8,
     &x86::kAvx2Fp8WeightOnly,

@@ -1,31 +1,56 @@
 # Medians over rounds of the per-round CPU-time medians; ratio = anchor / qlinear (> 1: qlinear faster),
-# same-round ratio range in brackets.
-import json, sys, statistics, collections
-rows = [json.loads(l) for f in sys.argv[1:] for l in open(f)]
-cells = collections.defaultdict(dict)
+# same-round ratio range in brackets. INT8 W8A8 against torch's dynamic INT8 linear (engine onednn), every other
+# scheme against torch's BF16 F.linear on the unquantized weights. One row per scheme and M, one column per shape.
+# A round is one (file, round) pair, so that files of separate run.sh calls are separate rounds.
+# usage: python3 table.py [--wall] OUT.jsonl [OUT2.jsonl ...]   (--wall: wall-clock medians instead of CPU time)
+import collections
+import json
+import statistics
+import sys
+
+args = sys.argv[1:]
+key = "cpu_med"
+if args and args[0] == "--wall":
+    key = "wall_med"
+    args = args[1:]
+rows = []
+for i, f in enumerate(args):
+    for line in open(f):
+        r = json.loads(line)
+        r["round"] = (i, r["round"])
+        rows.append(r)
+cells = collections.defaultdict(dict)  # (n, k, m) -> name -> round -> record
 for r in rows:
-    name = r.get("scheme", r["tool"])
-    cells[(r["n"], r["k"], r["m"])].setdefault(name, {})[r["round"]] = r
+    cells[(r["n"], r["k"], r["m"])].setdefault(r.get("scheme", r["tool"]), {})[r["round"]] = r
+shapes = sorted({(n, k) for n, k, _ in cells}, key=lambda s: (s != (4096, 4096), s))
+ms = sorted({m for _, _, m in cells})
+schemes = list(dict.fromkeys(r["scheme"] for r in rows if r["tool"] == "qlinear"))
 # The INT8 anchor: the dynamic INT8 linear on whichever engine the run used (QL_TORCH_INT8_ENGINE).
 int8_anchor = next((r["tool"] for r in rows if r["tool"].endswith("_int8_dyn")), "torch_onednn_int8_dyn")
-engine = int8_anchor[len("torch_"):-len("_int8_dyn")]
-pairs = [("w8a8-int8-dynamic", int8_anchor)] + [(s, "torch_bf16") for s in
-         ("w8a16-fp8", "w8a16-mxfp8", "w4a16-mxfp4", "w4a4-nvfp4", "w6a16-mxfp6-e2m3", "w8a8-fp8-channel", "w8a8-mxfp8")]
-pairs = [p for p in pairs if any(r.get("scheme") == p[0] for r in rows)]
-print(f"| shape (N x K) | M | anchor ms: torch bf16 / {engine} int8 | " + " | ".join(p[0] for p in pairs) + " |")
-print("|---|---|---|" + "---|" * len(pairs))
-for key in sorted(cells):
-    c = cells[key]
-    def med(name):
-        return statistics.median(v["cpu_med"] for v in c[name].values()) if name in c else None
-    out = []
-    for q, a in pairs:
-        if q not in c or a not in c:
-            out.append("–"); continue
-        rr = [c[a][r]["cpu_med"] / c[q][r]["cpu_med"] for r in c[q] if r in c[a]]
-        kern = next(iter(c[q].values()))["kernel"]
-        out.append(f"{med(q):.2f} ms, {med(a) / med(q):.2f}× ({min(rr):.2f}–{max(rr):.2f})")
-    anchors = " / ".join(f"{v:.2f}" if v is not None else "–" for v in (med("torch_bf16"), med(int8_anchor)))
-    print(f"| {key[0]}x{key[1]} | {key[2]} | {anchors} | " + " | ".join(out) + " |")
+
+
+def med(c, name):
+    return statistics.median(v[key] for v in c[name].values())
+
+
+print("| scheme | kernel | M | " + " | ".join(f"{n}x{k}" for n, k in shapes) + " |")
+print("|---|---|---|" + "---|" * len(shapes))
+for anchor_row in ("torch_bf16", int8_anchor):
+    for m in ms:
+        out = [f"{med(cells[(n, k, m)], anchor_row):.2f} ms" if anchor_row in cells[(n, k, m)] else "–" for n, k in shapes]
+        print(f"| {anchor_row} (anchor) | | {m} | " + " | ".join(out) + " |")
+for s in schemes:
+    anchor = int8_anchor if s.startswith("w8a8-int8") else "torch_bf16"
+    for m in ms:
+        out, kern = [], ""
+        for n, k in shapes:
+            c = cells[(n, k, m)]
+            if s not in c or anchor not in c:
+                out.append("–")
+                continue
+            kern = next(iter(c[s].values()))["kernel"]
+            rr = [c[anchor][r][key] / c[s][r][key] for r in c[s] if r in c[anchor]]
+            out.append(f"{med(c, s):.2f} ms, **{med(c, anchor) / med(c, s):.2f}×** ({min(rr):.2f}–{max(rr):.2f})")
+        print(f"| {s} | `{kern}` | {m} | " + " | ".join(out) + " |")
 loads = [r["load1"] for r in rows]
-print(f"\nrounds: {len(set(r['round'] for r in rows))}; load1 during blocks {min(loads):.1f}–{max(loads):.1f}")
+print(f"\nrounds: {len({r['round'] for r in rows})} (file, round) pairs; load1 during blocks {min(loads):.1f}–{max(loads):.1f}")

@@ -44,13 +44,26 @@ void int8_gemm_amx(const Int8Gemm& g);
 // g.act: BF16 [round_up(m, 16), lda], lda >= k_pad, zeros in columns k .. k_pad - 1.
 void w8a16_gemm_amx(const W8A16Gemm& g);
 
-// FP8 W8A8 (fp8_scaled_mm) and MXFP8 (A8 or BF16 A16) on AMX-BF16: the E4M3 code panels of fp_isa.hpp (one
-// 16-byte record per k, regrouped into quads by one vpermb, then decoded as above; E8M0 group codes folded
-// into the exponent, exact because process keeps every folded value a normal f32, i.e. a normal BF16) x the
-// activations' exact values as BF16 (E4M3 codes and MX-folded codes are BF16 values); epilogue
-// y = acc * row_scale[m] * col_scale[n] + bias[n] + col_nan[n]. g.block_scale / act_block_scale must be unset,
-// group scales kNone or kE8M0. g.act (f32, [m, k_pad]) is converted to BF16
-// here; returns false, computing nothing, when a value is not exactly a BF16 (the caller runs fp_gemm_avx2).
-bool fp8_records_gemm_amx(const FpGemm& g);
+// The FP engine's families on AMX-BF16 (x86_amx_bf16_{fp8_scaled_mm, mxfp8, mxfp6, mxfp4, nvfp4}): fp_isa.hpp's
+// code panels (E4M3, FP6 E2M3 / E3M2, FP4 E2M1 records), regathered into quads by vpermb and decoded to BF16
+// VNNI-2 rows (amx_bf16_decode.hpp); E8M0 group codes folded into the exponent (exact: process keeps every
+// folded value a normal f32, i.e. a normal BF16), NVFP4's E4M3 group scales multiplied into the words (exact),
+// x the activations' values as BF16 (BF16 input, or quantized codes times their group scale: BF16 values);
+// epilogue y = acc * row_scale[m] * col_scale[n] + bias[n] + col_nan[n]. g.block_scale / act_block_scale must
+// be unset. g.act (f32, [m, k_pad]) is converted to BF16 here; returns false, computing nothing, when a value
+// is not exactly a normal BF16 or zero (the caller runs fp_gemm_avx2).
+bool fp_records_gemm_amx(const FpGemm& g);
+// The same with the activations already BF16 (act: [round_up(g.m, 16), g.k_pad], zeros past k and m; g.act unused).
+void fp_records_gemm_amx_bf16(const FpGemm& g, const uint16_t* act);
+
+// q's activations as the BF16 rows fp_records_gemm_amx_bf16 takes (act: [round_up(q.m, 16), q.k_pad]): dense BF16
+// rows, or kMxDyn quantized bit-identically to the reference (amx_act_bf16.cpp). False when q is another mode or
+// input dtype, holds Inf / NaN, or a folded value is not exactly a normal BF16: then act is garbage and the
+// caller takes fp_prepare_activations_avx2's path (which reports bad input, or hands the layer to the reference).
+bool amx_prepare_bf16_activations(const FpActQuant& q, uint16_t* act);
+
+// Test hook: how many BF16 tile GEMMs (w8a16_gemm_amx, fp_records_gemm_amx that ran) this thread has started,
+// so that a test can tell the AMX path from the fallback that gives the same result.
+int64_t amx_bf16_gemms_on_this_thread();
 
 }  // namespace qlinear::x86

@@ -1,23 +1,30 @@
-// x86_amx_bf16_*_w*a16: FP8 (E4M3, MXFP8) and FP4 (MXFP4) weights x BF16 activations on AMX-BF16 tiles
-// (tdpbf16ps: 16 x 16 x 32 BF16 products per instruction, f32 accumulation).
+// The AMX-BF16 GEMM of every FP8 / MX / NVFP4 weight format (tdpbf16ps: 16 x 16 x 32 BF16 products per
+// instruction, f32 accumulation): x86_amx_bf16_{fp8,mxfp8}_w8a16, x86_amx_bf16_mxfp4_w4a16 (w8a16_isa.hpp's
+// quad panels, BF16 activations) and x86_amx_bf16_{fp8_scaled_mm, mxfp8, mxfp6, mxfp4, nvfp4} (fp_isa.hpp's
+// code panels; activations BF16, or quantized as the reference does and handed over as their exact values).
 //
 // Per thread, for each block of 2 panels (32 output columns) of its share:
-//   decode the block's codes to BF16 VNNI-2 rows (the B tile layout, amx_isa.hpp) in a per-thread scratch:
+//   decode the block's codes to BF16 VNNI-2 rows (the B tile layout, amx_isa.hpp; amx_bf16_decode.hpp) in a
+//   per-thread scratch:
 //     one M block (M <= 32): K in chunks of 256 (16 KiB, L1), each chunk multiplied at once, the four f32
 //       accumulator tiles held across chunks;
 //     several M blocks: the whole K (64 * K bytes, L2), decoded once and reused by every 32-row block;
 //   per 32-row block: C0..C3 = 0, per 32-wide k step A0, A1, B0, B1 and 4 tdpbf16ps; the 32 x 32 f32 sums
-//   then get the per-column scale and bias and are rounded to the output type while in L1.
-// FP8 W8A8 and MXFP8 (fp8_records_gemm_amx): the same on fp_isa.hpp's E4M3 record panels, one vpermb regrouping four
-// records into a quad before the decode, activations the quantized codes' exact values as BF16.
-// Decode (AVX-512 VBMI): E4M3 byte -> the BF16 (hi, lo) bytes by two 128-entry vpermi2b tables (the sign bit
-// is OR-ed back), E2M1 nibble -> (hi, lo) by 16-entry vpshufb tables; vpunpck{l,h}bw interleaves them into the
-// two k-pair rows of a quad (the swizzle of w8a16_isa.hpp). MX: (e - 127) << 7 added to every nonzero word.
+//   then get the per-row / per-column scales and bias and are rounded to the output type while in L1.
+// Group scales in the decode: MX E8M0 adds (e - 127) << 7 to every nonzero word (exact: process keeps the
+// folded values normal); NVFP4's E4M3 per 1x16 multiplies the words in f32 (exact: <= 6 significant bits).
+// Activations: every quantized code of these formats times its E8M0 / E4M3 group scale is a BF16 value too,
+// so every product is exact and the result differs from the reference only by the f32 summation order.
 #include <immintrin.h>
+
+// GCC 12 reports the intrinsics' own "undefined" pass-through operands (_mm512_undefined_*) as maybe
+// uninitialized once they are inlined here; every vector in this file is written before it is read.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <cstdlib>
 #include <cstring>
 
+#include "backends/x86/amx_bf16_decode.hpp"
 #include "backends/x86/amx_isa.hpp"
 #include "backends/x86/amx_share.hpp"
 #include "core/threads.hpp"
@@ -26,18 +33,13 @@ namespace qlinear::x86 {
 
 namespace {
 
-// What both entry points describe: the weight layout, scales, activations and output.
-enum class Layout : uint8_t {
-  kQuadE4M3,    // w8a16_isa.hpp's swizzled quads of E4M3 codes
-  kQuadE2M1,    // the same quads, two E2M1 codes per byte
-  kRecordE4M3,  // fp_isa.hpp's code panels: one 16-byte record (16 columns) per k
-};
-
+// What the entry points describe: the weight layout (amx_bf16_decode.hpp), scales, activations and output.
 struct Job {
   const uint8_t* packed = nullptr;
   Layout layout = Layout::kQuadE4M3;
   int64_t n = 0, n_pad = 0, k_pad = 0;
   const uint8_t* mx_scale = nullptr;   // [n_pad/16][k_pad/32][16] E8M0 codes, folded; or null
+  const uint8_t* nv_scale = nullptr;   // [n_pad/16][k_pad/16][16] E4M3 codes (NVFP4), multiplied in; or null
   const float* col_scale = nullptr;    // [n_pad] or null (1)
   const float* row_scale = nullptr;    // [m] or null (1)
   const float* bias = nullptr;         // [n] or null
@@ -69,75 +71,6 @@ void configure_tiles() {
   _tile_loadconfig(&cfg);
 }
 
-// BF16 bits of E4M3 magnitude code c (0..127; 127 is NaN, which such layers never reach: exact path).
-constexpr uint16_t e4m3_bf16(int c) {
-  const int e = c >> 3, m = c & 7;
-  if (e > 0) return static_cast<uint16_t>(((e + 120) << 7) | (m << 4));
-  if (m == 0) return 0;
-  const int p = m >= 4 ? 2 : m >= 2 ? 1 : 0;  // m * 2^-9 = (m / 2^p) * 2^(p - 9)
-  return static_cast<uint16_t>(((118 + p) << 7) | ((m - (1 << p)) << (7 - p)));
-}
-
-// BF16 bits of E2M1 code c (0..15, bit 3 the sign).
-constexpr uint16_t e2m1_bf16(int c) {
-  const int e = (c >> 1) & 3, m = c & 1;
-  const uint16_t s = (c & 8) ? 0x8000 : 0;
-  if (e == 0) return m ? static_cast<uint16_t>(s | (126 << 7)) : s;
-  return static_cast<uint16_t>(s | ((126 + e) << 7) | (m << 6));
-}
-
-struct Tables {
-  alignas(64) uint8_t e4m3_hi[128], e4m3_lo[128], e2m1_hi[64], e2m1_lo[64];
-  constexpr Tables() : e4m3_hi(), e4m3_lo(), e2m1_hi(), e2m1_lo() {
-    for (int c = 0; c < 128; ++c) {
-      e4m3_hi[c] = static_cast<uint8_t>(e4m3_bf16(c) >> 8);
-      e4m3_lo[c] = static_cast<uint8_t>(e4m3_bf16(c) & 0xFF);
-    }
-    for (int i = 0; i < 64; ++i) {  // the 16 entries repeated in each 128-bit lane (vpshufb)
-      e2m1_hi[i] = static_cast<uint8_t>(e2m1_bf16(i % 16) >> 8);
-      e2m1_lo[i] = static_cast<uint8_t>(e2m1_bf16(i % 16) & 0xFF);
-    }
-  }
-};
-constexpr Tables kTables;
-
-struct Decoder {
-  __m512i h0 = _mm512_loadu_si512(kTables.e4m3_hi), h1 = _mm512_loadu_si512(kTables.e4m3_hi + 64);
-  __m512i l0 = _mm512_loadu_si512(kTables.e4m3_lo), l1 = _mm512_loadu_si512(kTables.e4m3_lo + 64);
-  __m512i f4h = _mm512_loadu_si512(kTables.e2m1_hi), f4l = _mm512_loadu_si512(kTables.e2m1_lo);
-  __m512i m80 = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m256i m0f = _mm256_set1_epi8(0x0F);
-  // Records -> quad swizzle: quad byte 16l + 8h + i is column 4l + i/2 at k offset 2h + i%2, which in four
-  // records (16 bytes per k) is byte 16 (2h + i%2) + 4l + i/2.
-  __m512i to_quad = [] {
-    alignas(64) uint8_t idx[64];
-    for (int l = 0; l < 4; ++l)
-      for (int h = 0; h < 2; ++h)
-        for (int i = 0; i < 8; ++i) idx[16 * l + 8 * h + i] = static_cast<uint8_t>(16 * (2 * h + i % 2) + 4 * l + i / 2);
-    return _mm512_load_si512(idx);
-  }();
-
-  // Quad q (k = 4q .. 4q + 3) of panel p -> rows 2q (a) and 2q + 1 (b) of the panel's VNNI-2 B tile.
-  void quad(const Job& g, int64_t p, int64_t q, __m512i& a, __m512i& b) const {
-    __m512i hi, lo;
-    if (g.layout == Layout::kQuadE2M1) {
-      const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(g.packed + p * 8 * g.k_pad + q * 32));
-      const __m256i lo4 = _mm256_and_si256(x, m0f);
-      const __m256i hi4 = _mm256_and_si256(_mm256_srli_epi16(x, 4), m0f);
-      const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(lo4), hi4, 1);
-      hi = _mm512_shuffle_epi8(f4h, idx);
-      lo = _mm512_shuffle_epi8(f4l, idx);
-    } else {
-      __m512i x = _mm512_load_si512(g.packed + p * 16 * g.k_pad + q * 64);  // both E4M3 layouts: 16 B per k
-      if (g.layout == Layout::kRecordE4M3) x = _mm512_permutexvar_epi8(to_quad, x);
-      hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(h0, x, h1), x, m80, 0xF8);  // | (x & 0x80)
-      lo = _mm512_permutex2var_epi8(l0, x, l1);
-    }
-    a = _mm512_unpacklo_epi8(lo, hi);
-    b = _mm512_unpackhi_epi8(lo, hi);
-  }
-};
-
 // Word offsets (e - 127) << 7 of the 16 columns of one MX block, each repeated for the two k of a pair.
 __m512i mx_offsets(const uint8_t* e16) {
   const __m512i w = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e16))));
@@ -152,20 +85,50 @@ __m512i add_exponent(__m512i w, __m512i off) {
 }
 
 // Quads [q0, q1) of panel p into dst[(q - q0) * 2 + {0, 1}][32 words].
-void decode_panel(const Job& g, const Decoder& dec, int64_t p, int64_t q0, int64_t q1, uint16_t* dst) {
-  const bool mx = g.mx_scale != nullptr;
-  __m512i off = _mm512_setzero_si512();
-  for (int64_t q = q0; q < q1; ++q) {
-    if (mx && (q % 8 == 0 || q == q0)) off = mx_offsets(g.mx_scale + (p * (g.k_pad / 32) + q / 8) * 16);
-    __m512i a, b;
-    dec.quad(g, p, q, a, b);
-    if (mx) {
-      a = add_exponent(a, off);
-      b = add_exponent(b, off);
+template <Layout L>
+void decode_panel(const Job& g, int64_t p, int64_t q0, int64_t q1, uint16_t* dst) {
+  constexpr int64_t bpk = layout_bytes_per_k(L);
+  QuadDecoder<L> dec;
+  const uint8_t* src = g.packed + p * bpk * g.k_pad;
+  if constexpr (L == Layout::kRecordE2M1Nv) {  // NVFP4: E4M3 scale per 16 k (4 quads) and column
+    typename QuadDecoder<L>::NvScale sc{};
+    for (int64_t q = q0; q < q1; ++q) {
+      if (q % 4 == 0 || q == q0) sc = dec.nv_scale(g.nv_scale + (p * (g.k_pad / 16) + q / 4) * 16);
+      __m512i a, b;
+      dec.quad(src + q * 4 * bpk, a, b);
+      _mm512_store_si512(dst + (q - q0) * 64, QuadDecoder<L>::nvfp4(a, sc));
+      _mm512_store_si512(dst + (q - q0) * 64 + 32, QuadDecoder<L>::nvfp4(b, sc));
     }
-    _mm512_store_si512(dst + (q - q0) * 64, a);
-    _mm512_store_si512(dst + (q - q0) * 64 + 32, b);
+  } else {
+    const bool mx = g.mx_scale != nullptr;
+    __m512i off = _mm512_setzero_si512();
+    for (int64_t q = q0; q < q1; ++q) {
+      if (mx && (q % 8 == 0 || q == q0)) off = mx_offsets(g.mx_scale + (p * (g.k_pad / 32) + q / 8) * 16);
+      __m512i a, b;
+      dec.quad(src + q * 4 * bpk, a, b);
+      if (mx) {
+        a = add_exponent(a, off);
+        b = add_exponent(b, off);
+      }
+      _mm512_store_si512(dst + (q - q0) * 64, a);
+      _mm512_store_si512(dst + (q - q0) * 64 + 32, b);
+    }
   }
+}
+
+using DecodePanel = void (*)(const Job&, int64_t, int64_t, int64_t, uint16_t*);
+
+DecodePanel decoder_of(Layout l) {
+  switch (l) {
+    case Layout::kQuadE4M3: return decode_panel<Layout::kQuadE4M3>;
+    case Layout::kQuadE2M1: return decode_panel<Layout::kQuadE2M1>;
+    case Layout::kRecordE4M3: return decode_panel<Layout::kRecordE4M3>;
+    case Layout::kRecordE2M1: return decode_panel<Layout::kRecordE2M1>;
+    case Layout::kRecordE2M3: return decode_panel<Layout::kRecordE2M3>;
+    case Layout::kRecordE3M2: return decode_panel<Layout::kRecordE3M2>;
+    case Layout::kRecordE2M1Nv: break;
+  }
+  return decode_panel<Layout::kRecordE2M1Nv>;
 }
 
 constexpr int64_t kBlock = 32;        // rows and columns of one output block
@@ -255,7 +218,7 @@ void epilogue(const Job& g, const float* c, int64_t ldc, int64_t m0, int64_t row
 // of K words (whole-K path) or of kChunkK (one-M-block path).
 void run_range(const Job& g, uint16_t* scratch, float* c, int64_t m_begin, int64_t m_end, int64_t b_begin,
                int64_t b_end) {
-  const Decoder dec;
+  const DecodePanel decode = decoder_of(g.layout);
   const int64_t panels = g.n_pad / 16, quads = g.k_pad / 4;
   const bool one_block = m_end - m_begin <= kBlock;
   for (int64_t blk = b_begin; blk < b_end; ++blk) {
@@ -270,8 +233,8 @@ void run_range(const Job& g, uint16_t* scratch, float* c, int64_t m_begin, int64
       zero_tiles();
       for (int64_t q0 = 0; q0 < quads; q0 += kChunkK / 4) {
         const int64_t q1 = q0 + kChunkK / 4 < quads ? q0 + kChunkK / 4 : quads;
-        decode_panel(g, dec, p0, q0, q1, scratch);
-        if (two_cols) decode_panel(g, dec, p0 + 1, q0, q1, w1);
+        decode(g, p0, q0, q1, scratch);
+        if (two_cols) decode(g, p0 + 1, q0, q1, w1);
         mul(g.act + m_begin * g.lda + q0 * 4, g.lda, scratch, w1, (q1 - q0) * 4);
       }
       store_tiles(c, kBlock);
@@ -279,8 +242,8 @@ void run_range(const Job& g, uint16_t* scratch, float* c, int64_t m_begin, int64
       continue;
     }
     uint16_t* w1 = scratch + g.k_pad * 16;
-    decode_panel(g, dec, p0, 0, quads, scratch);
-    if (two_cols) decode_panel(g, dec, p0 + 1, 0, quads, w1);
+    decode(g, p0, 0, quads, scratch);
+    if (two_cols) decode(g, p0 + 1, 0, quads, w1);
     for (int64_t m0 = m_begin; m0 < m_end; m0 += kBlock) {
       const int64_t rows = m_end - m0 < kBlock ? m_end - m0 : kBlock;
       zero_tiles();
@@ -296,7 +259,7 @@ void run_range(const Job& g, uint16_t* scratch, float* c, int64_t m_begin, int64
 // ([round_up(rows, 32)][blocks * 32]) between chunks. scratch holds 2 panels of kOuterChunkK.
 void run_k_outer(const Job& g, uint16_t* scratch, float* sums, int64_t m_begin, int64_t m_end, int64_t b_begin,
                  int64_t b_end) {
-  const Decoder dec;
+  const DecodePanel decode = decoder_of(g.layout);
   const int64_t panels = g.n_pad / 16, quads = g.k_pad / 4;
   const int64_t ldsum = (b_end - b_begin) * kBlock;
   uint16_t* w1 = scratch + kOuterChunkK * 16;
@@ -305,8 +268,8 @@ void run_k_outer(const Job& g, uint16_t* scratch, float* sums, int64_t m_begin, 
     for (int64_t blk = b_begin; blk < b_end; ++blk) {
       const int64_t p0 = blk * 2;
       const bool two_cols = p0 + 1 < panels;
-      decode_panel(g, dec, p0, q0, q1, scratch);
-      if (two_cols) decode_panel(g, dec, p0 + 1, q0, q1, w1);
+      decode(g, p0, q0, q1, scratch);
+      if (two_cols) decode(g, p0 + 1, q0, q1, w1);
       for (int64_t m0 = m_begin; m0 < m_end; m0 += kBlock) {
         float* s = sums + (m0 - m_begin) * ldsum + (blk - b_begin) * kBlock;
         if (q0 == 0) {
@@ -329,12 +292,20 @@ void run_k_outer(const Job& g, uint16_t* scratch, float* sums, int64_t m_begin, 
   }
 }
 
+thread_local int64_t tl_gemms = 0;
+
 void run(const Job& g) {
+  ++tl_gemms;
   const int64_t blocks = (g.n_pad / 16 + 1) / 2;
   const int64_t work = g.m * g.n_pad * g.k_pad;
   const int n_threads = work < (int64_t{1} << 18) ? 1 : g.threads;
-  // One item per thread's share (the pool may run several items on one thread; each configures its tiles).
-  const int64_t nt = n_threads;
+  // Items claimed by the calling thread and the pool (each configures its tiles). With enough column blocks,
+  // four items per thread: the caller starts at once, so a worker that wakes late (another process on its core)
+  // still finds items left; with one item per thread the caller did the whole call whenever the worker woke
+  // after it had finished its own half (measured: no two-thread speed-up at load 5-10 on 2 cores). Row splits
+  // (few column blocks) keep one item per thread: each decodes every block of its rows.
+  const int64_t fine = 4 * static_cast<int64_t>(n_threads);
+  const int64_t nt = n_threads > 1 && blocks >= 2 * fine ? fine : n_threads;
   threads::parallel_for(nt, n_threads, [&](int64_t t) {
     const AmxShare sh = amx_share(t, nt, g.m, blocks, kBlock);
     const int64_t m0 = sh.m0, m1 = sh.m1, b0 = sh.b0, b1 = sh.b1;
@@ -358,6 +329,8 @@ void run(const Job& g) {
 
 }  // namespace
 
+int64_t amx_bf16_gemms_on_this_thread() { return tl_gemms; }
+
 void w8a16_gemm_amx(const W8A16Gemm& w) {
   Job g;
   g.packed = w.packed;
@@ -377,29 +350,45 @@ void w8a16_gemm_amx(const W8A16Gemm& w) {
   run(g);
 }
 
-bool fp8_records_gemm_amx(const FpGemm& f) {
-  // f32 -> BF16 by dropping the low halves, which must be zero (exact); rows up to a multiple of 16 zero.
+bool fp_records_gemm_amx(const FpGemm& f) {
+  // f32 -> BF16 by dropping the low halves, which must be zero (exact), and no value a BF16 subnormal
+  // (tdpbf16ps reads those as zero); rows up to a multiple of 16 zero.
   const int64_t m_rows = (f.m + 15) / 16 * 16;
   uint16_t* act = static_cast<uint16_t*>(std::aligned_alloc(64, static_cast<size_t>(m_rows * f.k_pad * 2)));
   __m512i inexact = _mm512_setzero_si512();
+  __mmask16 subnormal = 0;
+  const __m512i exp_mask = _mm512_set1_epi32(0x7F800000), mag_mask = _mm512_set1_epi32(0x7FFFFFFF);
   const int64_t total = f.m * f.k_pad;  // k_pad % 32 == 0
   for (int64_t i = 0; i < total; i += 16) {
     const __m512i v = _mm512_loadu_si512(f.act + i);
     inexact = _mm512_or_si512(inexact, _mm512_and_si512(v, _mm512_set1_epi32(0xFFFF)));
+    subnormal |= _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(v, exp_mask), v, mag_mask);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(act + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
   }
   std::memset(act + total, 0, static_cast<size_t>((m_rows - f.m) * f.k_pad * 2));
-  if (_mm512_test_epi32_mask(inexact, inexact) != 0) {
+  if (_mm512_test_epi32_mask(inexact, inexact) != 0 || subnormal != 0) {
     std::free(act);
     return false;
   }
+  fp_records_gemm_amx_bf16(f, act);
+  std::free(act);
+  return true;
+}
+
+void fp_records_gemm_amx_bf16(const FpGemm& f, const uint16_t* act) {
   Job g;
   g.packed = f.packed;
-  g.layout = Layout::kRecordE4M3;
+  switch (f.elem) {
+    case FpElem::kE2M1: g.layout = f.group_scale == FpGroupScale::kE4M3 ? Layout::kRecordE2M1Nv : Layout::kRecordE2M1; break;
+    case FpElem::kE2M3: g.layout = Layout::kRecordE2M3; break;
+    case FpElem::kE3M2: g.layout = Layout::kRecordE3M2; break;
+    default: g.layout = Layout::kRecordE4M3; break;
+  }
   g.n = f.n;
   g.n_pad = f.n_pad;
   g.k_pad = f.k_pad;
   g.mx_scale = f.group_scale == FpGroupScale::kE8M0 ? f.grp : nullptr;  // same [p][k/32][16] layout
+  g.nv_scale = f.group_scale == FpGroupScale::kE4M3 ? f.grp : nullptr;  // [p][k/16][16]
   g.col_scale = f.col_scale;
   g.row_scale = f.row_scale;
   g.bias = f.bias;
@@ -411,8 +400,6 @@ bool fp8_records_gemm_amx(const FpGemm& f) {
   g.out_kind = f.out_kind;
   g.threads = f.threads;
   run(g);
-  std::free(act);
-  return true;
 }
 
 }  // namespace qlinear::x86

@@ -134,6 +134,18 @@ float max_of(const Tensor& t) {
   return *std::max_element(c.data<float>(), c.data<float>() + c.numel());
 }
 
+// Smallest M the AMX variant of a family runs on tiles; below it the AVX2 code on the same panels (amx_isa.hpp).
+// MXFP6 / MXFP4 records decode to tiles faster than the AVX2 code streams them even at M = 1 (2-core Xeon,
+// 4096 x 4096, one thread, CPU time per call: MXFP6 1.6 vs 2.5 ms, MXFP4 with MX activations 1.1 vs 1.5 ms);
+// NVFP4's per-16 scale makes its tile decode slower than the AVX2 code at M = 1 (1.9 vs 1.5 ms).
+int64_t amx_min_m(Family f) {
+  switch (f) {
+    case Family::kMxfp6:
+    case Family::kMxfp4: return 1;
+    default: return kAmxBf16MinM;
+  }
+}
+
 // Smallest and largest nonzero magnitude of an element format.
 double min_nonzero(DType d) { return traits(d).min_subnormal; }
 
@@ -148,15 +160,29 @@ const FpAvx2Kernel kAvx2Mxfp4("x86_avx2_mxfp4", Family::kMxfp4);
 const FpAvx2Kernel kAvx2Nvfp4("x86_avx2_nvfp4", Family::kNvfp4);
 const FpAvx2Kernel kAmxBf16Fp8ScaledMM("x86_amx_bf16_fp8_scaled_mm", Family::kFp8ScaledMM, Isa::kAmxBf16);
 const FpAvx2Kernel kAmxBf16Mxfp8("x86_amx_bf16_mxfp8", Family::kMxfp8, Isa::kAmxBf16);
+const FpAvx2Kernel kAmxBf16Mxfp6("x86_amx_bf16_mxfp6", Family::kMxfp6, Isa::kAmxBf16);
+const FpAvx2Kernel kAmxBf16Mxfp4("x86_amx_bf16_mxfp4", Family::kMxfp4, Isa::kAmxBf16);
+const FpAvx2Kernel kAmxBf16Nvfp4("x86_amx_bf16_nvfp4", Family::kNvfp4, Isa::kAmxBf16);
 
 std::string_view FpAvx2Kernel::summary() const {
-  if (isa_ == Isa::kAmxBf16 && family_ == Family::kMxfp8) {
-    return "MXFP8 weights x MXFP8 (quantized as the reference) or BF16 activations, AMX-BF16 tdpbf16ps for M >= 2 "
-           "on E4M3 decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation; M = 1: the AVX2 code";
-  }
   if (isa_ == Isa::kAmxBf16) {
-    return "FP8 W8A8 (per-tensor/channel weights, activations quantized as the reference), AMX-BF16 tdpbf16ps for "
-           "M >= 2 on E4M3 decoded to BF16 tiles (products exact), f32 accumulation; M = 1: the AVX2 code";
+    switch (family_) {
+      case Family::kFp8ScaledMM:
+        return "FP8 W8A8 (per-tensor/channel weights, activations quantized as the reference), AMX-BF16 tdpbf16ps "
+               "on E4M3 decoded to BF16 tiles (products exact), f32 accumulation; M = 1: the AVX2 code";
+      case Family::kMxfp8:
+        return "MXFP8 weights x MXFP8 (quantized as the reference) or BF16 activations, AMX-BF16 tdpbf16ps on E4M3 "
+               "decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation; M = 1: the AVX2 code";
+      case Family::kMxfp6:
+        return "MXFP6 E2M3/E3M2 weights x BF16 or MX activations (quantized as the reference), AMX-BF16 tdpbf16ps "
+               "on FP6 decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation";
+      case Family::kMxfp4:
+        return "MXFP4 weights x MX / static FP8 activations (quantized as the reference) or BF16, AMX-BF16 "
+               "tdpbf16ps on E2M1 decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation";
+      default:
+        return "NVFP4 weights x BF16 or NVFP4 activations (quantized as the reference), AMX-BF16 tdpbf16ps on E2M1 "
+               "times its E4M3 block scale decoded to BF16 tiles (exact), global scales in the epilogue";
+    }
   }
   switch (family_) {
     case Family::kFp8ScaledMM:
@@ -385,10 +411,21 @@ const LinearKernel& FpAvx2Kernel::reference_kernel() const {
 }
 
 std::vector<MRoute> FpAvx2Kernel::m_routes(const LinearConfig&) const {
-  return {MRoute{1, MRoute::kNoLimit, std::string(name()),
-                 "a layer whose block scales cannot be applied exactly in f32 (found when its weights are "
-                 "processed) runs " + std::string(reference_kernel().name()) +
-                     " instead, as does a call whose MX / NVFP4 activation scales leave f32's range"}};
+  const std::string self(name());
+  const std::string exact_path =
+      "a layer whose block scales cannot be applied exactly in f32 (found when its weights are processed) runs " +
+      std::string(reference_kernel().name()) + " instead, as does a call whose MX / NVFP4 activation scales leave "
+      "f32's range";
+  if (isa_ != Isa::kAmxBf16) return {MRoute{1, MRoute::kNoLimit, self, exact_path}};
+  const int64_t min_m = amx_min_m(family_);
+  std::vector<MRoute> routes;
+  if (min_m > 1) {
+    routes.push_back({1, min_m - 1, self, "the AVX2 code on the same code panels: a 16-row tile would waste its rows"});
+  }
+  routes.push_back({min_m, MRoute::kNoLimit, self,
+                    "AMX-BF16 tiles (activations with a value that is not a normal BF16 take the AVX2 code); " +
+                        exact_path});
+  return routes;
 }
 
 std::string_view FpAvx2Kernel::apply_route(const LinearLayer& layer, const Activation&) const {
@@ -475,26 +512,8 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
       q.static_scale = st.in_scale;
     }
   }
-  AlignedBytes act = aligned_bytes(m * st.k_pad * 4);
   std::vector<float> row_scale(static_cast<size_t>(m), 1.0f);
   std::vector<float> act_block(q.mode == FpActMode::kFp8Dyn1x128 ? static_cast<size_t>(m * block_cols) : 0);
-  uint8_t bad = 0, inexact = 0;
-  q.act = reinterpret_cast<float*>(act.get());
-  q.k_pad = st.k_pad;
-  q.row_scale = row_scale.data();
-  q.block_scale = act_block.data();
-  q.bad_input = &bad;
-  q.inexact = &inexact;
-  // Dense rows convert at ~1 element/ns; the quantizing modes round each element in double (~20 ns).
-  q.threads = threads::threads_for(0, m * c.k * (q.mode == FpActMode::kDense ? 1 : 20), 1.0);
-  if (x.is_quantized()) {
-    decode_mx_activation(x.quantized_tensor(), st.k_pad, q.act, &inexact);
-  } else {
-    fp_prepare_activations_avx2(q);
-  }
-  if (bad) return Status::error(std::string(name()) + ": the activation holds Inf or NaN (it cannot be quantized)");
-  if (inexact) return reference_apply(layer, x, bias, out);  // MX / NVFP4 activation scales beyond f32's range
-
   const std::vector<float> b = bias_as_f32(bias, c.n);
   FpGemm g;
   g.packed = st.packed.get();
@@ -513,15 +532,42 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   g.col_scale = st.col_scale.empty() ? nullptr : st.col_scale.data();
   g.bias = b.empty() ? nullptr : b.data();
   g.col_nan = st.col_nan.empty() ? nullptr : st.col_nan.data();
-  g.act = q.act;
   g.lda = st.k_pad;
   g.m = m;
   g.out = out.raw();
   g.out_kind = static_cast<FloatKind>(float_kind_of(out.dtype()));
   g.threads = threads::threads_for(packed_bytes(st), 2 * m * st.n_pad * st.k_pad);
+  q.k_pad = st.k_pad;
+  q.row_scale = row_scale.data();
   // AMX: the OS grant is asked here too (cached), so a kernel applied without is_supported never faults.
-  const bool amx = isa_ == Isa::kAmxBf16 && m >= kAmxBf16MinM && amx_tile_permission_refusal().empty();
-  if (!amx || !fp8_records_gemm_amx(g)) fp_gemm_avx2(g);
+  const bool amx = isa_ == Isa::kAmxBf16 && m >= amx_min_m(family_) && amx_tile_permission_refusal().empty();
+  if (amx && !x.is_quantized()) {  // BF16 rows or quantized activations made straight into the tiles' BF16 rows
+    AlignedBytes act16 = aligned_bytes(round_up(m, 16) * st.k_pad * 2);
+    uint16_t* a16 = reinterpret_cast<uint16_t*>(act16.get());
+    if (amx_prepare_bf16_activations(q, a16)) {
+      fp_records_gemm_amx_bf16(g, a16);
+      return Status::ok();
+    }
+  }
+
+  AlignedBytes act = aligned_bytes(m * st.k_pad * 4);
+  uint8_t bad = 0, inexact = 0;
+  q.act = reinterpret_cast<float*>(act.get());
+  q.row_scale = row_scale.data();
+  q.block_scale = act_block.data();
+  q.bad_input = &bad;
+  q.inexact = &inexact;
+  // Dense rows convert at ~1 element/ns; the quantizing modes round each element in double (~20 ns).
+  q.threads = threads::threads_for(0, m * c.k * (q.mode == FpActMode::kDense ? 1 : 20), 1.0);
+  if (x.is_quantized()) {
+    decode_mx_activation(x.quantized_tensor(), st.k_pad, q.act, &inexact);
+  } else {
+    fp_prepare_activations_avx2(q);
+  }
+  if (bad) return Status::error(std::string(name()) + ": the activation holds Inf or NaN (it cannot be quantized)");
+  if (inexact) return reference_apply(layer, x, bias, out);  // MX / NVFP4 activation scales beyond f32's range
+  g.act = q.act;
+  if (!amx || !fp_records_gemm_amx(g)) fp_gemm_avx2(g);
   return Status::ok();
 }
 

@@ -138,6 +138,13 @@ Verdict W8A16Kernel::is_supported(const Platform& platform) const {
   return isa_supported(platform, isa_);
 }
 
+std::vector<MRoute> W8A16Kernel::m_routes(const LinearConfig& config) const {
+  if (isa_ != Isa::kAmxBf16) return LinearKernel::m_routes(config);
+  const std::string self(name());
+  return {MRoute{1, kAmxBf16MinM - 1, self, "the AVX-512 BF16 kernel's code on the same panels: a 16-row tile would waste its rows"},
+          MRoute{kAmxBf16MinM, MRoute::kNoLimit, self, "AMX-BF16 tiles"}};
+}
+
 Verdict W8A16Kernel::can_implement(const LinearConfig& c) const {
   if (c.family != family_) return Verdict::no("layer family is " + std::string(family_name(c.family)));
   if (c.activation_key) {

@@ -16,6 +16,9 @@
 //   x86_avx512bf16_mxfp4_w4a16    mxfp4 (A16)       AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
 //   x86_amx_bf16_fp8_scaled_mm    fp8_scaled_mm     AMX-BF16 (M >= 2) + the AVX2 FP8 code      amx_w8a16_gemm.cpp
 //   x86_amx_bf16_mxfp8            mxfp8 (A8, A16)   AMX-BF16 (M >= 2) + the AVX2 MXFP8 code     amx_w8a16_gemm.cpp
+//   x86_amx_bf16_mxfp6            mxfp6 (A16, A*)   AMX-BF16 + the AVX2 MXFP6 code (m_routes)   amx_w8a16_gemm.cpp
+//   x86_amx_bf16_mxfp4            mxfp4 (A*, A16)   AMX-BF16 + the AVX2 MXFP4 code (m_routes)   amx_w8a16_gemm.cpp
+//   x86_amx_bf16_nvfp4            nvfp4 (A16, A4)   AMX-BF16 + the AVX2 NVFP4 code (m_routes)   amx_w8a16_gemm.cpp
 //   x86_avx2_fp8_scaled_mm        fp8_scaled_mm     AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
 //   x86_avx2_fp8_block_scaled     fp8_block_scaled  AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
 //   x86_avx2_fp8_weight_only      fp8_weight_only   AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
@@ -102,6 +105,8 @@ class W8A16Kernel final : public LinearKernel {
   Result<Tensor> row_major_weight(const LinearLayer& layer) const override;
   bool supports_pre_processed_weights() const override { return true; }
   uint32_t processed_layout_version() const override { return 1; }
+  // AMX variants: M 1 on the AVX-512 kernel's code, tiles from kAmxBf16MinM.
+  std::vector<MRoute> m_routes(const LinearConfig& config) const override;
 
  protected:
   Status process_impl(LinearLayer& layer) const override;
@@ -131,7 +136,7 @@ extern const W8A16Kernel kAmxBf16Mxfp4W4A16;     // "x86_amx_bf16_mxfp4_w4a16"
 // MX scales would leave f32's exact range (or activations whose would) run the reference instead.
 class FpAvx2Kernel final : public LinearKernel {
  public:
-  // isa kAmxBf16: the same kernel with AMX-BF16 tiles for M >= kAmxBf16MinM (FP8 W8A8, MXFP8: amx_isa.hpp).
+  // isa kAmxBf16: the same kernel with AMX-BF16 tiles from the M its m_routes name (amx_isa.hpp).
   constexpr FpAvx2Kernel(std::string_view name, Family family, Isa isa = Isa::kAvx2)
       : name_(name), family_(family), isa_(isa) {}
   std::string_view name() const override { return name_; }
@@ -172,6 +177,9 @@ extern const FpAvx2Kernel kAvx2Mxfp4;          // "x86_avx2_mxfp4"
 extern const FpAvx2Kernel kAvx2Nvfp4;          // "x86_avx2_nvfp4"
 extern const FpAvx2Kernel kAmxBf16Fp8ScaledMM; // "x86_amx_bf16_fp8_scaled_mm"
 extern const FpAvx2Kernel kAmxBf16Mxfp8;       // "x86_amx_bf16_mxfp8"
+extern const FpAvx2Kernel kAmxBf16Mxfp6;       // "x86_amx_bf16_mxfp6"
+extern const FpAvx2Kernel kAmxBf16Mxfp4;       // "x86_amx_bf16_mxfp4"
+extern const FpAvx2Kernel kAmxBf16Nvfp4;       // "x86_amx_bf16_nvfp4"
 
 // Shared helpers (kernels.cpp).
 // A dense f32/bf16/f16 [n] tensor as f32 (bias), or empty when t is null.

@@ -1,0 +1,277 @@
+#pragma once
+// Weight codes -> BF16 VNNI-2 rows for the AMX-BF16 kernels (amx_w8a16_gemm.cpp): every code of these formats
+// is a BF16 value, so the decode is exact. Internal linkage, AVX-512 BW/VBMI/BF16 intrinsics: included only by
+// the AMX translation units (compiled with their flags).
+//
+// The unit is a quad: k = 4q .. 4q + 3 of one panel's 16 columns (64 codes), turned into two B-tile rows
+// (a: k pair 2q, b: k pair 2q + 1; word 2j + t = W[j][k of the pair + t], 32 words each). Every layout is
+// first brought to "quad order" (one byte per code):
+//
+//   quad byte 16l + 8h + i  (lane l < 4, half h < 2, i < 8)  =  code of column 4l + i/2 at k = 4q + 2h + i%2
+//
+// then two byte lookups give each code's BF16 (hi, lo) bytes, and vpunpck{l,h}bw of (lo, hi) inside each
+// 128-bit lane yields a and b (lane l holds words 8l .. 8l + 7: columns 4l .. 4l + 3).
+//
+// Layouts (the byte offset of quad q of panel p):
+//   kQuadE4M3   w8a16_isa.hpp's panels, already in quad order                     p * 16 * k_pad + q * 64
+//   kQuadE2M1   the same, two E2M1 codes per byte (low nibbles, then high)          p * 8 * k_pad + q * 32
+//   kRecordE4M3 fp_isa.hpp's code panels: a 16-byte record (byte j: column j) per k p * 16 * k_pad + q * 64
+//   kRecordE2M1 8-byte records: byte i holds column i (low nibble) and i + 8 (high), stored code ^ 0xF
+//                                                                                   p * 8 * k_pad + q * 32
+//   kRecordE2M3 / kRecordE3M2  12-byte records: bytes 0..7 low nibbles (byte i: column 2i low, 2i + 1 high),
+//               bytes 8..11 the top two bits (byte b, bits 2s..2s+1: column 4s + b)   p * 12 * k_pad + q * 48
+// The record layouts are regathered into quad order by one vpermb per source field; vpmultishiftqb then moves
+// each code's bits to the bottom of its byte (a nibble's shift, or a 2-bit field's shift, differs by column).
+// Lookups: E4M3 -> two 128-entry vpermi2b tables (the sign OR-ed back); E2M1 in kQuadE2M1 -> 16-entry vpshufb
+// tables; record FP4 / FP6 codes -> 64-entry vpermb tables (vpermb reads the low 6 bits, so the 4-bit FP4
+// table is repeated four times and bits 6..7 of an FP6 byte need not be cleared); NVFP4 (kRecordE2M1Nv) ->
+// one 128-entry vpermi2b table by (the column's E4M3 block-scale mantissa, code), the scale's exponent added after.
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace qlinear::x86 {
+namespace {
+
+// kRecordE2M1Nv: kRecordE2M1's bytes for NVFP4, looked up together with the 3 mantissa bits of the code's E4M3
+// block scale (QuadDecoder::nv_scale).
+enum class Layout : uint8_t { kQuadE4M3, kQuadE2M1, kRecordE4M3, kRecordE2M1, kRecordE2M3, kRecordE3M2, kRecordE2M1Nv };
+
+// Bytes per k of one panel (16 columns): where quad q of panel p starts.
+constexpr int64_t layout_bytes_per_k(Layout l) {
+  switch (l) {
+    case Layout::kQuadE2M1:
+    case Layout::kRecordE2M1:
+    case Layout::kRecordE2M1Nv: return 8;
+    case Layout::kRecordE2M3:
+    case Layout::kRecordE3M2: return 12;
+    default: return 16;
+  }
+}
+
+// BF16 bits of +-sig * 2^exp2 (sig < 256, exact), or of 0.
+constexpr uint16_t bf16_bits(bool neg, int sig, int exp2) {
+  if (sig == 0) return neg ? 0x8000 : 0;
+  int top = 0;
+  while ((sig >> (top + 1)) != 0) ++top;  // sig = 1.f * 2^top
+  const int frac = (sig - (1 << top)) << (7 - top);
+  return static_cast<uint16_t>((neg ? 0x8000 : 0) | ((exp2 + top + 127) << 7) | frac);
+}
+
+// BF16 bits of a float code with `e_bits` exponent bits, `m_bits` mantissa bits and a sign above them
+// (OCP E4M3 magnitudes up to 126, E2M1, E2M3, E3M2; bias 2^(e_bits - 1) - 1).
+constexpr uint16_t float_code_bf16(int code, int e_bits, int m_bits) {
+  const bool neg = ((code >> (e_bits + m_bits)) & 1) != 0;
+  const int e = (code >> m_bits) & ((1 << e_bits) - 1), m = code & ((1 << m_bits) - 1);
+  const int bias = (1 << (e_bits - 1)) - 1;
+  if (e == 0) return bf16_bits(neg, m, 1 - bias - m_bits);
+  return bf16_bits(neg, (1 << m_bits) | m, e - bias - m_bits);
+}
+
+struct DecodeTables {
+  alignas(64) uint8_t e4m3_hi[128], e4m3_lo[128];  // magnitude codes 0..127
+  alignas(64) uint8_t e2m1_hi[64], e2m1_lo[64];    // kQuadE2M1: code i % 16 (vpshufb, per lane)
+  alignas(64) uint8_t rec_e2m1_hi[64], rec_e2m1_lo[64];  // kRecordE2M1: stored (i % 16) = code ^ 0xF
+  alignas(64) uint8_t e2m3_hi[64], e2m3_lo[64], e3m2_hi[64], e3m2_lo[64];
+  // NVFP4, by index (m << 4) | stored (stored = E2M1 code ^ 0xF, m = a block scale's 3 mantissa bits): the BF16
+  // bytes of value(code) * (1 + m / 8) (exact: at most 6 significant bits, normal).
+  alignas(64) uint8_t nv_hi[128], nv_lo[128];
+  // By E4M3 block-scale magnitude code: its mantissa bits m << 4 and the BF16 exponent offset e << 7 (as an int16's
+  // two bytes) with s = (1 + m / 8) * 2^e (subnormal scales normalized; 0 for a zero scale, masked separately).
+  alignas(64) uint8_t sc_m[128], sc_e_hi[128], sc_e_lo[128];
+  constexpr DecodeTables()
+      : e4m3_hi(), e4m3_lo(), e2m1_hi(), e2m1_lo(), rec_e2m1_hi(), rec_e2m1_lo(), e2m3_hi(), e2m3_lo(), e3m2_hi(),
+        e3m2_lo(), nv_hi(), nv_lo(), sc_m(), sc_e_hi(), sc_e_lo() {
+    for (int c = 0; c < 128; ++c) {
+      e4m3_hi[c] = static_cast<uint8_t>(float_code_bf16(c, 4, 3) >> 8);
+      e4m3_lo[c] = static_cast<uint8_t>(float_code_bf16(c, 4, 3) & 0xFF);
+      // E4M3 scale: normal (8 | m) * 2^(e - 10), subnormal m * 2^-9 normalized to 3 fraction bits.
+      const int e = c >> 3, m = c & 7;
+      int sig = e == 0 ? m : (8 | m), ex = e == 0 ? -9 : e - 10;
+      while (sig != 0 && sig < 8) {
+        sig <<= 1;
+        --ex;
+      }
+      const int off = sig == 0 ? 0 : (ex + 3) * 128;  // (1 + (sig - 8) / 8) * 2^(ex + 3)
+      sc_m[c] = static_cast<uint8_t>(sig == 0 ? 0 : (sig - 8) << 4);
+      sc_e_hi[c] = static_cast<uint8_t>((off >> 8) & 0xFF);
+      sc_e_lo[c] = static_cast<uint8_t>(off & 0xFF);
+      const int ms = c >> 4, stored = c & 0xF, code = stored ^ 0xF;
+      // value(code) = v2 / 2 with v2 in {0, 1, 2, 3, 4, 6, 8, 12}; times (8 + ms) / 8
+      const int v2[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+      const uint16_t w = bf16_bits((code & 8) != 0, v2[code & 7] * (8 + ms), -4);
+      nv_hi[c] = static_cast<uint8_t>(w >> 8);
+      nv_lo[c] = static_cast<uint8_t>(w & 0xFF);
+    }
+    for (int i = 0; i < 64; ++i) {
+      const uint16_t f4 = float_code_bf16(i % 16, 2, 1), r4 = float_code_bf16((i % 16) ^ 0xF, 2, 1);
+      const uint16_t f6a = float_code_bf16(i, 2, 3), f6b = float_code_bf16(i, 3, 2);
+      e2m1_hi[i] = static_cast<uint8_t>(f4 >> 8);
+      e2m1_lo[i] = static_cast<uint8_t>(f4 & 0xFF);
+      rec_e2m1_hi[i] = static_cast<uint8_t>(r4 >> 8);
+      rec_e2m1_lo[i] = static_cast<uint8_t>(r4 & 0xFF);
+      e2m3_hi[i] = static_cast<uint8_t>(f6a >> 8);
+      e2m3_lo[i] = static_cast<uint8_t>(f6a & 0xFF);
+      e3m2_hi[i] = static_cast<uint8_t>(f6b >> 8);
+      e3m2_lo[i] = static_cast<uint8_t>(f6b & 0xFF);
+    }
+  }
+};
+inline constexpr DecodeTables kDecodeTables;
+
+static_assert(float_code_bf16(0x7E, 4, 3) == 0x43E0, "E4M3 448");
+static_assert(float_code_bf16(0x01, 4, 3) == 0x3B00, "E4M3 2^-9");
+static_assert(float_code_bf16(0x7, 2, 1) == 0x40C0 && float_code_bf16(0x9, 2, 1) == 0xBF00, "E2M1 6, -0.5");
+static_assert(float_code_bf16(0x1F, 2, 3) == 0x40F0 && float_code_bf16(0x01, 2, 3) == 0x3E00, "E2M3 7.5, 0.125");
+static_assert(float_code_bf16(0x1F, 3, 2) == 0x41E0 && float_code_bf16(0x21, 3, 2) == 0xBD80, "E3M2 28, -1/16");
+static_assert(kDecodeTables.nv_hi[(0 << 4) | (0x7 ^ 0xF)] == 0x40 && kDecodeTables.nv_lo[(0 << 4) | (0x7 ^ 0xF)] == 0xC0, "6");
+static_assert(kDecodeTables.nv_hi[(7 << 4) | (0xF ^ 0xF)] == 0xC1 && kDecodeTables.nv_lo[(7 << 4) | (0xF ^ 0xF)] == 0x34,
+              "-6 * 1.875 = -11.25");
+static_assert(kDecodeTables.nv_hi[(3 << 4) | (0x8 ^ 0xF)] == 0x80 && kDecodeTables.nv_lo[(3 << 4) | (0x8 ^ 0xF)] == 0x00, "-0");
+static_assert(kDecodeTables.sc_m[0x7E] == (6 << 4) && kDecodeTables.sc_e_hi[0x7E] == 0x04 && kDecodeTables.sc_e_lo[0x7E] == 0x00,
+              "448 = 1.75 * 2^8");
+static_assert(kDecodeTables.sc_m[0x03] == (4 << 4) && kDecodeTables.sc_e_hi[0x03] == 0xFC && kDecodeTables.sc_e_lo[0x03] == 0x00,
+              "3 * 2^-9 = 1.5 * 2^-8");
+
+// vpermb / vpmultishiftqb controls that bring the record layouts into quad order. For quad byte Q = 16l + 8h + i:
+// column c = 4l + i/2, record kk = 2h + i%2.
+struct GatherTables {
+  alignas(64) uint8_t e2m1_idx[64], e2m1_shift[64];        // byte kk*8 + c%8, nibble c/8
+  alignas(64) uint8_t fp6_nib_idx[64], fp6_nib_shift[64];  // byte kk*12 + c/2, nibble c%2
+  alignas(64) uint8_t fp6_top_idx[64], fp6_top_shift[64];  // byte kk*12 + 8 + c%4, bits 2(c/4) -> bits 4..5
+  alignas(64) uint8_t e4m3_idx[64];                        // byte kk*16 + c
+  alignas(64) uint16_t scale_idx[32];  // NVFP4 scales: word 2j + t <- column j (j < 8: word j, else 32 + j - 8)
+  alignas(64) uint8_t column[64];      // NVFP4 scales: quad byte Q <- column c
+  constexpr GatherTables()
+      : e2m1_idx(), e2m1_shift(), fp6_nib_idx(), fp6_nib_shift(), fp6_top_idx(), fp6_top_shift(), e4m3_idx(),
+        scale_idx(), column() {
+    for (int q = 0; q < 64; ++q) {
+      const int l = q / 16, h = (q / 8) % 2, i = q % 8;
+      const int c = 4 * l + i / 2, kk = 2 * h + i % 2;
+      const int base = 8 * (q % 8);  // the byte's own bit offset in its qword
+      e2m1_idx[q] = static_cast<uint8_t>(kk * 8 + c % 8);
+      e2m1_shift[q] = static_cast<uint8_t>(base + 4 * (c / 8));
+      fp6_nib_idx[q] = static_cast<uint8_t>(kk * 12 + c / 2);
+      fp6_nib_shift[q] = static_cast<uint8_t>(base + 4 * (c % 2));
+      fp6_top_idx[q] = static_cast<uint8_t>(kk * 12 + 8 + c % 4);
+      fp6_top_shift[q] = static_cast<uint8_t>((base + 2 * (c / 4) + 60) % 64);  // bit 2(c/4) lands at bit 4
+      e4m3_idx[q] = static_cast<uint8_t>(kk * 16 + c);
+      column[q] = static_cast<uint8_t>(c);
+    }
+    for (int w = 0; w < 32; ++w) scale_idx[w] = static_cast<uint16_t>(w / 2 < 8 ? w / 2 : 32 + w / 2 - 8);
+  }
+};
+inline constexpr GatherTables kGather;
+
+// Decodes quads of layout L. A local object per decoded run, so that its tables stay in registers.
+template <Layout L>
+class QuadDecoder {
+  static constexpr bool kE4M3 = L == Layout::kQuadE4M3 || L == Layout::kRecordE4M3;
+  static constexpr bool kTable128 = kE4M3 || L == Layout::kRecordE2M1Nv;
+
+ public:
+  QuadDecoder() {
+    const DecodeTables& t = kDecodeTables;
+    const uint8_t* hi = L == Layout::kQuadE2M1     ? t.e2m1_hi
+                        : L == Layout::kRecordE2M1 ? t.rec_e2m1_hi
+                        : L == Layout::kRecordE2M3 ? t.e2m3_hi
+                        : L == Layout::kRecordE3M2 ? t.e3m2_hi
+                        : L == Layout::kRecordE2M1Nv ? t.nv_hi
+                                                     : t.e4m3_hi;
+    const uint8_t* lo = L == Layout::kQuadE2M1     ? t.e2m1_lo
+                        : L == Layout::kRecordE2M1 ? t.rec_e2m1_lo
+                        : L == Layout::kRecordE2M3 ? t.e2m3_lo
+                        : L == Layout::kRecordE3M2 ? t.e3m2_lo
+                        : L == Layout::kRecordE2M1Nv ? t.nv_lo
+                                                     : t.e4m3_lo;
+    hi0_ = _mm512_load_si512(hi);
+    lo0_ = _mm512_load_si512(lo);
+    if constexpr (kTable128) {
+      hi1_ = _mm512_load_si512(hi + 64);
+      lo1_ = _mm512_load_si512(lo + 64);
+    }
+  }
+
+  // Quad at `src` (the layout's bytes of 4 k) -> rows a (k pair 2q) and b (2q + 1).
+  void quad(const uint8_t* src, __m512i& a, __m512i& b) const {
+    __m512i hi, lo;
+    if constexpr (L == Layout::kQuadE2M1) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+      const __m256i m0f = _mm256_set1_epi8(0x0F);
+      const __m256i lo4 = _mm256_and_si256(x, m0f), hi4 = _mm256_and_si256(_mm256_srli_epi16(x, 4), m0f);
+      const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(lo4), hi4, 1);
+      hi = _mm512_shuffle_epi8(hi0_, idx);
+      lo = _mm512_shuffle_epi8(lo0_, idx);
+    } else if constexpr (L == Layout::kRecordE2M1) {
+      const __m512i x = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+      const __m512i codes = _mm512_multishift_epi64_epi8(ld(kGather.e2m1_shift), _mm512_permutexvar_epi8(ld(kGather.e2m1_idx), x));
+      hi = _mm512_permutexvar_epi8(codes, hi0_);
+      lo = _mm512_permutexvar_epi8(codes, lo0_);
+    } else if constexpr (L == Layout::kRecordE2M1Nv) {  // index (scale mantissa << 4) | stored code
+      const __m512i x = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+      const __m512i codes = _mm512_multishift_epi64_epi8(ld(kGather.e2m1_shift), _mm512_permutexvar_epi8(ld(kGather.e2m1_idx), x));
+      const __m512i idx = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), codes, nv_m_, 0xEA);  // (codes & 0xF) | m
+      hi = _mm512_permutex2var_epi8(hi0_, idx, hi1_);
+      lo = _mm512_permutex2var_epi8(lo0_, idx, lo1_);
+    } else if constexpr (L == Layout::kRecordE2M3 || L == Layout::kRecordE3M2) {
+      const __m512i x = _mm512_maskz_loadu_epi8(0x0000FFFFFFFFFFFFull, src);  // 48 bytes
+      const __m512i nib =
+          _mm512_multishift_epi64_epi8(ld(kGather.fp6_nib_shift), _mm512_permutexvar_epi8(ld(kGather.fp6_nib_idx), x));
+      const __m512i top =
+          _mm512_multishift_epi64_epi8(ld(kGather.fp6_top_shift), _mm512_permutexvar_epi8(ld(kGather.fp6_top_idx), x));
+      const __m512i codes = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), nib, top, 0xCA);  // nib : top
+      hi = _mm512_permutexvar_epi8(codes, hi0_);
+      lo = _mm512_permutexvar_epi8(codes, lo0_);
+    } else {  // E4M3, 16 bytes per k
+      __m512i x = _mm512_loadu_si512(src);
+      if constexpr (L == Layout::kRecordE4M3) x = _mm512_permutexvar_epi8(ld(kGather.e4m3_idx), x);
+      const __m512i m80 = _mm512_set1_epi8(static_cast<char>(0x80));
+      hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0_, x, hi1_), x, m80, 0xF8);  // | (x & 0x80)
+      lo = _mm512_permutex2var_epi8(lo0_, x, lo1_);
+    }
+    a = _mm512_unpacklo_epi8(lo, hi);
+    b = _mm512_unpackhi_epi8(lo, hi);
+  }
+
+  // NVFP4 (kRecordE2M1Nv): the block scales s = (1 + m / 8) * 2^e of the next 16 k (4 quads) of a panel. The
+  // quads then look up value(code) * (1 + m / 8) by (m, code), and nvfp4() adds e << 7 to the exponent of every
+  // nonzero word (exact: normal BF16 values), flips the sign for a negative scale (adding 0x8000; the carry out of
+  // bit 15 is dropped) and zeroes the columns whose scale is zero.
+  struct NvScale {
+    __m512i off;        // word 2j + t: column j's (e << 7) + (negative ? 0x8000 : 0)
+    __mmask32 nonzero;  // words of columns whose scale is not zero
+  };
+  NvScale nv_scale(const uint8_t* codes16) {
+    const DecodeTables& t = kDecodeTables;
+    const __m512i x = _mm512_zextsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes16)));
+    nv_m_ = _mm512_permutexvar_epi8(ld(kGather.column),
+                                    _mm512_permutex2var_epi8(ld(t.sc_m), x, ld(t.sc_m + 64)));
+    const __m512i h = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(ld(t.sc_e_hi), x, ld(t.sc_e_hi + 64)), x,
+                                                _mm512_set1_epi8(static_cast<char>(0x80)), 0x78);  // ^ (x & 0x80)
+    const __m512i l = _mm512_permutex2var_epi8(ld(t.sc_e_lo), x, ld(t.sc_e_lo + 64));
+    NvScale r;
+    // lane 0 of unpacklo: columns 0..7, of unpackhi: 8..15; word 2j + t <- column j
+    r.off = _mm512_permutex2var_epi16(_mm512_unpacklo_epi8(l, h), ld(kGather.scale_idx), _mm512_unpackhi_epi8(l, h));
+    uint32_t m = _mm512_test_epi8_mask(x, _mm512_set1_epi8(0x7F)) & 0xFFFFu;  // column j -> bits 2j, 2j + 1
+    m = (m | (m << 8)) & 0x00FF00FFu;
+    m = (m | (m << 4)) & 0x0F0F0F0Fu;
+    m = (m | (m << 2)) & 0x33333333u;
+    m = (m | (m << 1)) & 0x55555555u;
+    r.nonzero = static_cast<__mmask32>(m | (m << 1));
+    return r;
+  }
+  static __m512i nvfp4(__m512i w, const NvScale& sc) {
+    const __mmask32 nz = _mm512_mask_test_epi16_mask(sc.nonzero, w, _mm512_set1_epi16(0x7FFF));
+    return _mm512_maskz_add_epi16(nz, w, sc.off);
+  }
+
+ private:
+  // A 64-byte table (constant: the compiler keeps it in a register across the decode loop).
+  static __m512i ld(const void* table) { return _mm512_load_si512(table); }
+
+  __m512i hi0_, hi1_ = _mm512_setzero_si512(), lo0_, lo1_ = _mm512_setzero_si512();
+  __m512i nv_m_ = _mm512_setzero_si512();  // NVFP4: quad byte Q <- (mantissa bits of column c(Q)'s scale) << 4
+};
+
+}  // namespace
+}  // namespace qlinear::x86

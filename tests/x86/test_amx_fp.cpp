@@ -1,0 +1,304 @@
+// The FP engine's AMX-BF16 kernels for the MX / NVFP4 families (x86_amx_bf16_{mxfp6, mxfp4, nvfp4}): weights
+// and quantized activations decoded to BF16 tiles, against the reference on the same quantized layer, at M
+// around the 16-row tile and 32-row block edges, N off the 16-column panels and K off the 32-wide tile step
+// (NVFP4: K a multiple of 16 only); every family's scheme with BF16 and with quantized activations. Each case
+// also checks that the tile path ran (a fallback to the AVX2 code gives the same numbers). Skipped, with the
+// reason, where the CPU or the OS gives no AMX.
+#include <cstring>
+
+#include "backends/x86/amx_isa.hpp"
+#include "backends/x86/x86_kernels.hpp"
+#include "x86_test_util.hpp"
+
+namespace qlinear {
+namespace {
+
+using x86_test::Case;
+
+constexpr int64_t kMs[] = {1, 2, 15, 16, 17, 31, 32, 33, 127, 128, 129};
+
+// f32 accumulation of K exact BF16 products (tdpbf16ps), the scales and the bias.
+double f32_sum_rel(int64_t k) { return static_cast<double>(k + 16) * 0x1p-24; }
+
+const Scheme kNvfp4A16{"nvfp4-a16", Family::kNvfp4, kNvfp4Static, std::nullopt, ""};
+const Scheme kMxfp4A8{"mxfp4-a8", Family::kMxfp4, kMxfp4Static, kMxfp8Dynamic, ""};
+const Scheme kMxfp6A8{"mxfp6-e3m2-a8", Family::kMxfp6, kMxfp6E3M2Static, kMxfp8Dynamic, ""};
+
+struct FamilyCase {
+  const LinearKernel* kernel;
+  std::vector<const Scheme*> schemes;
+  bool k16;  // NVFP4: K a multiple of 16
+};
+
+std::vector<FamilyCase> families() {
+  return {
+      {&x86::kAmxBf16Nvfp4, {find_scheme("w4a4-nvfp4"), &kNvfp4A16}, true},
+      {&x86::kAmxBf16Mxfp6,
+       {find_scheme("w6a16-mxfp6-e2m3"), find_scheme("w6a16-mxfp6-e3m2"), find_scheme("w6a6-mxfp6-e2m3"),
+        find_scheme("w6a6-mxfp6-e3m2"), &kMxfp6A8},
+       false},
+      {&x86::kAmxBf16Mxfp4,
+       {find_scheme("w4a4-mxfp4"), find_scheme("w4a6-mxfp4-mxfp6-e2m3"), find_scheme("w4a8-mxfp4-fp8"), &kMxfp4A8,
+        find_scheme("w4a16-mxfp4")},
+       false},
+  };
+}
+
+// Every M of kMs, N and K cycling through and off the tile multiples, outputs and bias varied.
+std::vector<Case> sweep(bool k16) {
+  static const int64_t ns[] = {67, 96, 33, 129};
+  static const int64_t ks_mx[] = {96, 256, 544, 32};  // MX: multiples of 32
+  static const int64_t ks_nv[] = {80, 256, 336, 16};  // NVFP4: 16 off the 32-wide tile step
+  const DType outs[] = {DType::kBF16, DType::kF16, DType::kF32};
+  std::vector<Case> cases;
+  int i = 0;
+  for (int64_t m : kMs) {
+    cases.push_back({m, ns[i % 4], (k16 ? ks_nv : ks_mx)[(i + 1) % 4], DType::kBF16, outs[i % 3], i % 2 == 0});
+    ++i;
+  }
+  return cases;
+}
+
+// Matches the reference, and ran on tiles when M reaches the kernel's AMX range.
+void expect_amx_matches(const LinearKernel& k, const Scheme& s, const Case& c, uint64_t seed) {
+  const int64_t before = x86::amx_bf16_gemms_on_this_thread();
+  x86_test::expect_matches_reference(k, s, c, seed, f32_sum_rel(c.k));
+  const std::vector<MRoute> routes = k.m_routes(x86_test::make_layer(s, c, seed).config);
+  const bool tiles = c.m >= routes.back().m_min;
+  EXPECT_EQ(x86::amx_bf16_gemms_on_this_thread() - before, tiles ? 1 : 0)
+      << k.name() << " " << s.name << " " << x86_test::describe(c) << ": the AMX tile path "
+      << (tiles ? "did not run" : "ran below its M range");
+}
+
+class AmxFp : public ::testing::TestWithParam<int> {};
+
+TEST_P(AmxFp, MatchesReferenceAcrossSchemesAndShapes) {
+  const FamilyCase fc = families()[GetParam()];
+  QL_SKIP_UNLESS_SUPPORTED(*fc.kernel);
+  uint64_t seed = 9000 + 100 * GetParam();
+  for (const Scheme* s : fc.schemes) {
+    ASSERT_NE(s, nullptr);
+    for (const Case& c : sweep(fc.k16)) expect_amx_matches(*fc.kernel, *s, c, seed += 7);
+    // f32 input quantized first (the tiles see the quantized values); BF16-only for weight-only schemes.
+    if (s->activation_key) expect_amx_matches(*fc.kernel, *s, {20, 40, 128, DType::kF32, DType::kBF16, true}, seed += 7);
+  }
+  // Several 32-row blocks over whole-K decoded panels, rows split between threads, and the K-outer path
+  // (activation rows over 1 MiB per thread: chunks of 1024 and a tail).
+  expect_amx_matches(*fc.kernel, *fc.schemes[0], {300, 40, 1024}, seed += 7);
+  expect_amx_matches(*fc.kernel, *fc.schemes[0], {129, 200, 4160, DType::kBF16, DType::kBF16, true}, seed += 7);
+}
+
+TEST_P(AmxFp, ThreadsAndRoundTrip) {
+  const FamilyCase fc = families()[GetParam()];
+  QL_SKIP_UNLESS_SUPPORTED(*fc.kernel);
+  for (const Scheme* s : fc.schemes) x86_test::expect_thread_safe(*fc.kernel, *s, {33, 200, 384}, 11);
+  x86_test::expect_round_trip(*fc.kernel, *fc.schemes[0], {1, 35, 160}, 12);
+}
+
+INSTANTIATE_TEST_SUITE_P(X86, AmxFp, ::testing::Range(0, 3), [](const ::testing::TestParamInfo<int>& i) {
+  return std::string(families()[static_cast<size_t>(i.param)].kernel->name());
+});
+
+// Every E4M3 block-scale code (0 .. 126: zero, subnormal, normal, the largest; some negative) through the
+// NVFP4 decode's (scale mantissa, code) lookup and exponent add.
+TEST(X86AmxFp, Nvfp4EveryBlockScaleCode) {
+  const LinearKernel& k = x86::kAmxBf16Nvfp4;
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  for (const Scheme* s : {&kNvfp4A16, find_scheme("w4a4-nvfp4")}) {
+    const Case c{40, 48, 2048, DType::kBF16, DType::kF32, true};
+    const int64_t before = x86::amx_bf16_gemms_on_this_thread();
+    auto r = x86_test::run_with_edited_scales(k, *s, c, 31, [](uint8_t* e, int64_t count) {
+      for (int64_t i = 0; i < count; ++i) e[i] = static_cast<uint8_t>((i * 7) % 127 | (i % 5 == 0 ? 0x80 : 0));
+    });
+    ASSERT_TRUE(r);
+    EXPECT_EQ(x86::amx_bf16_gemms_on_this_thread() - before, 1);
+    auto wd = reference::dequantized_weight(r->ref_layer);
+    auto xd = reference::effective_activation(r->ref_layer, Activation::dense(r->x));
+    ASSERT_TRUE(wd && xd);
+    int bad = 0;
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double mag = 0;
+        for (int64_t kk = 0; kk < c.k; ++kk) mag += std::fabs(xd->data<double>()[i * c.k + kk] * wd->data<double>()[j * c.k + kk]);
+        const double g = r->got.data<float>()[i * c.n + j], want = r->want.data<float>()[i * c.n + j];
+        bad += !(std::fabs(g - want) <= f32_sum_rel(c.k) * mag + std::ldexp(std::fabs(want), -23));
+      }
+    }
+    EXPECT_EQ(bad, 0) << s->name;
+  }
+}
+
+// MX scales far from 1 on both sides, still inside BF16's normal range once folded.
+TEST(X86AmxFp, MxScalesFarFromOneStayExact) {
+  for (const auto& [kernel, scheme] : {std::pair{&x86::kAmxBf16Mxfp6, "w6a6-mxfp6-e3m2"},
+                                       std::pair{&x86::kAmxBf16Mxfp4, "w4a4-mxfp4"}}) {
+    QL_SKIP_UNLESS_SUPPORTED(*kernel);
+    const Case c{17, 40, 256, DType::kBF16, DType::kF32, false};
+    auto r = x86_test::run_with_edited_scales(*kernel, *find_scheme(scheme), c, 41, [](uint8_t* e, int64_t count) {
+      for (int64_t i = 0; i < count; ++i) e[i] = i % 3 == 0 ? 200 : (i % 3 == 1 ? 20 : 127);
+    });
+    ASSERT_TRUE(r);
+    EXPECT_EQ(kernel->apply_route(r->layer, Activation::dense(r->x)), kernel->name());
+    for (int64_t i = 0; i < c.m * c.n; ++i) {
+      const double g = r->got.data<float>()[i], want = r->want.data<float>()[i];
+      EXPECT_LE(std::fabs(g - want), std::ldexp(std::fabs(want), -16) + 1e-30) << scheme << " " << i;
+    }
+  }
+}
+
+// The AMX path's MX activation quantizer (amx_act_bf16.cpp) gives the reference quantizer's values bit for bit:
+// blocks spread over 2^-150 .. 2^123 of magnitude (underflow, saturation, the exponent clamps), exact ties of
+// every element grid, zeros, f32 / bf16 / f16 input; and refuses (false) where a value is not a normal BF16.
+TEST(X86AmxFp, MxActivationsEqualTheReferenceQuantizer) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAmxBf16Mxfp4);
+  const int64_t m = 7, k = 640;
+  for (const char* scheme : {"w4a4-mxfp4", "w6a6-mxfp6-e2m3", "w6a6-mxfp6-e3m2", "w8a8-mxfp8"}) {
+    const Scheme& s = *find_scheme(scheme);
+    for (const auto& [in, wide] : {std::pair{DType::kF32, false}, std::pair{DType::kBF16, false},
+                                   std::pair{DType::kF16, false}, std::pair{DType::kF32, true},
+                                   std::pair{DType::kBF16, true}}) {
+      SCOPED_TRACE(std::string(scheme) + " " + std::string(name(in)) + (wide ? " wide" : ""));
+      LinearLayer layer = x86_test::make_layer(s, {m, 64, k, in, DType::kF32}, 61);
+      ASSERT_TRUE(x86_test::reference_for(s.family).process_weights_after_loading(layer));
+      Tensor x = random_normal(DType::kF32, {m, k}, 62, 1.0);
+      float* xv = x.data<float>();
+      for (int64_t i = 0; i < m * k; ++i) {
+        const int64_t block = i / 32;
+        // Narrow: every folded value a normal BF16, so the quantizer must accept; wide: down to underflow.
+        const int shift = in == DType::kF16 ? static_cast<int>(block % 9) - 4
+                          : wide            ? static_cast<int>((block * 37) % 274) - 150
+                                            : static_cast<int>((block * 37) % 121) - 60;
+        xv[i] = std::ldexp(xv[i], shift);
+        if (i % 5 == 0) xv[i] = std::ldexp(static_cast<float>(2 * (i % 13) + 1), shift - 4);  // ties of coarse grids
+        if (i % 97 == 0) xv[i] = 0.0f;
+      }
+      Tensor xin = in == DType::kF32 ? x : Tensor::empty(in, {m, k});
+      for (int64_t i = 0; in != DType::kF32 && i < m * k; ++i) {
+        xin.data<uint16_t>()[i] = in == DType::kBF16 ? float_to_bf16(xv[i]) : float_to_f16(xv[i]);
+      }
+      x86::FpActQuant q;
+      q.x = xin.raw();
+      q.x_kind = static_cast<x86::FloatKind>(x86::float_kind_of(in));
+      q.m = m;
+      q.k = k;
+      q.ldx = k;
+      q.k_pad = k;
+      q.mode = x86::FpActMode::kMxDyn;
+      q.elem = s.activation_key->dtype == DType::kF4E2M1   ? x86::FpElem::kE2M1
+               : s.activation_key->dtype == DType::kF6E2M3 ? x86::FpElem::kE2M3
+               : s.activation_key->dtype == DType::kF6E3M2 ? x86::FpElem::kE3M2
+                                                           : x86::FpElem::kE4M3;
+      q.mx_rule = default_mx_rule(*s.activation_key) == MxScaleRule::kQuarkEven ? x86::FpMxRule::kQuarkEven
+                                                                                : x86::FpMxRule::kCeilOverMax;
+      std::vector<uint16_t> act(static_cast<size_t>(16 * k), 0xFFFF);
+      const bool ok = x86::amx_prepare_bf16_activations(q, act.data());
+      auto want = reference::effective_activation(layer, Activation::dense(xin));
+      ASSERT_TRUE(want) << want.message();
+      bool representable = true;  // every reference value a normal BF16 or zero
+      int bad = 0;
+      for (int64_t i = 0; i < m * k; ++i) {
+        const double w = want->data<double>()[i];
+        const float wf = static_cast<float>(w);
+        uint32_t bits;
+        std::memcpy(&bits, &wf, 4);
+        if (static_cast<double>(wf) != w || (bits & 0xFFFF) != 0 || (w != 0 && (bits & 0x7F800000) == 0)) representable = false;
+        const uint32_t got = static_cast<uint32_t>(act[static_cast<size_t>(i)]) << 16;
+        float g;
+        std::memcpy(&g, &got, 4);
+        if (ok && static_cast<double>(g) != w && bad++ < 5) ADD_FAILURE() << "element " << i << ": " << g << ", reference " << w;
+      }
+      EXPECT_EQ(ok, representable) << "the quantizer must refuse exactly the activations that are not BF16 values";
+      if (!wide) EXPECT_TRUE(ok) << "the narrow range must be compared value for value";
+      for (int64_t i = m * k; i < 16 * k; ++i) ASSERT_EQ(act[static_cast<size_t>(i)], 0) << "padding row element " << i;
+    }
+  }
+}
+
+// Every mode the AMX quantizer takes gives fp_prepare_activations_avx2's values (which test_avx2_fp.cpp holds
+// bit-identical to the reference quantizers) and row scales, bit for bit: NVFP4 with a given and a per-call
+// global scale, FP8 static / per-token / per-tensor, MX; blocks of very different magnitudes, ties, zeros.
+TEST(X86AmxFp, QuantizedActivationsEqualTheAvx2Path) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAmxBf16Nvfp4);
+  const int64_t m = 9, k = 384;
+  Tensor x = random_normal(DType::kF32, {m, k}, 71, 1.0);
+  float* xv = x.data<float>();
+  for (int64_t i = 0; i < m * k; ++i) {
+    const int shift = static_cast<int>((i / 16 * 29) % 41) - 20;
+    xv[i] = std::ldexp(i % 7 == 0 ? static_cast<float>(2 * (i % 11) + 1) * 0.125f : xv[i], shift);
+    if (i % 89 == 0) xv[i] = 0.0f;
+  }
+  for (int64_t i = 5 * k; i < 6 * k; ++i) xv[i] = 0.0f;  // an all-zero row
+  struct Mode {
+    x86::FpActMode mode;
+    bool dynamic_global;
+    x86::FpElem elem;
+  };
+  const Mode modes[] = {{x86::FpActMode::kNvfp4Dyn, false, x86::FpElem::kE2M1},
+                        {x86::FpActMode::kNvfp4Dyn, true, x86::FpElem::kE2M1},
+                        {x86::FpActMode::kFp8Static, false, x86::FpElem::kE4M3},
+                        {x86::FpActMode::kFp8DynToken, false, x86::FpElem::kE4M3},
+                        {x86::FpActMode::kFp8DynTensor, false, x86::FpElem::kE4M3},
+                        {x86::FpActMode::kMxDyn, false, x86::FpElem::kE2M3},
+                        {x86::FpActMode::kMxDyn, false, x86::FpElem::kE4M3}};
+  for (const Mode& md : modes) {
+    SCOPED_TRACE(static_cast<int>(md.mode) * 10 + (md.dynamic_global ? 1 : 0));
+    x86::FpActQuant q;
+    q.x = xv;
+    q.x_kind = x86::FloatKind::kF32;
+    q.m = m;
+    q.k = k;
+    q.ldx = k;
+    q.k_pad = k;
+    q.mode = md.mode;
+    q.elem = md.elem;
+    q.mx_rule = md.elem == x86::FpElem::kE4M3 ? x86::FpMxRule::kCeilOverMax : x86::FpMxRule::kQuarkEven;
+    q.static_scale = 0.0137f;
+    q.global_scale = 1234.5f;
+    q.dynamic_global = md.dynamic_global;
+    std::vector<float> want(static_cast<size_t>(m * k)), want_scale(m, -1.0f), got_scale(m, -1.0f);
+    uint8_t bad = 0, inexact = 0;
+    x86::FpActQuant ref = q;
+    ref.act = want.data();
+    ref.row_scale = want_scale.data();
+    ref.bad_input = &bad;
+    ref.inexact = &inexact;
+    x86::fp_prepare_activations_avx2(ref);
+    ASSERT_EQ(bad | inexact, 0);
+    std::vector<uint16_t> got(static_cast<size_t>(16 * k), 0xFFFF);
+    q.row_scale = got_scale.data();
+    ASSERT_TRUE(x86::amx_prepare_bf16_activations(q, got.data()));
+    int mismatches = 0;
+    for (int64_t i = 0; i < m * k; ++i) {
+      const uint32_t bits = static_cast<uint32_t>(got[static_cast<size_t>(i)]) << 16;
+      float g;
+      std::memcpy(&g, &bits, 4);
+      if (g != want[static_cast<size_t>(i)] && mismatches++ < 5) {
+        ADD_FAILURE() << "element " << i << ": " << g << ", AVX2 path " << want[static_cast<size_t>(i)];
+      }
+    }
+    if (md.mode != x86::FpActMode::kMxDyn) {
+      for (int64_t r = 0; r < m; ++r) EXPECT_EQ(got_scale[r], want_scale[r]) << "row scale " << r;
+    }
+  }
+}
+
+// Where AMX runs, the priority list picks these kernels for quantized-activation MX and NVFP4 layers, and
+// explain shows their M ranges.
+TEST(X86AmxFp, SelectedWithTheirMRanges) {
+  if (!x86::kAmxBf16Nvfp4.is_supported(Platform::host_cpu())) GTEST_SKIP() << "no AMX-BF16 here";
+  for (const auto& [scheme, kernel] : {std::pair{"w4a4-nvfp4", "x86_amx_bf16_nvfp4"},
+                                       std::pair{"w4a4-mxfp4", "x86_amx_bf16_mxfp4"},
+                                       std::pair{"w6a16-mxfp6-e2m3", "x86_amx_bf16_mxfp6"},
+                                       std::pair{"w4a16-mxfp4", "x86_amx_bf16_mxfp4_w4a16"}}) {
+    LinearLayer l = x86_test::make_layer(*find_scheme(scheme), {16, 64, 64}, 51);
+    const Selection sel = explain_selection(l.config, Platform::host_cpu());
+    ASSERT_NE(sel.kernel, nullptr) << scheme;
+    EXPECT_EQ(sel.kernel->name(), kernel);
+    if (sel.kernel->name() != "x86_amx_bf16_mxfp4_w4a16") {
+      EXPECT_NE(sel.explain().find("AMX-BF16 tiles"), std::string::npos) << sel.explain();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qlinear
