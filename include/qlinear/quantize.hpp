@@ -54,6 +54,12 @@ struct QuantizeOptions {
 // Errors name the key and what did not fit (cols not a multiple of the MX block, static key without scale).
 Result<QuantizedTensor> quantize(const Tensor& x, const QuantKey& key, const QuantizeOptions& options = {});
 
+// quantize(), bit for bit, fast: vectorized (AVX-512, AVX2 or scalar, chosen at run time) and spread over
+// the CPU thread pool in chunks of rows, reading BF16 / F16 / F32 rows as they are. Covers FP8 and symmetric
+// INT8 on every granularity, MX with computed exponents and NVFP4 with computed block scales; everything
+// else (and every error) is quantize()'s own.
+Result<QuantizedTensor> quantize_fast(const Tensor& x, const QuantKey& key, const QuantizeOptions& options = {});
+
 // Exact dequantization into an F32 or F64 [rows, cols] tensor (F64 is exact for every format).
 Result<Tensor> dequantize(const QuantizedTensor& q, DType out = DType::kF32);
 

@@ -16,6 +16,7 @@
 #include "checkpoint/sharded_writer.hpp"
 #include "checkpoint/staged_files.hpp"
 #include "qlinear/checkpoint_writer.hpp"
+#include "qlinear/make_layer.hpp"
 #include "qlinear/name_pattern.hpp"
 #include "qlinear/safetensors.hpp"
 
@@ -136,7 +137,7 @@ Result<QuantizeCheckpointSummary> quantize_checkpoint(const std::string& in, con
     std::vector<std::pair<std::string, Tensor>> group;
     if (linear && !ignore.matches(name)) {
       const std::string module = name.substr(0, name.size() - 7);
-      auto layer = quantize_layer_chunked(module, scheme, t, options.layer);
+      auto layer = quantize_layer(module, scheme, t, options.layer);
       if (!layer) return Status::error(in + ": tensor " + name + " (" + t.describe() + "): " + layer.message());
       for (auto& [pname, p] : layer->params) {
         group.emplace_back(module + "." + (pname == "weight" ? weight_name(scheme) : pname), std::move(p));
