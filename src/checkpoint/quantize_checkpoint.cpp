@@ -133,6 +133,7 @@ Result<QuantizeCheckpointSummary> quantize_checkpoint(const std::string& in, con
   for (const std::string& name : ckpt.names()) {
     QL_ASSIGN_OR_RETURN(SafetensorsEntry e, ckpt.entry(name));
     QL_ASSIGN_OR_RETURN(Tensor t, ckpt.tensor(name));
+    ckpt.load_pages(name);  // one call maps the tensor's pages (no fault per page)
     const bool linear = name.size() > 7 && name.ends_with(".weight") && e.shape.size() == 2 && is_float_tensor(e.dtype);
     std::vector<std::pair<std::string, Tensor>> group;
     if (linear && !ignore.matches(name)) {

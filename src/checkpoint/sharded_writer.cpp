@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/staged_files.hpp"
+#include "core/threads.hpp"
 #include "qlinear/formats.hpp"
 
 namespace qlinear::detail {
@@ -22,6 +23,21 @@ constexpr uint64_t kBlock = 4096;                  // O_DIRECT's unit of offsets
 constexpr uint64_t kStagingBytes = uint64_t{32} << 20;  // per buffer; two of them
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// memcpy of a large tensor into the staging buffer on the thread pool (one core copies ~5-10 GB/s, and the
+// source pages of a mapped input are often being read in for the first time).
+void copy_bytes(uint8_t* dst, const uint8_t* src, uint64_t n) {
+  constexpr uint64_t kPiece = uint64_t{2} << 20;
+  if (n < 4 * kPiece) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  const int64_t pieces = static_cast<int64_t>((n + kPiece - 1) / kPiece);
+  threads::parallel_for(pieces, threads::max_threads(), [&](int64_t i) {
+    const uint64_t at = static_cast<uint64_t>(i) * kPiece;
+    std::memcpy(dst + at, src + at, std::min(kPiece, n - at));
+  });
+}
 
 Status pwrite_all(int fd, const uint8_t* p, uint64_t size, uint64_t offset, const std::string& path) {
   while (size > 0) {
@@ -83,7 +99,7 @@ Status ShardedSafetensorsWriter::write_bytes(const void* data, uint64_t size) {
   while (size > 0) {
     const uint64_t n = std::min(size, buffer_bytes_ - fill_);
     if (p != nullptr) {
-      std::memcpy(buffers_[current_].get() + fill_, p, n);
+      copy_bytes(buffers_[current_].get() + fill_, p, n);
       p += n;
     } else {
       std::memset(buffers_[current_].get() + fill_, 0, n);
