@@ -1,5 +1,5 @@
-// The streaming quantizer (quantize_checkpoint.hpp): row-chunked quantization equals whole-weight
-// quantization byte for byte for every scheme; a model directory comes out complete (shards within the size
+// The streaming quantizer (quantize_checkpoint.hpp): quantize_layer writes the reference quantizer's
+// tensors byte for byte for every scheme; a model directory comes out complete (shards within the size
 // limit, the index, config.json with quantization_config, carried files), loads, and holds exactly what
 // quantize_layer makes; no staged file is left; temporaries of dead writers are removed by the next write.
 #include <gtest/gtest.h>
