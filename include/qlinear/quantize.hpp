@@ -60,6 +60,18 @@ Result<QuantizedTensor> quantize(const Tensor& x, const QuantKey& key, const Qua
 // else (and every error) is quantize()'s own.
 Result<QuantizedTensor> quantize_fast(const Tensor& x, const QuantKey& key, const QuantizeOptions& options = {});
 
+// While one lives (on any thread), quantize_fast takes outputs of 8 MiB and more from buffers that earlier
+// calls' outputs left when they were freed (it keeps two), instead of fresh memory whose pages the kernel
+// faults in and clears one by one: what a loop over a model's tensors wants (quantize_checkpoint holds one).
+// The kept buffers are released when the last one ends.
+class QuantizeBufferReuse {
+ public:
+  QuantizeBufferReuse();
+  ~QuantizeBufferReuse();
+  QuantizeBufferReuse(const QuantizeBufferReuse&) = delete;
+  QuantizeBufferReuse& operator=(const QuantizeBufferReuse&) = delete;
+};
+
 // Exact dequantization into an F32 or F64 [rows, cols] tensor (F64 is exact for every format).
 Result<Tensor> dequantize(const QuantizedTensor& q, DType out = DType::kF32);
 

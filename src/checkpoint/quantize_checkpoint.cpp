@@ -130,6 +130,7 @@ Result<QuantizeCheckpointSummary> quantize_checkpoint(const std::string& in, con
   detail::remove_stale_temporaries(out);
   Staging staging;
   detail::ShardedSafetensorsWriter writer(out, options.max_shard_bytes, header_bound);
+  const QuantizeBufferReuse reuse_outputs;  // each weight's output buffer serves the next
   for (const std::string& name : ckpt.names()) {
     QL_ASSIGN_OR_RETURN(SafetensorsEntry e, ckpt.entry(name));
     QL_ASSIGN_OR_RETURN(Tensor t, ckpt.tensor(name));

@@ -18,6 +18,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
+#include <new>
 
 #include "core/threads.hpp"
 #include "qlinear/platform.hpp"
@@ -35,6 +38,64 @@ constexpr uint32_t kNonFiniteBits = 0x7F800000u;
 constexpr int64_t kItemElements = int64_t{1} << 16;  // ~64 K elements a work item
 
 float bits_to_float(uint32_t b) { return std::bit_cast<float>(b); }
+
+// ---- output buffers (QuantizeBufferReuse) ---------------------------------------------------------------
+
+constexpr int64_t kReuseMinBytes = int64_t{8} << 20;
+constexpr size_t kReuseKept = 2;
+
+struct ReusePool {
+  std::mutex mutex;
+  int active = 0;                                  // QuantizeBufferReuse objects alive
+  std::vector<std::pair<void*, int64_t>> free;     // kept buffers and their capacities
+};
+ReusePool& reuse_pool() {
+  static ReusePool* pool = new ReusePool;  // never destroyed: tensors may be freed during static teardown
+  return *pool;
+}
+
+void give_back(void* p, int64_t capacity) {
+  ReusePool& pool = reuse_pool();
+  {
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    if (pool.active > 0 && pool.free.size() < kReuseKept) {
+      pool.free.emplace_back(p, capacity);
+      return;
+    }
+  }
+  std::free(p);
+}
+
+// Tensor::empty, or a kept buffer while a QuantizeBufferReuse lives (contents unspecified either way).
+Tensor output_tensor(DType dtype, Shape shape) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  const int64_t bytes = storage_bytes(dtype, numel);
+  ReusePool& pool = reuse_pool();
+  void* p = nullptr;
+  int64_t capacity = 0;
+  {
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    if (pool.active == 0 || bytes < kReuseMinBytes) return Tensor::empty(dtype, std::move(shape));
+    // The smallest kept buffer that fits.
+    auto best = pool.free.end();
+    for (auto it = pool.free.begin(); it != pool.free.end(); ++it) {
+      if (it->second >= bytes && (best == pool.free.end() || it->second < best->second)) best = it;
+    }
+    if (best != pool.free.end()) {
+      p = best->first;
+      capacity = best->second;
+      pool.free.erase(best);
+    }
+  }
+  if (p == nullptr) {
+    capacity = (bytes + 4095) / 4096 * 4096;
+    p = std::aligned_alloc(4096, static_cast<size_t>(capacity));
+    if (p == nullptr) throw std::bad_alloc();
+  }
+  std::shared_ptr<void> owner(p, [capacity](void* q) { give_back(q, capacity); });
+  return Tensor::from_blob(p, dtype, std::move(shape), std::move(owner));
+}
 
 fast::Grid grid_of(DType elem) {
   const FormatTraits& t = traits(elem);
@@ -192,7 +253,7 @@ std::optional<Result<QuantizedTensor>> quantize_f32_scaled(const fast::Kernels& 
   q.key = key;
   q.rows = x.rows;
   q.cols = x.cols;
-  q.data = Tensor::empty(elem, {x.rows, x.cols});
+  q.data = output_tensor(elem, {x.rows, x.cols});
   q.scale = Tensor::empty(DType::kF32, scale_shape(group, x.rows, x.cols));
   auto* data = static_cast<uint8_t*>(q.data.raw());
   float* scale_out = q.scale.data<float>();
@@ -302,7 +363,7 @@ std::optional<Result<QuantizedTensor>> quantize_mx_fast(const fast::Kernels& k, 
   q.key = key;
   q.rows = x.rows;
   q.cols = x.cols;
-  q.data = packed ? Tensor::empty(DType::kU8, {x.rows, row_bytes}) : Tensor::empty(elem, {x.rows, x.cols});
+  q.data = packed ? output_tensor(DType::kU8, {x.rows, row_bytes}) : output_tensor(elem, {x.rows, x.cols});
   q.scale = Tensor::empty(DType::kU8, {x.rows, blocks});
   auto* data = static_cast<uint8_t*>(q.data.raw());
   uint8_t* scale = q.scale.data<uint8_t>();
@@ -367,7 +428,7 @@ std::optional<Result<QuantizedTensor>> quantize_nvfp4_fast(const fast::Kernels& 
   q.rows = x.rows;
   q.cols = x.cols;
   const int64_t row_bytes = storage_bytes(DType::kF4E2M1, x.cols);
-  q.data = Tensor::empty(DType::kU8, {x.rows, row_bytes});
+  q.data = output_tensor(DType::kU8, {x.rows, row_bytes});
   q.scale = Tensor::empty(DType::kF8E4M3, {x.rows, blocks});
   q.scale2 = Tensor::empty(DType::kF32, {1});
   q.scale2.data<float>()[0] = static_cast<float>(g);
@@ -483,6 +544,22 @@ Result<QuantizedTensor> quantize_with(const Kernels& k, const Tensor& x, const Q
 
 }  // namespace fast
 }  // namespace quant
+
+QuantizeBufferReuse::QuantizeBufferReuse() {
+  quant::ReusePool& pool = quant::reuse_pool();
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  ++pool.active;
+}
+
+QuantizeBufferReuse::~QuantizeBufferReuse() {
+  quant::ReusePool& pool = quant::reuse_pool();
+  std::vector<std::pair<void*, int64_t>> release;
+  {
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    if (--pool.active == 0) release.swap(pool.free);
+  }
+  for (auto& [p, capacity] : release) std::free(p);
+}
 
 Result<QuantizedTensor> quantize_fast(const Tensor& x, const QuantKey& key, const QuantizeOptions& options) {
   static const quant::fast::Kernels* const kernels = quant::fast::usable_kernels().front();

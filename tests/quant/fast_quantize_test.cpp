@@ -275,5 +275,25 @@ TEST(QuantizeFast, LargeOperandOverThreads) {
   }
 }
 
+// With QuantizeBufferReuse, outputs land in buffers earlier outputs left behind: poison each output before
+// it is freed, so that a byte the kernels fail to write shows up against the reference.
+TEST(QuantizeFast, ReusedOutputBuffersAreFullyWritten) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  QuantizeBufferReuse reuse;
+  const int64_t rows = 1030, cols = 4128;  // ~4 M elements: every output of 8 MiB and more is pooled
+  const Tensor x = make_tensor(DType::kF32, rows, cols, test_values(rows, cols, DType::kF32, kFp8StaticChannelSym, seed));
+  for (int round = 0; round < 2; ++round) {
+    for (const QuantKey& key : {kFp8StaticChannelSym, kFp8Static128BlockSym, kInt8StaticChannelSym, kMxfp8Static,
+                                kMxfp6E2M3Static, kMxfp4Static, kNvfp4Static}) {
+      SCOPED_TRACE(key_name(key));
+      auto fast = quantize_fast(x, key);
+      expect_same(fast, quantize(x, key));
+      ASSERT_TRUE(fast);
+      std::memset(fast->data.raw(), 0xA5, static_cast<size_t>(fast->data.nbytes()));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace qlinear
