@@ -45,7 +45,13 @@ struct V {
   static F mul(F a, F b) { return a * b; }
   static F sub(F a, F b) { return a - b; }
   static F min(F a, F b) { return b < a ? b : a; }
-  static F round_ne(F a) { return std::nearbyint(a); }  // the default rounding mode: to nearest, ties to even
+  // To nearest, ties to even, whatever the floating-point environment's rounding mode (as formats.cpp).
+  static F round_ne(F a) {
+    const float whole = std::floor(a);
+    const float fraction = a - whole;  // exact
+    const bool odd = std::fmod(whole, 2.0f) != 0;
+    return fraction > 0.5f || (fraction == 0.5f && odd) ? whole + 1.0f : whole;
+  }
   static U cvtt(F a) { return static_cast<U>(static_cast<int32_t>(a)); }
   static uint32_t ge_mask(F a, F b) { return a >= b ? 1u : 0u; }
   static void store_codes(uint8_t* out, U v) { *out = static_cast<uint8_t>(v); }

@@ -160,19 +160,28 @@ RowScratch row_scratch(int64_t cols, int64_t blocks) {
 // formats::encode (round to nearest even, saturating) of a double onto `g`, by the kernels' method in double:
 // clamp |v| to the largest value, y = |v| * 2^(M - max(exponent, emin)) exactly, the magnitude
 // ((e - emin) << M) + RNE(y). (Tested against encode() through every quantize_fast comparison.)
+// Nearest integer of y >= 0, ties to even, independent of the rounding mode (formats.cpp's round_half_even).
+uint32_t round_half_even(double y) {
+  const double whole = std::floor(y);
+  const double fraction = y - whole;  // exact
+  auto n = static_cast<uint32_t>(whole);
+  if (fraction > 0.5 || (fraction == 0.5 && (n & 1) != 0)) ++n;
+  return n;
+}
+
 uint32_t encode_on_grid(double v, const fast::Grid& g) {
   const bool negative = std::signbit(v);
   double a = std::fabs(v);
   if (g.integer) {
     a = std::min(a, negative ? 128.0 : 127.0);
-    const auto m = static_cast<int32_t>(std::nearbyint(a));  // the default rounding mode: ties to even
+    const auto m = static_cast<int32_t>(round_half_even(a));
     return static_cast<uint32_t>(negative ? -m : m) & 0xFFu;
   }
   a = std::min(a, static_cast<double>(g.max));
   if (a == 0) return negative ? 1u << g.sign_bit : 0u;
   const int e = std::max(static_cast<int>((std::bit_cast<uint64_t>(a) >> 52) & 0x7FF) - 1023, g.emin);
   const double y = a * std::bit_cast<double>(static_cast<uint64_t>(1023 + g.mbits - e) << 52);
-  const auto mag = (static_cast<uint32_t>(e - g.emin) << g.mbits) + static_cast<uint32_t>(std::nearbyint(y));
+  const auto mag = (static_cast<uint32_t>(e - g.emin) << g.mbits) + round_half_even(y);
   return mag | (negative ? 1u << g.sign_bit : 0u);
 }
 
