@@ -54,6 +54,24 @@ struct QuantizeOptions {
 // Errors name the key and what did not fit (cols not a multiple of the MX block, static key without scale).
 Result<QuantizedTensor> quantize(const Tensor& x, const QuantKey& key, const QuantizeOptions& options = {});
 
+// quantize(), bit for bit, fast: vectorized (AVX-512, AVX2 or scalar, chosen at run time) and spread over
+// the CPU thread pool in chunks of rows, reading BF16 / F16 / F32 rows as they are. Covers FP8 and symmetric
+// INT8 on every granularity, MX with computed exponents and NVFP4 with computed block scales; everything
+// else (and every error) is quantize()'s own.
+Result<QuantizedTensor> quantize_fast(const Tensor& x, const QuantKey& key, const QuantizeOptions& options = {});
+
+// While one lives (on any thread), quantize_fast takes outputs of 8 MiB and more from buffers that earlier
+// calls' outputs left when they were freed (it keeps two), instead of fresh memory whose pages the kernel
+// faults in and clears one by one: what a loop over a model's tensors wants (quantize_checkpoint holds one).
+// The kept buffers are released when the last one ends.
+class QuantizeBufferReuse {
+ public:
+  QuantizeBufferReuse();
+  ~QuantizeBufferReuse();
+  QuantizeBufferReuse(const QuantizeBufferReuse&) = delete;
+  QuantizeBufferReuse& operator=(const QuantizeBufferReuse&) = delete;
+};
+
 // Exact dequantization into an F32 or F64 [rows, cols] tensor (F64 is exact for every format).
 Result<Tensor> dequantize(const QuantizedTensor& q, DType out = DType::kF32);
 

@@ -1,7 +1,8 @@
 #pragma once
 // `qlinear quantize` as a library call: a BF16/FP16/FP32 safetensors model in, a complete quantized model
 // directory out (compressed-tensors, or Quark for MXFP6), streamed: one tensor at a time from the mapped
-// input, each linear weight quantized in parallel row chunks, written into shards of at most
+// input, each linear weight quantized by quantize_layer (quantize_fast: vectorized, over the thread pool in
+// chunks of rows), written into shards of at most
 // max_shard_bytes with model.safetensors.index.json (one shard: model.safetensors, as save_pretrained),
 // every other tensor copied unchanged, config.json (with quantization_config), tokenizer and generation
 // files carried over. Memory beyond the mapped input: about two copies of the largest layer's output plus
@@ -43,12 +44,5 @@ Result<uint64_t> checkpoint_tensor_bytes(const std::string& in);
 // `out` must not exist or be an empty directory.
 Result<QuantizeCheckpointSummary> quantize_checkpoint(const std::string& in, const std::string& out,
                                                       const Scheme& scheme, const QuantizeCheckpointOptions& options);
-
-// quantize_layer in parallel row chunks (OpenMP), bit-identical to quantize_layer of the whole weight: chunks
-// are multiples of 128 rows (the largest row group, FP8 blocks), and for per-tensor weight scales (FP8
-// per-tensor, NVFP4's global scale) each chunk carries one extra row holding the whole weight's largest
-// magnitude, so every chunk derives the same scale; that row's outputs are dropped.
-Result<LinearLayer> quantize_layer_chunked(std::string name, const Scheme& scheme, const Tensor& weight,
-                                           const MakeLayerOptions& options = {});
 
 }  // namespace qlinear

@@ -85,6 +85,9 @@ class SafetensorsFile {
   // streaming reader calls it when done with a tensor). Views stay valid: touched again, the pages are read
   // from the file. Unknown names are ignored.
   void release_pages(const std::string& name) const;
+  // Maps `name`'s pages in one call (madvise MADV_POPULATE_READ, or MADV_WILLNEED where the kernel lacks it),
+  // so that a reader that will touch every byte takes no page fault per page. Unknown names are ignored.
+  void load_pages(const std::string& name) const;
 
   struct State;  // implementation detail (safetensors.cpp)
 
@@ -119,6 +122,8 @@ class Checkpoint {
   Status verify_unchanged() const;
   // SafetensorsFile::release_pages of the file holding `name`.
   void release_pages(const std::string& name) const;
+  // SafetensorsFile::load_pages of the file holding `name`.
+  void load_pages(const std::string& name) const;
 
  private:
   std::string root_;

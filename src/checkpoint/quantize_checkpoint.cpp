@@ -16,6 +16,7 @@
 #include "checkpoint/sharded_writer.hpp"
 #include "checkpoint/staged_files.hpp"
 #include "qlinear/checkpoint_writer.hpp"
+#include "qlinear/make_layer.hpp"
 #include "qlinear/name_pattern.hpp"
 #include "qlinear/safetensors.hpp"
 
@@ -129,14 +130,16 @@ Result<QuantizeCheckpointSummary> quantize_checkpoint(const std::string& in, con
   detail::remove_stale_temporaries(out);
   Staging staging;
   detail::ShardedSafetensorsWriter writer(out, options.max_shard_bytes, header_bound);
+  const QuantizeBufferReuse reuse_outputs;  // each weight's output buffer serves the next
   for (const std::string& name : ckpt.names()) {
     QL_ASSIGN_OR_RETURN(SafetensorsEntry e, ckpt.entry(name));
     QL_ASSIGN_OR_RETURN(Tensor t, ckpt.tensor(name));
+    ckpt.load_pages(name);  // one call maps the tensor's pages (no fault per page)
     const bool linear = name.size() > 7 && name.ends_with(".weight") && e.shape.size() == 2 && is_float_tensor(e.dtype);
     std::vector<std::pair<std::string, Tensor>> group;
     if (linear && !ignore.matches(name)) {
       const std::string module = name.substr(0, name.size() - 7);
-      auto layer = quantize_layer_chunked(module, scheme, t, options.layer);
+      auto layer = quantize_layer(module, scheme, t, options.layer);
       if (!layer) return Status::error(in + ": tensor " + name + " (" + t.describe() + "): " + layer.message());
       for (auto& [pname, p] : layer->params) {
         group.emplace_back(module + "." + (pname == "weight" ? weight_name(scheme) : pname), std::move(p));

@@ -340,16 +340,40 @@ Result<Tensor> SafetensorsFile::tensor(const std::string& name) const {
   return copy;
 }
 
+namespace {
+
+// The whole pages of [begin, end) of a mapping: [first, last), empty when none.
+std::pair<uint64_t, uint64_t> whole_pages(uint64_t begin, uint64_t end, bool outward) {
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const uint64_t size = page > 0 ? static_cast<uint64_t>(page) : 4096;
+  if (outward) return {begin / size * size, (end + size - 1) / size * size};
+  return {(begin + size - 1) / size * size, end / size * size};
+}
+
+}  // namespace
+
 void SafetensorsFile::release_pages(const std::string& name) const {
   auto it = state_->entries.find(name);
   if (it == state_->entries.end()) return;
-  const long page = ::sysconf(_SC_PAGESIZE);
-  const uint64_t page_size = page > 0 ? static_cast<uint64_t>(page) : 4096;
   const uint64_t begin = state_->data_offset + it->second.begin, end = state_->data_offset + it->second.end;
-  const uint64_t first = (begin + page_size - 1) / page_size * page_size, last = end / page_size * page_size;
+  const auto [first, last] = whole_pages(begin, end, false);
   if (last <= first) return;
   // A private read-only file mapping: dropped pages are read from the file again if touched.
   (void)::madvise(static_cast<uint8_t*>(state_->mapping->base) + first, last - first, MADV_DONTNEED);
+}
+
+void SafetensorsFile::load_pages(const std::string& name) const {
+  auto it = state_->entries.find(name);
+  if (it == state_->entries.end()) return;
+  const uint64_t begin = state_->data_offset + it->second.begin, end = state_->data_offset + it->second.end;
+  auto [first, last] = whole_pages(begin, end, true);
+  last = std::min<uint64_t>(last, (state_->mapping->size + 4095) / 4096 * 4096);
+  if (last <= first) return;
+  void* at = static_cast<uint8_t*>(state_->mapping->base) + first;
+#ifndef MADV_POPULATE_READ
+  constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14
+#endif
+  if (::madvise(at, last - first, MADV_POPULATE_READ) != 0) (void)::madvise(at, last - first, MADV_WILLNEED);
 }
 
 Status SafetensorsFile::verify_unchanged() const {

@@ -188,6 +188,10 @@ void Checkpoint::release_pages(const std::string& name) const {
   if (auto it = file_index_.find(name); it != file_index_.end()) files_[it->second].release_pages(name);
 }
 
+void Checkpoint::load_pages(const std::string& name) const {
+  if (auto it = file_index_.find(name); it != file_index_.end()) files_[it->second].load_pages(name);
+}
+
 Status Checkpoint::verify_unchanged() const {
   for (const SafetensorsFile& f : files_) QL_RETURN_IF_ERROR(f.verify_unchanged());
   return Status::ok();

@@ -22,24 +22,27 @@ constexpr double kGroupAmaxFloor = static_cast<double>(1e-10f);
 
 }  // namespace
 
+std::function<double(double)> fp8_scale_rule(const QuantKey& key, const QuantizeOptions& options) {
+  const GroupShape& g = key.scale.group;
+  const double fp8_max = kFp8E4M3Max;
+  const double min_scale = kFp8MinScalingFactor;
+  if (g.is_per_token() && !key.scale.is_static) {
+    const double ub = options.scale_ub ? static_cast<double>(*options.scale_ub) : HUGE_VAL;
+    return [=](double amax) { return std::max(to_f32(std::min(amax, ub) / fp8_max), min_scale); };
+  }
+  if (g.is_per_group()) {
+    return [=](double amax) { return to_f32(std::max(amax, kGroupAmaxFloor) / fp8_max); };
+  }
+  return [=](double amax) {
+    const double s = to_f32(amax / fp8_max);
+    return s > 0 ? s : min_scale;
+  };
+}
+
 Result<QuantizedTensor> quantize_fp8(const Input& x, const QuantKey& key, const QuantizeOptions& options) {
   const GroupShape& g = key.scale.group;
   const GroupGrid grid = group_grid(g, x.rows, x.cols);
-  const double fp8_max = kFp8E4M3Max;
-  const double min_scale = kFp8MinScalingFactor;
-
-  std::function<double(double)> rule;
-  if (g.is_per_token() && !key.scale.is_static) {
-    const double ub = options.scale_ub ? static_cast<double>(*options.scale_ub) : HUGE_VAL;
-    rule = [=](double amax) { return std::max(to_f32(std::min(amax, ub) / fp8_max), min_scale); };
-  } else if (g.is_per_group()) {
-    rule = [=](double amax) { return to_f32(std::max(amax, kGroupAmaxFloor) / fp8_max); };
-  } else {
-    rule = [=](double amax) {
-      const double s = to_f32(amax / fp8_max);
-      return s > 0 ? s : min_scale;
-    };
-  }
+  const std::function<double(double)> rule = fp8_scale_rule(key, options);
   QL_ASSIGN_OR_RETURN(std::vector<double> scales, resolve_scales(x, key, grid, options, rule));
 
   QuantizedTensor q;

@@ -114,14 +114,18 @@ Result<QuantizedTensor> quantize_asym(const Input& x, const QuantKey& key, const
 
 }  // namespace
 
+std::function<double(double)> int8_scale_rule() {
+  return [](double amax) {
+    const double s = to_f32(amax / kInt8Max);
+    return s > 0 ? s : 1.0;
+  };
+}
+
 Result<QuantizedTensor> quantize_int8(const Input& x, const QuantKey& key, const QuantizeOptions& options) {
   if (!key.symmetric) return quantize_asym(x, key, options);
   const GroupShape& g = key.scale.group;
   const GroupGrid grid = group_grid(g, x.rows, x.cols);
-  const auto rule = [](double amax) {
-    const double s = to_f32(amax / kInt8Max);
-    return s > 0 ? s : 1.0;
-  };
+  const std::function<double(double)> rule = int8_scale_rule();
   QL_ASSIGN_OR_RETURN(std::vector<double> scales, resolve_scales(x, key, grid, options, rule));
   QuantizedTensor q;
   q.key = key;

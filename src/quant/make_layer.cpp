@@ -10,6 +10,7 @@ namespace qlinear {
 
 namespace {
 
+// quantize_fast: the reference quantizer's codes, vectorized and threaded.
 // Quantizes each fused shard separately when the weight key has one scale per tensor: that is how a
 // checkpoint of unfused q/k/v projections looks once fused (one scalar per shard).
 Result<std::vector<QuantizedTensor>> quantize_shards(const Tensor& weight, const QuantKey& key,
@@ -19,14 +20,14 @@ Result<std::vector<QuantizedTensor>> quantize_shards(const Tensor& weight, const
   std::vector<QuantizedTensor> parts;
   const bool per_shard = (key.scale.group.is_per_tensor() || key.scale2.has_value()) && widths.size() > 1;
   if (!per_shard) {
-    QL_ASSIGN_OR_RETURN(QuantizedTensor q, quantize(weight, key, opt));
+    QL_ASSIGN_OR_RETURN(QuantizedTensor q, quantize_fast(weight, key, opt));
     parts.push_back(std::move(q));
     return parts;
   }
   int64_t row = 0;
   for (int64_t w : widths) {
     QL_ASSIGN_OR_RETURN(Tensor rows, weight.narrow(0, row, w));
-    QL_ASSIGN_OR_RETURN(QuantizedTensor q, quantize(rows.contiguous(), key, opt));
+    QL_ASSIGN_OR_RETURN(QuantizedTensor q, quantize_fast(rows.contiguous(), key, opt));
     parts.push_back(std::move(q));
     row += w;
   }

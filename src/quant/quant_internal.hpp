@@ -76,6 +76,20 @@ Result<std::vector<double>> resolve_scales(const Input& x, const QuantKey& key, 
                                            const QuantizeOptions& options,
                                            const std::function<double(double amax)>& from_amax);
 
+// resolve_scales with the per-group amax supplied by `amax` (called only when the scales are computed):
+// the vectorized quantizer (fast_quantize.cpp) computes it its own way and shares the rest.
+Result<std::vector<double>> resolve_scales_from(int64_t rows, int64_t cols, const QuantKey& key,
+                                                const QuantizeOptions& options,
+                                                const std::function<std::vector<double>()>& amax,
+                                                const std::function<double(double amax)>& from_amax);
+
+// The scale rules, amax -> f32 scale (as a double): FP8 by granularity (fp8_quant.cpp), symmetric INT8.
+std::function<double(double)> fp8_scale_rule(const QuantKey& key, const QuantizeOptions& options);
+std::function<double(double)> int8_scale_rule();
+
+// Options that the key would not use are errors rather than silently ignored (quantize.cpp).
+Status check_options(const QuantKey& key, Family family, const QuantizeOptions& options);
+
 // Shared by the FP8 and symmetric INT8 quantizers: codes = encode(elem, x / s[group]) for given scales.
 Tensor encode_scaled(const Input& x, const GroupGrid& grid, const std::vector<double>& scales, DType elem);
 // The [1] / [grid] f32 tensor holding `scales`.

@@ -134,8 +134,15 @@ Result<std::vector<double>> read_f32_scales(const Tensor& t, const Shape& expect
 Result<std::vector<double>> resolve_scales(const Input& x, const QuantKey& key, const GroupGrid& grid,
                                            const QuantizeOptions& options,
                                            const std::function<double(double amax)>& from_amax) {
+  return resolve_scales_from(x.rows, x.cols, key, options, [&] { return group_amax(x, grid); }, from_amax);
+}
+
+Result<std::vector<double>> resolve_scales_from(int64_t rows, int64_t cols, const QuantKey& key,
+                                                const QuantizeOptions& options,
+                                                const std::function<std::vector<double>()>& amax,
+                                                const std::function<double(double amax)>& from_amax) {
   const GroupShape& g = key.scale.group;
-  const Shape shape = scale_shape(g, x.rows, x.cols);
+  const Shape shape = scale_shape(g, rows, cols);
   const std::string where = "quantize " + key_name(key) + ": ";
   if (options.static_scale.defined()) {
     return read_f32_scales(options.static_scale, shape, g.is_per_tensor(), where + "static_scale");
@@ -144,13 +151,13 @@ Result<std::vector<double>> resolve_scales(const Input& x, const QuantKey& key, 
     return Status::error(where + "a static " + g.to_string() + " key needs options.static_scale (f32 " +
                          shape_to_string(shape) + "); it is not computed from the data");
   }
-  std::vector<double> scales = group_amax(x, grid);
+  std::vector<double> scales = amax();
   for (size_t i = 0; i < scales.size(); ++i) {
-    const double amax = scales[i];
-    scales[i] = from_amax(amax);
+    const double group_max = scales[i];
+    scales[i] = from_amax(group_max);
     // Only an f64 input can get here: its amax may exceed what an f32 scale can express.
     if (!std::isfinite(scales[i])) {
-      return Status::error(where + "group " + std::to_string(i) + " has amax " + std::to_string(amax) +
+      return Status::error(where + "group " + std::to_string(i) + " has amax " + std::to_string(group_max) +
                            ", beyond what an f32 scale can express");
     }
   }
@@ -217,6 +224,8 @@ Result<Input> load_input(const Tensor& x, const QuantKey& key) {
 
 bool finite_positive(float v) { return std::isfinite(v) && v > 0; }
 
+}  // namespace
+
 // Options that the key would not use are errors rather than silently ignored.
 Status check_options(const QuantKey& key, Family family, const QuantizeOptions& o) {
   const std::string where = "quantize " + key_name(key) + ": ";
@@ -253,7 +262,6 @@ Status check_options(const QuantKey& key, Family family, const QuantizeOptions& 
   return Status::ok();
 }
 
-}  // namespace
 }  // namespace quant
 
 Shape scale_shape(const GroupShape& group, int64_t rows, int64_t cols) {

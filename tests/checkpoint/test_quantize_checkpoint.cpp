@@ -1,5 +1,5 @@
-// The streaming quantizer (quantize_checkpoint.hpp): row-chunked quantization equals whole-weight
-// quantization byte for byte for every scheme; a model directory comes out complete (shards within the size
+// The streaming quantizer (quantize_checkpoint.hpp): quantize_layer writes the reference quantizer's
+// tensors byte for byte for every scheme; a model directory comes out complete (shards within the size
 // limit, the index, config.json with quantization_config, carried files), loads, and holds exactly what
 // quantize_layer makes; no staged file is left; temporaries of dead writers are removed by the next write.
 #include <gtest/gtest.h>
@@ -55,37 +55,37 @@ void expect_same_tensor(const Tensor& a, const Tensor& b, const std::string& wha
   EXPECT_EQ(std::memcmp(ca.raw(), cb.raw(), static_cast<size_t>(ca.nbytes())), 0) << what;
 }
 
-// Row counts that need several chunks (chunks are >= 256 rows, ~1 M weights) and end in a partial 128-row
-// block.
-TEST(QuantizeChunked, EqualsWholeWeightQuantizationForEveryScheme) {
-  const int64_t n = 2048 + 300, k = 512;
-  const Tensor w = random_normal(DType::kBF16, {n, k}, 7, 0.05);
+// quantize_layer (quantize_fast underneath) writes the reference quantizer's weight tensors, byte for byte,
+// for every scheme: row counts over several work items, ending in a partial 128-row block.
+void expect_reference_weights(const Scheme& s, const Tensor& w, const MakeLayerOptions& o) {
+  auto layer = quantize_layer("l", s, w, o);
+  QuantizeOptions q;
+  q.mx_rule = o.mx_rule;
+  auto ref = quantize(w, s.weight_key, q);
+  ASSERT_EQ(static_cast<bool>(layer), static_cast<bool>(ref)) << (layer ? ref.message() : layer.message());
+  if (!ref) return;
+  expect_same_tensor(layer->params.at("weight"), ref->data, "weight");
+  expect_same_tensor(layer->params.at("weight_scale"), ref->scale, "weight_scale");
+  if (ref->scale2.defined()) expect_same_tensor(layer->params.at("weight_global_scale"), ref->scale2, "global");
+}
+
+TEST(QuantizeLayer, WeightsEqualTheReferenceQuantizerForEveryScheme) {
+  const Tensor w = random_normal(DType::kBF16, {2048 + 300, 512}, 7, 0.05);
   for (const Scheme& s : all_schemes()) {
     SCOPED_TRACE(std::string(s.name));
-    auto whole = quantize_layer("l", s, w, layer_options());
-    auto chunked = quantize_layer_chunked("l", s, w, layer_options());
-    if (!whole) {
-      EXPECT_FALSE(chunked) << "the chunked quantizer accepted what quantize_layer refuses: " << whole.message();
-      continue;
-    }
-    ASSERT_TRUE(chunked) << chunked.message();
-    EXPECT_EQ(chunked->config.n, whole->config.n);
-    ASSERT_EQ(chunked->params.size(), whole->params.size());
-    for (const auto& [name, t] : whole->params) expect_same_tensor(chunked->params.at(name), t, name);
+    expect_reference_weights(s, w, layer_options());
   }
 }
 
-// One magnitude far above the rest, in the last chunk: per-tensor scales must still agree.
-TEST(QuantizeChunked, PerTensorScaleComesFromTheWholeWeight) {
+// One magnitude far above the rest, late in the weight: per-tensor scales come from the whole weight.
+TEST(QuantizeLayer, PerTensorScaleComesFromTheWholeWeight) {
   Tensor w = random_normal(DType::kF32, {1500, 768}, 3, 0.02).contiguous();
   w.data<float>()[1400 * 768 + 5] = -40.0f;
   for (const char* name : {"w8a8-fp8-tensor", "w4a4-nvfp4"}) {
     const Scheme* s = find_scheme(name);
     ASSERT_NE(s, nullptr) << name;
-    auto whole = quantize_layer("l", *s, w, layer_options());
-    auto chunked = quantize_layer_chunked("l", *s, w, layer_options());
-    ASSERT_TRUE(whole && chunked) << name;
-    for (const auto& [p, t] : whole->params) expect_same_tensor(chunked->params.at(p), t, std::string(name) + " " + p);
+    SCOPED_TRACE(name);
+    expect_reference_weights(*s, w, layer_options());
   }
 }
 
@@ -144,7 +144,9 @@ TEST(QuantizeCheckpoint, WritesACompleteShardedModelDirectoryThatLoads) {
   for (const auto& e : fs::directory_iterator(out)) files.push_back(e.path().filename().string());
   for (const std::string& f : files) {
     EXPECT_NE(f[0], '.') << "left behind: " << f;
-    if (f.ends_with(".safetensors")) EXPECT_LE(fs::file_size(out + "/" + f), o.max_shard_bytes) << f;
+    if (f.ends_with(".safetensors")) {
+      EXPECT_LE(fs::file_size(out + "/" + f), o.max_shard_bytes) << f;
+    }
   }
   for (const char* f : {"config.json", "tokenizer.json", "generation_config.json", "model.safetensors.index.json"}) {
     EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
