@@ -1,5 +1,5 @@
 # Medians over rounds of the per-round CPU-time medians; ratio = anchor / qlinear (> 1: qlinear faster),
-# same-round ratio range in brackets. INT8 W8A8 against torch's dynamic INT8 linear (engine onednn), every other
+# same-round ratio range in brackets. INT8 W8A8 against torch's dynamic INT8 linear (the engine of the run, QL_TORCH_INT8_ENGINE), every other
 # scheme against torch's BF16 F.linear on the unquantized weights. One row per scheme and M, one column per shape.
 # A round is one (file, round) pair, so that files of separate run.sh calls are separate rounds.
 # usage: python3 table.py [--wall] OUT.jsonl [OUT2.jsonl ...]   (--wall: wall-clock medians instead of CPU time)
