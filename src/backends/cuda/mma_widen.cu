@@ -96,7 +96,7 @@ Status launch_mma_widen_gemm(const MmaDecodeArgs& a, Stream stream) {
     QL_RETURN_IF_ERROR(launch_scale_bias_epilogue(
         acc.as<float>(), a.m, nc, a.row_scale ? a.row_scale + n0 : nullptr,
         a.bias ? static_cast<const uint8_t*>(a.bias) + n0 * bias_es : nullptr, a.bias_dtype,
-        static_cast<uint8_t*>(a.out) + n0 * out_es, a.out_dtype, n, stream));
+        static_cast<uint8_t*>(a.out) + n0 * out_es, a.out_dtype, n, stream, a.x_scale, a.x_scale_stride));
   }
   return Status::ok();
 }
