@@ -386,12 +386,16 @@ Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activat
   const int64_t m = xt.size(0);
   const void* xb = xt.raw();
   int64_t ld = xt.strides()[0];
-  Scratch widened, factor, amax;
+  Scratch widened;
+  float* factor = nullptr;
   if (c.activation_key && m > 0) {
     // Quantized activations: one pass writes the exact BF16 values of the reference's quantization and the
     // f32 factor that does not fold into them (act_quant_bf16.hpp states the exactness range).
     QL_ASSIGN_OR_RETURN(const ActPlan plan, act_plan_of(c));
-    QL_ASSIGN_OR_RETURN(widened, Scratch::make(static_cast<size_t>(m * c.k * 2), stream));
+    // One stream-ordered buffer: the BF16 values, then the factor and the |x| max scratch (16-byte aligned).
+    const size_t values_bytes = static_cast<size_t>((m * c.k * 2 + 15) / 16 * 16);
+    QL_ASSIGN_OR_RETURN(widened, Scratch::make(values_bytes + 16, stream));
+    char* tail = static_cast<char*>(widened.get()) + values_bytes;
     ActBf16Args q;
     q.x = xt.raw();
     q.x_dtype = xt.dtype();
@@ -406,14 +410,8 @@ Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activat
     q.dynamic_global = plan.mode == ActBf16Mode::kNvfp4 && !plan.static_global;
     q.out = widened.get();
     q.ld_out = c.k;
-    if (plan.mode != ActBf16Mode::kMx32) {
-      QL_ASSIGN_OR_RETURN(factor, Scratch::make(sizeof(float), stream));
-      q.factor = factor.as<float>();
-    }
-    if (q.dynamic_global) {
-      QL_ASSIGN_OR_RETURN(amax, Scratch::make(sizeof(uint32_t), stream));
-      q.amax_scratch = amax.as<uint32_t>();
-    }
+    if (plan.mode != ActBf16Mode::kMx32) factor = q.factor = reinterpret_cast<float*>(tail);
+    if (q.dynamic_global) q.amax_scratch = reinterpret_cast<uint32_t*>(tail + 4);
     QL_RETURN_IF_ERROR(launch_act_quant_bf16(q, stream));
     xb = widened.get();
     ld = c.k;
@@ -431,7 +429,7 @@ Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activat
   a.row_scale = st.row_scale.defined() ? static_cast<const float*>(st.row_scale.raw()) : nullptr;
   a.x = xb;
   a.ld_x = ld;
-  a.x_scale = factor.as<float>();  // null unless the activations carry a factor
+  a.x_scale = factor;  // null unless the activations carry a factor
   a.x_scale_stride = 0;
   a.m = m;
   a.bias = bias ? bias->raw() : nullptr;
