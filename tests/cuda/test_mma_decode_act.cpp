@@ -78,6 +78,7 @@ struct Case {
   DType in = DType::kBF16;
   DType out = DType::kBF16;
   std::optional<DType> bias;
+  bool wide_weights = false;  // weight magnitudes 2^-110 .. 2^90: E8M0 scales outside the fold range
 };
 
 const cuda::MmaDecodeLinearKernel& kernel_for(Family f) {
@@ -94,7 +95,8 @@ const LinearKernel& reference_for(Family f) { return *find_kernel("reference_" +
 std::string describe(const Case& c, uint64_t seed) {
   return std::string(c.scheme.name) + " M=" + std::to_string(c.m) + " N=" + std::to_string(c.n) +
          " K=" + std::to_string(c.k) + " in=" + std::string(name(c.in)) + " out=" + std::string(name(c.out)) +
-         (c.bias ? " bias=" + std::string(name(*c.bias)) : "") + " seed=" + std::to_string(seed);
+         (c.bias ? " bias=" + std::string(name(*c.bias)) : "") + (c.wide_weights ? " wide-weights" : "") +
+         " seed=" + std::to_string(seed);
 }
 
 struct Prepared {
@@ -106,7 +108,12 @@ std::optional<Prepared> prepare(const Case& c, uint64_t seed) {
   opt.out_dtype = c.out;
   opt.input_dtype = c.in;
   opt.dynamic_input_global_scale = c.scheme.activation_key == kNvfp4DynamicGlobal;
-  const Tensor w = random_normal(DType::kF32, {c.n, c.k}, seed, 0.05);
+  Tensor w = random_normal(DType::kF32, {c.n, c.k}, seed, 0.05);
+  if (c.wide_weights) {
+    for (int64_t r = 0; r < c.n; ++r) {
+      for (int64_t j = 0; j < c.k; ++j) w.data<float>()[r * c.k + j] *= std::ldexp(1.0f, static_cast<int>((r * 37 + (j / 32) * 53) % 201) - 110);
+    }
+  }
   const Scheme s = opt.dynamic_input_global_scale ? *find_scheme("w4a4-nvfp4") : c.scheme;
   auto layer = quantize_layer("mma_act_test", s, w, opt);
   EXPECT_TRUE(layer) << layer.message();
@@ -124,6 +131,9 @@ std::optional<Prepared> prepare(const Case& c, uint64_t seed) {
   const Status ps = k.process_weights_after_loading(p.mine);
   EXPECT_TRUE(ps.is_ok()) << ps.message();
   if (!v || !ps.is_ok()) return std::nullopt;
+  if (c.scheme.family != Family::kNvfp4) {
+    EXPECT_EQ(cuda::mma_decode_folds_scales(p.mine), !c.wide_weights);
+  }
   return p;
 }
 
@@ -218,6 +228,16 @@ TEST(CudaMmaDecodeAct, SplitKInputDtypesBiasAndOutputDtypes) {
       check({s, m, 96, odd_k(s), DType::kF32, DType::kF16, DType::kF32});
       check({s, m, 72, 512, DType::kBF16, DType::kBF16, DType::kF16});
     }
+  }
+}
+
+// MX weights whose scales leave the fold range: the promoted kernel (block scales on FP32 partial sums) with
+// the activation factor in the same epilogue.
+TEST(CudaMmaDecodeAct, PromotedWeightScalesTakeTheActivationFactorToo) {
+  QL_REQUIRE_SM90();
+  for (const Scheme& s : all_act_schemes()) {
+    if (s.family == Family::kNvfp4) continue;  // E4M3 block scales always fold
+    for (int64_t m : {1, 64, 300}) check({s, m, 144, 1056, DType::kBF16, DType::kBF16, DType::kF32, true});
   }
 }
 
