@@ -51,14 +51,15 @@ double ulp_of(DType d, double v) {
   }
 }
 
-// Activations over a wide range: per 16-block a magnitude 2^-12 .. 2^8 (every 13th block 2^-30, every 17th
-// all zero), and now and then an element near +-1e3.
+// Activations over a wide range: per 16-block a magnitude 2^-12 .. 2^8 (every 13th block 2^-30, every 19th
+// 2^-135: f32 subnormals, BF16 subnormals or zero; every 17th all zero), and now and then an element near
+// +-1e3.
 Tensor wide_activations(int64_t m, int64_t k, uint64_t seed, DType dtype) {
   Tensor x = random_normal(DType::kF32, {m, k}, seed, 1.0);
   std::mt19937_64 rng(seed + 7);
   float* p = x.data<float>();
   for (int64_t b = 0; b < m * k / 16; ++b) {
-    const int e = b % 13 == 5 ? -30 : static_cast<int>(rng() % 21) - 12;
+    const int e = b % 19 == 7 ? -135 : b % 13 == 5 ? -30 : static_cast<int>(rng() % 21) - 12;
     for (int64_t i = 0; i < 16; ++i) {
       float& v = p[b * 16 + i];
       v = b % 17 == 3 ? 0.0f : std::ldexp(v, e);
