@@ -21,7 +21,8 @@ const MmaDecodeLinearKernel kSm90MmaDecodeFp8WeightOnly(
 const MmaDecodeLinearKernel kSm90MmaDecodeMxfp8(
     Family::kMxfp8, "sm90_mma_decode_mxfp8",
     "sm_90a MXFP8 W8A16 / W8A8: E4M3 x E8M0 decoded exactly to BF16 in registers before mma.sync (W8A8: the "
-    "activations quantized as the reference does, then widened exactly to BF16); built for M <= 64");
+    "activations quantized as the reference does in one pass that writes their exact BF16 values); built for "
+    "M <= 64");
 const MmaDecodeLinearKernel kSm90MmaDecodeMxfp6(
     Family::kMxfp6, "sm90_mma_decode_mxfp6",
     "sm_90a MXFP6 (E2M3 / E3M2) W6A16 / W6A6 / W6A8: codes x E8M0 decoded exactly to BF16 in registers before "
@@ -103,6 +104,23 @@ Result<ActPlan> act_plan_of(const LinearConfig& c) {
   }
   return Status::error("activations " + key_name(a) + " on MX weights are not quantized on the GPU (dynamic MX "
                        "per 32, or static per-tensor FP8 on MXFP4 weights, are)");
+}
+
+// What explain says about the activations.
+std::string act_plan_note(const ActPlan& p) {
+  switch (p.mode) {
+    case ActBf16Mode::kMx32:
+      return std::string("activations quantized per 32 (") +
+             (p.rule == ActMxRule::kQuarkEven ? "Quark even" : "ceil over max") +
+             " rule) to exact BF16 values in one pass";
+    case ActBf16Mode::kNvfp4:
+      return std::string("activations quantized NVFP4 per 16 (") + (p.static_global ? "static" : "per-call") +
+             " global scale) to exact BF16 values in one pass, 1/g in the epilogue";
+    case ActBf16Mode::kFp8Static:
+      return "activations quantized to static per-tensor FP8 (exact BF16 values in one pass), the scale in the "
+             "epilogue";
+  }
+  return "";
 }
 
 // The largest element of a host f32 tensor (a fused layer's static scales, one per shard: vLLM's max()).
@@ -232,17 +250,7 @@ std::vector<MRoute> MmaDecodeLinearKernel::m_routes(const LinearConfig& config) 
   // Quantized activations: the same routes after one pass that writes their exact BF16 values.
   std::string act;
   if (config.activation_key) {
-    if (const Result<ActPlan> plan = act_plan_of(config)) {
-      act = plan->mode == ActBf16Mode::kMx32     ? "; activations quantized per 32 (" +
-                                                   std::string(plan->rule == ActMxRule::kQuarkEven ? "Quark even"
-                                                                                                   : "ceil over max") +
-                                                   " rule) to exact BF16 values in one pass"
-            : plan->mode == ActBf16Mode::kNvfp4 ? std::string("; activations quantized NVFP4 per 16 (") +
-                                                   (plan->static_global ? "static" : "per-call") +
-                                                   " global scale) to exact BF16 values in one pass, 1/g in the epilogue"
-                                                 : "; activations quantized to static per-tensor FP8 (exact BF16 "
-                                                   "values in one pass), the scale in the epilogue";
-    }
+    if (const Result<ActPlan> plan = act_plan_of(config)) act = "; " + act_plan_note(*plan);
   }
   std::vector<MRoute> routes;
   int64_t lo = 1;
