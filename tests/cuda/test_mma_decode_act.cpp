@@ -423,6 +423,61 @@ TEST(CudaMmaDecodeAct, ProcessedWeightsRoundTrip) {
   }
 }
 
+// Device time of the fused pass alone per mode (CUDA events around 50 back-to-back launches, after a
+// warm-up; activations L2-resident as in a decode step): what quantized activations add to a layer.
+TEST(CudaMmaDecodeAct, DISABLED_FusedPassTime) {
+  QL_REQUIRE_SM90();
+  struct Mode {
+    const char* what;
+    cuda::ActBf16Mode mode;
+    cuda::ActElem elem;
+    bool dynamic_global;
+  };
+  const Mode modes[] = {{"mx e2m1 even", cuda::ActBf16Mode::kMx32, cuda::ActElem::kE2M1, false},
+                        {"mx e4m3 ceil", cuda::ActBf16Mode::kMx32, cuda::ActElem::kE4M3, false},
+                        {"fp8 static", cuda::ActBf16Mode::kFp8Static, cuda::ActElem::kE4M3, false},
+                        {"nvfp4 static g", cuda::ActBf16Mode::kNvfp4, cuda::ActElem::kE2M1, false},
+                        {"nvfp4 per-call g", cuda::ActBf16Mode::kNvfp4, cuda::ActElem::kE2M1, true}};
+  cudaStream_t stream = cuda::current_stream();
+  cudaEvent_t e0, e1;
+  ASSERT_EQ(cudaEventCreate(&e0), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&e1), cudaSuccess);
+  for (int64_t k : {8192, 28672}) {
+    for (int64_t m : {1, 16, 1024}) {
+      auto xd = cuda::to_device(wide_activations(m, k, fresh_seed(), DType::kBF16)).value();
+      auto out = cuda::empty(DType::kBF16, {m, k}).value();
+      auto scratch = cuda::empty(DType::kF32, {2}).value();
+      for (const Mode& md : modes) {
+        cuda::ActBf16Args a;
+        a.x = xd.raw();
+        a.m = m;
+        a.k = k;
+        a.ld_x = k;
+        a.mode = md.mode;
+        a.elem = md.elem;
+        a.rule = cuda::ActMxRule::kQuarkEven;
+        a.dynamic_global = md.dynamic_global;
+        a.out = out.raw();
+        a.ld_out = k;
+        a.factor = static_cast<float*>(scratch.raw());
+        a.amax_scratch = static_cast<uint32_t*>(scratch.raw()) + 1;
+        ASSERT_TRUE(cuda::launch_act_quant_bf16(a, stream).is_ok());
+        constexpr int kReps = 50;
+        cudaEventRecord(e0, stream);
+        for (int i = 0; i < kReps; ++i) ASSERT_TRUE(cuda::launch_act_quant_bf16(a, stream).is_ok());
+        cudaEventRecord(e1, stream);
+        ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        std::printf("[ pass ] %-17s K=%-6lld M=%-5lld %8.2f us\n", md.what, static_cast<long long>(k),
+                    static_cast<long long>(m), 1e3 * ms / kReps);
+      }
+    }
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+}
+
 #endif  // QLINEAR_WITH_CUDA
 
 }  // namespace
