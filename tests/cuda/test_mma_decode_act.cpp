@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include "backends/cuda/act_quant_bf16.hpp"
+#include "backends/cuda/mma_decode.hpp"
 #include "backends/cuda/mma_decode_kernels.hpp"
 #include "backends/reference/reference_kernels.hpp"
 #include "cuda/cuda_test_util.hpp"
@@ -218,6 +219,13 @@ TEST(CudaMmaDecodeAct, MatchesTheReferenceOverM) {
       check({s, m, 200, odd_k(s)});
     }
   }
+}
+
+// The first M of the widening route (weights widened to BF16 per call + cuBLASLt), N off the 16-row tiles and
+// the row blocks: small enough for compute-sanitizer.
+TEST(CudaMmaDecodeAct, WideningRouteAtItsFirstM) {
+  QL_REQUIRE_SM90();
+  for (const Scheme& s : all_act_schemes()) check({s, cuda::kMmaWidenAboveM + 1, 200, odd_k(s), DType::kBF16, DType::kBF16, DType::kBF16});
 }
 
 TEST(CudaMmaDecodeAct, SplitKInputDtypesBiasAndOutputDtypes) {
