@@ -441,11 +441,11 @@ TEST(CudaMmaDecodeAct, DISABLED_FusedPassTime) {
     cuda::ActElem elem;
     bool dynamic_global;
   };
-  const Mode modes[] = {{"mx e2m1 even", cuda::ActBf16Mode::kMx32, cuda::ActElem::kE2M1, false},
-                        {"mx e4m3 ceil", cuda::ActBf16Mode::kMx32, cuda::ActElem::kE4M3, false},
-                        {"fp8 static", cuda::ActBf16Mode::kFp8Static, cuda::ActElem::kE4M3, false},
-                        {"nvfp4 static g", cuda::ActBf16Mode::kNvfp4, cuda::ActElem::kE2M1, false},
-                        {"nvfp4 per-call g", cuda::ActBf16Mode::kNvfp4, cuda::ActElem::kE2M1, true}};
+  const Mode modes[] = {{"mxfp4", cuda::ActBf16Mode::kMx32, cuda::ActElem::kE2M1, false},
+                        {"mxfp8", cuda::ActBf16Mode::kMx32, cuda::ActElem::kE4M3, false},
+                        {"fp8", cuda::ActBf16Mode::kFp8Static, cuda::ActElem::kE4M3, false},
+                        {"nvfp4", cuda::ActBf16Mode::kNvfp4, cuda::ActElem::kE2M1, false},
+                        {"nvfp4-dyn", cuda::ActBf16Mode::kNvfp4, cuda::ActElem::kE2M1, true}};
   cudaStream_t stream = cuda::current_stream();
   cudaEvent_t e0, e1;
   ASSERT_EQ(cudaEventCreate(&e0), cudaSuccess);
