@@ -315,10 +315,10 @@ TEST(CudaMmaDecode, DeclinesWhatItCannotRunWithAReason) {
   EXPECT_FALSE(v.ok);
   EXPECT_NE(v.reason.find("BF16"), std::string::npos) << v.reason;
   c.input_dtype = DType::kBF16;
-  c.activation_key = kNvfp4Dynamic;
-  c.family = Family::kNvfp4;
-  c.weight_key = kNvfp4Static;
-  v = cuda::kSm90MmaDecodeNvfp4.can_implement(c);
+  c.activation_key = kFp8StaticTensorSym;  // static FP8 activations: on MXFP4 weights only
+  c.family = Family::kMxfp6;
+  c.weight_key = kMxfp6E2M3Static;
+  v = cuda::kSm90MmaDecodeMxfp6.can_implement(c);
   EXPECT_FALSE(v.ok);
   EXPECT_NE(v.reason.find("quantized activations"), std::string::npos) << v.reason;
 }

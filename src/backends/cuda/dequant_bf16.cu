@@ -57,12 +57,16 @@ __device__ __forceinline__ float load_bias(const void* bias, DType d, int64_t n)
 
 __global__ void scale_bias_kernel(const float* __restrict__ acc, int64_t m, int64_t n, const float* __restrict__ w_scale,
                                   const void* __restrict__ bias, DType bias_dtype, void* __restrict__ out, DType out_dtype,
-                                  int64_t ld_out) {
+                                  int64_t ld_out, const float* __restrict__ x_scale, int64_t x_scale_stride) {
   const int64_t total = m * n;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kThreads) {
     const int64_t r = i / n, c = i % n;
     float y = acc[i];
-    if (w_scale != nullptr) y *= w_scale[c];
+    if (w_scale != nullptr || x_scale != nullptr) {
+      float s = w_scale != nullptr ? w_scale[c] : 1.0f;
+      if (x_scale != nullptr) s *= x_scale[r * x_scale_stride];
+      y *= s;
+    }
     if (bias != nullptr) y += load_bias(bias, bias_dtype, c);
     const int64_t o = r * ld_out + c;
     switch (out_dtype) {
@@ -108,10 +112,11 @@ Status launch_dequant_bf16(const DequantArgs& a, Stream stream) {
 }
 
 Status launch_scale_bias_epilogue(const float* acc, int64_t m, int64_t n, const float* w_scale, const void* bias,
-                                  DType bias_dtype, void* out, DType out_dtype, int64_t ld_out, Stream stream) {
+                                  DType bias_dtype, void* out, DType out_dtype, int64_t ld_out, Stream stream,
+                                  const float* x_scale, int64_t x_scale_stride) {
   if (m * n == 0) return Status::ok();
   scale_bias_kernel<<<grid_for(m * n), kThreads, 0, stream>>>(acc, m, n, w_scale, bias, bias_dtype, out, out_dtype,
-                                                              ld_out);
+                                                              ld_out, x_scale, x_scale_stride);
   QL_CUDA_CHECK_LAUNCH("scale_bias_kernel");
   return Status::ok();
 }

@@ -41,9 +41,11 @@ Status launch_dequant_bf16(const DequantArgs& args, Stream stream);
 // The E8M0 bytes [lo, hi] for which every code x 2^(e-127) of `format` is exactly a BF16 value.
 void bf16_exact_mx_range(WeightFormat format, int& lo, int& hi);
 
-// out[m, n0 + j] (rows ld_out apart) = round(acc[m, j] * (w_scale ? w_scale[j] : 1) + bias[j]) for j < n:
-// the epilogue of a column block of the output.
+// out[m, n0 + j] (rows ld_out apart) = round(acc[m, j] * (w_scale ? w_scale[j] : 1) * (x_scale ?
+// x_scale[m * x_scale_stride] : 1) + bias[j]) for j < n, the two scales multiplied first: the epilogue of a
+// column block of the output.
 Status launch_scale_bias_epilogue(const float* acc, int64_t m, int64_t n, const float* w_scale, const void* bias,
-                                  DType bias_dtype, void* out, DType out_dtype, int64_t ld_out, Stream stream);
+                                  DType bias_dtype, void* out, DType out_dtype, int64_t ld_out, Stream stream,
+                                  const float* x_scale = nullptr, int64_t x_scale_stride = 0);
 
 }  // namespace qlinear::cuda

@@ -34,7 +34,7 @@ __global__ void mma_decode_reduce_kernel(const MmaDecodeArgs a, int splits, cons
     float v = 0.0f;
     for (int s = 0; s < splits; ++s) v += partial[s * total + i];
     const int64_t row = i % n;
-    if (a.row_scale != nullptr) v *= a.row_scale[row];
+    v *= epilogue_scale(a, row, i / n);
     if (a.bias != nullptr) v += load_bias(a.bias, a.bias_dtype, row);
     store_out(a.out, a.out_dtype, i, v);
   }

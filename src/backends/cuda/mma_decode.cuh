@@ -163,6 +163,13 @@ __device__ __forceinline__ float load_bias(const void* bias, DType d, int64_t n)
   }
 }
 
+// The factor of output (m, row): the weight row scale times the activation factor, in FP32 (1 for neither).
+__device__ __forceinline__ float epilogue_scale(const MmaDecodeArgs& a, int64_t row, int64_t m) {
+  float s = a.row_scale != nullptr ? a.row_scale[row] : 1.0f;
+  if (a.x_scale != nullptr) s *= a.x_scale[m * a.x_scale_stride];
+  return s;
+}
+
 __device__ __forceinline__ void store_out(void* out, DType d, int64_t i, float v) {
   switch (d) {
     case DType::kBF16: static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v); break;
@@ -397,7 +404,7 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
           partial[(static_cast<int64_t>(blockIdx.y) * a.m + m) * n + row] = v;
           continue;
         }
-        float y = a.row_scale != nullptr ? v * a.row_scale[row] : v;
+        float y = v * epilogue_scale(a, row, m);
         if (a.bias != nullptr) y += load_bias(a.bias, a.bias_dtype, row);
         store_out(a.out, a.out_dtype, m * n + row, y);
       }

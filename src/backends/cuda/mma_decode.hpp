@@ -8,6 +8,9 @@
 //   row_scale  f32 [N] applied to the FP32 sum in the epilogue: kRow the per-channel (or per-tensor) scale,
 //              kNv16 2^8 / global scale; null for kMx32
 //   x          BF16 [M, ld_x], K % 8 == 0, ld_x % 8 == 0, 16-byte aligned
+//   x_scale    f32 factor of the activations (quantized activations whose scale does not fold into their
+//              BF16 values: act_quant_bf16.hpp), token m's at x_scale[m * x_scale_stride] (stride 0: one
+//              scalar); multiplies the row scale in FP32 in the epilogue; null: none
 // Numerics (exactness argument in mma_decode.cuh): every weight value (code times block scale) is exact in
 // BF16 when `fold` holds, else the block scale multiplies the FP32 partial sum of its 32-wide group; the
 // products in the tensor core are exact and summed in FP32; bias is added in FP32 before one rounding.
@@ -27,6 +30,8 @@ struct MmaDecodeArgs {
   const float* row_scale = nullptr;
   const void* x = nullptr;
   int64_t ld_x = 0;
+  const float* x_scale = nullptr;
+  int64_t x_scale_stride = 0;
   int64_t m = 0;
   const void* bias = nullptr;
   DType bias_dtype = DType::kF32;

@@ -4,12 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
-#include "backends/cuda/act_quant.hpp"
-#include "backends/cuda/dequant_bf16.hpp"
+#include "backends/cuda/act_quant_bf16.hpp"
 #include "backends/cuda/mma_decode.hpp"
 #include "core/processed_io.hpp"
+#include "qlinear/quantize.hpp"
 
 namespace qlinear::cuda {
 
@@ -20,18 +21,23 @@ const MmaDecodeLinearKernel kSm90MmaDecodeFp8WeightOnly(
 const MmaDecodeLinearKernel kSm90MmaDecodeMxfp8(
     Family::kMxfp8, "sm90_mma_decode_mxfp8",
     "sm_90a MXFP8 W8A16 / W8A8: E4M3 x E8M0 decoded exactly to BF16 in registers before mma.sync (W8A8: the "
-    "activations quantized as the reference does, then widened exactly to BF16); built for M <= 64");
+    "activations quantized as the reference does in one pass that writes their exact BF16 values); built for "
+    "M <= 64");
 const MmaDecodeLinearKernel kSm90MmaDecodeMxfp6(
     Family::kMxfp6, "sm90_mma_decode_mxfp6",
-    "sm_90a MXFP6 (E2M3 / E3M2) W6A16: codes x E8M0 decoded exactly to BF16 in registers before mma.sync; built "
-    "for M <= 64");
+    "sm_90a MXFP6 (E2M3 / E3M2) W6A16 / W6A6 / W6A8: codes x E8M0 decoded exactly to BF16 in registers before "
+    "mma.sync (quantized MX activations: quantized as the reference does in one pass that writes their exact "
+    "BF16 values); built for M <= 64");
 const MmaDecodeLinearKernel kSm90MmaDecodeMxfp4(
     Family::kMxfp4, "sm90_mma_decode_mxfp4",
-    "sm_90a MXFP4 W4A16: E2M1 x E8M0 decoded exactly to BF16 in registers before mma.sync; built for M <= 64");
+    "sm_90a MXFP4 W4A16 / W4A4 / W4A6 / W4A8: E2M1 x E8M0 decoded exactly to BF16 in registers before mma.sync "
+    "(quantized MX or static FP8 activations: quantized as the reference does in one pass that writes their "
+    "exact BF16 values, the FP8 scale in the epilogue); built for M <= 64");
 const MmaDecodeLinearKernel kSm90MmaDecodeNvfp4(
     Family::kNvfp4, "sm90_mma_decode_nvfp4",
-    "sm_90a NVFP4 W4A16: E2M1 x E4M3 (per 16) decoded exactly to BF16 in registers before mma.sync, global "
-    "scale in the epilogue; built for M <= 64");
+    "sm_90a NVFP4 W4A16 / W4A4: E2M1 x E4M3 (per 16) decoded exactly to BF16 in registers before mma.sync (W4A4: "
+    "the activations quantized as the reference does, static or per-call global scale, in one pass that writes "
+    "their exact BF16 values), global scales in the epilogue; built for M <= 64");
 
 namespace {
 
@@ -43,7 +49,90 @@ struct MmaLayerState {
   Tensor w;          // u8 [weight_bytes]
   Tensor w_scale;    // u8 [scale_bytes] (MX, NVFP4)
   Tensor row_scale;  // f32 [N] (per-channel FP8, NVFP4)
+  // Quantized activations: the layer's static input scale (FP8 per tensor) or input global scale (NVFP4).
+  float in_scale = 1.0f;
+  float in_global = 1.0f;
 };
+
+// How a layer's quantized activations are made (act_quant_bf16.hpp), or why this kernel cannot.
+struct ActPlan {
+  ActBf16Mode mode = ActBf16Mode::kMx32;
+  ActElem elem = ActElem::kE4M3;
+  ActMxRule rule = ActMxRule::kCeilOverMax;
+  bool static_scale = false;     // kFp8Static: the layer's input_scale
+  bool static_global = false;    // kNvfp4: the layer's input_global_scale (else per call)
+};
+
+std::optional<ActElem> act_elem_of(DType d) {
+  switch (d) {
+    case DType::kF8E4M3: return ActElem::kE4M3;
+    case DType::kF6E2M3: return ActElem::kE2M3;
+    case DType::kF6E3M2: return ActElem::kE3M2;
+    case DType::kF4E2M1: return ActElem::kE2M1;
+    default: return std::nullopt;
+  }
+}
+
+Result<ActPlan> act_plan_of(const LinearConfig& c) {
+  const QuantKey& a = *c.activation_key;
+  ActPlan p;
+  if (c.family == Family::kNvfp4) {
+    if (a != kNvfp4Dynamic && a != kNvfp4DynamicGlobal) {
+      return Status::error("NVFP4 activations other than dynamic E2M1 x E4M3 per 16 are not quantized here");
+    }
+    p.mode = ActBf16Mode::kNvfp4;
+    p.static_global = a.scale2 && a.scale2->is_static;
+    return p;
+  }
+  if (c.family != Family::kMxfp8 && c.family != Family::kMxfp6 && c.family != Family::kMxfp4) {
+    return Status::error("quantized activations on " + std::string(family_name(c.family)) + " weights");
+  }
+  if (a.scale.dtype == DType::kE8M0) {
+    const std::optional<ActElem> e = act_elem_of(a.dtype);
+    if (!e || a.scale.is_static || a.scale.group != kMxBlock) {
+      return Status::error("MX activations " + key_name(a) + ": only dynamic E4M3/E2M3/E3M2/E2M1 per 32");
+    }
+    p.elem = *e;
+    p.rule = default_mx_rule(a) == MxScaleRule::kQuarkEven ? ActMxRule::kQuarkEven : ActMxRule::kCeilOverMax;
+    return p;
+  }
+  if (a == kFp8StaticTensorSym && c.family == Family::kMxfp4) {
+    p.mode = ActBf16Mode::kFp8Static;
+    p.elem = ActElem::kE4M3;
+    p.static_scale = true;
+    return p;
+  }
+  return Status::error("activations " + key_name(a) + " on MX weights are not quantized on the GPU (dynamic MX "
+                       "per 32, or static per-tensor FP8 on MXFP4 weights, are)");
+}
+
+// What explain says about the activations.
+std::string act_plan_note(const ActPlan& p) {
+  switch (p.mode) {
+    case ActBf16Mode::kMx32:
+      return std::string("activations quantized per 32 (") +
+             (p.rule == ActMxRule::kQuarkEven ? "Quark even" : "ceil over max") +
+             " rule) to exact BF16 values in one pass";
+    case ActBf16Mode::kNvfp4:
+      return std::string("activations quantized NVFP4 per 16 (") + (p.static_global ? "static" : "per-call") +
+             " global scale) to exact BF16 values in one pass, 1/g in the epilogue";
+    case ActBf16Mode::kFp8Static:
+      return "activations quantized to static per-tensor FP8 (exact BF16 values in one pass), the scale in the "
+             "epilogue";
+  }
+  return "";
+}
+
+// The largest element of a host f32 tensor (a fused layer's static scales, one per shard: vLLM's max()).
+Result<float> max_param(const LinearLayer& layer, const char* name) {
+  QL_ASSIGN_OR_RETURN(Tensor t, layer.get(name));
+  if (t.device().kind != DeviceKind::kCpu || t.dtype() != DType::kF32 || t.numel() == 0) {
+    return Status::error("layer " + layer.name + ": " + name + " must be a non-empty f32 host tensor, got " +
+                         t.describe());
+  }
+  const Tensor s = t.contiguous();
+  return *std::max_element(s.data<float>(), s.data<float>() + s.numel());
+}
 
 MmaLayout layout_of(const LinearConfig& c) {
   MmaLayout l;
@@ -108,10 +197,8 @@ Verdict MmaDecodeLinearKernel::is_supported(const Platform& platform) const {
 Verdict MmaDecodeLinearKernel::can_implement(const LinearConfig& c) const {
   if (c.family != family_) return Verdict::no("layer family is " + std::string(family_name(c.family)));
   if (c.activation_key) {
-    const QuantKey& a = *c.activation_key;
-    if (family_ != Family::kMxfp8 || a.dtype != DType::kF8E4M3 || a.scale.dtype != DType::kE8M0) {
-      return Verdict::no("quantized activations: only MXFP8 (W8A8) is quantized on the GPU for this kernel");
-    }
+    const Result<ActPlan> plan = act_plan_of(c);
+    if (!plan) return Verdict::no("quantized activations: " + plan.message());
     return Verdict::yes();  // any input dtype: the quantizer reads it, the kernel sees exact BF16 values
   }
   if (c.input_dtype != DType::kBF16) {
@@ -160,6 +247,11 @@ std::vector<MRoute> MmaDecodeLinearKernel::m_routes(const LinearConfig& config) 
                                    ? "; MX layers whose E8M0 scales do not fold exactly into BF16: 64-token tiles "
                                      "with per-32 FP32 promotion"
                                    : "";
+  // Quantized activations: the same routes after one pass that writes their exact BF16 values.
+  std::string act;
+  if (config.activation_key) {
+    if (const Result<ActPlan> plan = act_plan_of(config)) act = "; " + act_plan_note(*plan);
+  }
   std::vector<MRoute> routes;
   int64_t lo = 1;
   for (int64_t m : {int64_t{8}, int64_t{16}, kMmaDecodeMaxM}) {
@@ -168,13 +260,13 @@ std::vector<MRoute> MmaDecodeLinearKernel::m_routes(const LinearConfig& config) 
     routes.push_back({lo, m, self,
                       std::to_string(8 * t.token_tiles) + " tokens x " + std::to_string(64 * t.n16_per_warp) +
                           " rows, " + std::to_string(t.stages) + " stages, split-K " +
-                          std::to_string(mma_decode_splits(a)) + " (132 SMs)" + unfolded});
+                          std::to_string(mma_decode_splits(a)) + " (132 SMs)" + unfolded + act});
     lo = m + 1;
   }
   routes.push_back({kMmaDecodeMaxM + 1, kMmaWidenAboveM, self,
-                    "64-token tiles (each decodes the weights again)" + unfolded});
+                    "64-token tiles (each decodes the weights again)" + unfolded + act});
   routes.push_back({kMmaWidenAboveM + 1, MRoute::kNoLimit, self,
-                    "weights widened to BF16 per call in row blocks + cuBLASLt BF16 GEMM" + unfolded});
+                    "weights widened to BF16 per call in row blocks + cuBLASLt BF16 GEMM" + unfolded + act});
   return routes;
 }
 
@@ -219,13 +311,23 @@ Status MmaDecodeLinearKernel::process_impl(LinearLayer& layer) const {
     const std::vector<uint8_t> ps = mma_pack_scales(l, sb);
     QL_ASSIGN_OR_RETURN(st->w_scale, upload(ps.data(), ps.size(), DType::kU8, {l.scale_bytes()}, st->device));
   }
+  if (c.activation_key) {
+    QL_ASSIGN_OR_RETURN(const ActPlan plan, act_plan_of(c));
+    if (plan.static_scale) {
+      QL_ASSIGN_OR_RETURN(st->in_scale, max_param(layer, "input_scale"));
+    }
+    if (plan.static_global) {
+      QL_ASSIGN_OR_RETURN(st->in_global, max_param(layer, "input_global_scale"));
+    }
+  }
   QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
   layer.kernel_state = std::move(st);
   return Status::ok();
 }
 
-// Processed layout version 1: meta I64 [code, scale, n, k] (checked against the config), flags I64 [fold],
-// w U8 [weight_bytes], w_scale U8 [scale_bytes] (MX, NVFP4), row_scale F32 [N] (FP8 per-channel, NVFP4).
+// Processed layout version 2: meta I64 [code, scale, n, k] (checked against the config), flags I64 [fold],
+// act_scalars F32 [in_scale, in_global] (the static activation scales; 1 where none), w U8 [weight_bytes],
+// w_scale U8 [scale_bytes] (MX, NVFP4), row_scale F32 [N] (FP8 per-channel, NVFP4).
 Result<ProcessedWeights> MmaDecodeLinearKernel::export_impl(const LinearLayer& layer) const {
   namespace io = processed_io;
   const auto* st = static_cast<const MmaLayerState*>(layer.kernel_state.get());
@@ -234,6 +336,7 @@ Result<ProcessedWeights> MmaDecodeLinearKernel::export_impl(const LinearLayer& l
   ProcessedWeights w;
   w.tensors.emplace_back("meta", io::meta_tensor(meta_of(st->layout)));
   w.tensors.emplace_back("flags", io::meta_tensor({st->fold ? 1 : 0}));
+  w.tensors.emplace_back("act_scalars", io::from_vector(std::vector<float>{st->in_scale, st->in_global}, DType::kF32));
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"w", &st->w}, {"w_scale", &st->w_scale},
                                 {"row_scale", &st->row_scale}}) {
     if (!t->defined()) continue;
@@ -253,6 +356,10 @@ Status MmaDecodeLinearKernel::import_impl(LinearLayer& layer, const ProcessedWei
   std::vector<int64_t> flags;
   QL_RETURN_IF_ERROR(io::to_vector(w, "flags", DType::kI64, 1, flags));
   st->fold = flags[0] != 0;
+  std::vector<float> act_scalars;
+  QL_RETURN_IF_ERROR(io::to_vector(w, "act_scalars", DType::kF32, 2, act_scalars));
+  st->in_scale = act_scalars[0];
+  st->in_global = act_scalars[1];
   QL_CUDA_CHECK(cudaGetDevice(&st->device));
   QL_CUDA_CHECK(cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, st->device));
   auto load = [&](const char* name, DType dtype, const Shape& shape, Tensor& dst) -> Status {
@@ -287,37 +394,33 @@ Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activat
   const int64_t m = xt.size(0);
   const void* xb = xt.raw();
   int64_t ld = xt.strides()[0];
-  Scratch codes, scales, widened;
+  Scratch widened;
+  float* factor = nullptr;
   if (c.activation_key && m > 0) {
-    // W8A8 MXFP8: codes and E8M0 scales bit-identical to the reference quantizer, widened to BF16 exactly
-    // (dequant_bf16.hpp states the one exception: blocks with amax below 2^-116).
-    const int64_t groups = c.k / 32;
-    QL_ASSIGN_OR_RETURN(codes, Scratch::make(static_cast<size_t>(m * c.k), stream));
-    QL_ASSIGN_OR_RETURN(scales, Scratch::make(static_cast<size_t>(m * groups), stream));
-    QL_ASSIGN_OR_RETURN(widened, Scratch::make(static_cast<size_t>(m * c.k * 2), stream));
-    ActQuantArgs q;
+    // Quantized activations: one pass writes the exact BF16 values of the reference's quantization and the
+    // f32 factor that does not fold into them (act_quant_bf16.hpp states the exactness range).
+    QL_ASSIGN_OR_RETURN(const ActPlan plan, act_plan_of(c));
+    // One stream-ordered buffer: the BF16 values, then the factor and the |x| max scratch (16-byte aligned).
+    const size_t values_bytes = static_cast<size_t>((m * c.k * 2 + 15) / 16 * 16);
+    QL_ASSIGN_OR_RETURN(widened, Scratch::make(values_bytes + 16, stream));
+    char* tail = static_cast<char*>(widened.get()) + values_bytes;
+    ActBf16Args q;
     q.x = xt.raw();
     q.x_dtype = xt.dtype();
     q.m = m;
     q.k = c.k;
     q.ld_x = ld;
-    q.mode = ActQuantMode::kMx32;
-    q.codes = codes.get();
-    q.ld_codes = c.k;
-    q.scale = {scales.get(), groups, 1, false};
-    QL_RETURN_IF_ERROR(launch_act_quant(q, stream));
-    DequantArgs d;
-    d.format = WeightFormat::kE4M3;
-    d.scale_kind = DequantScale::kMx32;
-    d.codes = codes.as<uint8_t>();
-    d.row_bytes = c.k;
-    d.scales = scales.as<uint8_t>();
-    d.ld_scales = groups;
-    d.rows = m;
-    d.k = c.k;
-    d.out = widened.get();
-    d.ld_out = c.k;
-    QL_RETURN_IF_ERROR(launch_dequant_bf16(d, stream));
+    q.mode = plan.mode;
+    q.elem = plan.elem;
+    q.rule = plan.rule;
+    q.static_scale = st.in_scale;
+    q.global_scale = st.in_global;
+    q.dynamic_global = plan.mode == ActBf16Mode::kNvfp4 && !plan.static_global;
+    q.out = widened.get();
+    q.ld_out = c.k;
+    if (plan.mode != ActBf16Mode::kMx32) factor = q.factor = reinterpret_cast<float*>(tail);
+    if (q.dynamic_global) q.amax_scratch = reinterpret_cast<uint32_t*>(tail + 4);
+    QL_RETURN_IF_ERROR(launch_act_quant_bf16(q, stream));
     xb = widened.get();
     ld = c.k;
   }
@@ -334,6 +437,8 @@ Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activat
   a.row_scale = st.row_scale.defined() ? static_cast<const float*>(st.row_scale.raw()) : nullptr;
   a.x = xb;
   a.ld_x = ld;
+  a.x_scale = factor;  // null unless the activations carry a factor
+  a.x_scale_stride = 0;
   a.m = m;
   a.bias = bias ? bias->raw() : nullptr;
   a.bias_dtype = bias ? bias->dtype() : DType::kF32;
