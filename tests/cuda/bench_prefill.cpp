@@ -1,0 +1,242 @@
+// GPU benchmarks of the prefill path's pieces (disabled by default; run with
+// --gtest_also_run_disabled_tests --gtest_filter='CudaPrefillBench.*'), with the benchmark method of
+// src/bench/timing.hpp (CUDA events, L2 flushed before every repetition, medians):
+//   ActQuant:   each activation quantizer (FP8 modes, INT8 modes), previous kernels against the current ones
+//               in the same process; GB/s of the minimal traffic (activations read once, codes and scales
+//               written once). Lines "AQ <mode> K M old_us new_us old_GB/s new_GB/s".
+//   LtCandidates: every cuBLASLt heuristic candidate (up to 16) for the FP8 and INT8 GEMMs at llama3-8b
+//               shapes; lines "LT <kind> <shape> M heur0_us best_us rank_of_best <config>", and the INT8
+//               epilogue combinations cuBLASLt accepts on this GPU ("LTPROBE").
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "bench/shapes.hpp"
+#include "bench/timing.hpp"
+#include "qlinear/platform.hpp"
+#include "qlinear/random.hpp"
+
+#if QLINEAR_WITH_CUDA
+#include "backends/cuda/act_quant.hpp"
+#include "backends/cuda/act_quant_legacy.hpp"
+#include "backends/cuda/cublaslt_gemm.hpp"
+#include "backends/cuda/int8_scaled_mm.hpp"
+#include "qlinear/cuda.hpp"
+
+namespace qlinear {
+namespace {
+
+bool have_sm90() {
+  auto platform = Platform::cuda_device(0);
+  return platform && platform->cuda->compute_capability == 90;
+}
+
+double median_us(bench::DeviceTimer& timer, const std::function<Status()>& fn, int reps = 30) {
+  auto t = timer.time([&](int) { return fn(); }, reps);
+  if (!t) {
+    std::printf("  failed: %s\n", t.message().c_str());
+    return NAN;
+  }
+  return t->median_ms * 1000.0;
+}
+
+TEST(CudaPrefillBench, DISABLED_ActQuant) {
+  if (!have_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  auto timer_or = bench::DeviceTimer::create(0);
+  ASSERT_TRUE(timer_or) << timer_or.message();
+  bench::DeviceTimer& timer = **timer_or;
+  const cuda::Stream s = cuda::current_stream();
+  for (int64_t k : {4096, 14336}) {
+    for (int64_t m : {16, 256, 1024, 4096, 8192}) {
+      auto x = cuda::to_device(bench::random_rows(DType::kBF16, m, k, 3, 1.0)).value();
+      auto codes = cuda::empty(DType::kU8, {m, k}).value();
+      auto scales = cuda::empty(DType::kF32, {m * (k / 32 + 1)}).value();
+      auto zps = cuda::empty(DType::kI32, {m}).value();
+      auto amax = cuda::empty(DType::kU8, {4}).value();
+      struct Fp8Mode {
+        const char* name;
+        cuda::ActQuantMode mode;
+        int group;
+      };
+      for (const Fp8Mode& md : {Fp8Mode{"fp8.static", cuda::ActQuantMode::kStaticTensor, 0},
+                                Fp8Mode{"fp8.dyn_tensor", cuda::ActQuantMode::kDynamicTensor, 0},
+                                Fp8Mode{"fp8.dyn_token", cuda::ActQuantMode::kDynamicToken, 0},
+                                Fp8Mode{"fp8.group128", cuda::ActQuantMode::kDynamicGroup128, 128},
+                                Fp8Mode{"mxfp8.block32", cuda::ActQuantMode::kMx32, 32}}) {
+        cuda::ActQuantArgs a;
+        a.x = x.raw();
+        a.x_dtype = DType::kBF16;
+        a.m = m;
+        a.k = k;
+        a.ld_x = k;
+        a.mode = md.mode;
+        a.static_scale = 0.02f;
+        a.codes = codes.raw();
+        a.ld_codes = k;
+        a.amax_scratch = reinterpret_cast<uint32_t*>(amax.raw());
+        const int64_t groups = md.group ? k / md.group : 1;
+        if (md.group) {
+          a.scale = {scales.raw(), groups, 1, false};
+        } else {
+          a.scale = {scales.raw(), md.mode == cuda::ActQuantMode::kDynamicToken ? 1 : 0, 0, false};
+        }
+        const double old_us = median_us(timer, [&] { return cuda::launch_act_quant_legacy(a, s); });
+        const double new_us = median_us(timer, [&] { return cuda::launch_act_quant(a, s); });
+        const double bytes = static_cast<double>(m) * k * 3 + static_cast<double>(m) * groups * 4;
+        std::printf("AQ %-14s %6lld %5lld %8.2f %8.2f %7.0f %7.0f\n", md.name, static_cast<long long>(k),
+                    static_cast<long long>(m), old_us, new_us, bytes / old_us / 1e3, bytes / new_us / 1e3);
+      }
+      struct Int8Mode {
+        const char* name;
+        cuda::Int8ActMode mode;
+      };
+      for (const Int8Mode& md : {Int8Mode{"int8.static", cuda::Int8ActMode::kStaticSym},
+                                 Int8Mode{"int8.static_asym", cuda::Int8ActMode::kStaticAsym},
+                                 Int8Mode{"int8.dyn_token", cuda::Int8ActMode::kDynamicTokenSym},
+                                 Int8Mode{"int8.dyn_token_asym", cuda::Int8ActMode::kDynamicTokenAsym}}) {
+        cuda::Int8QuantArgs a;
+        a.x = x.raw();
+        a.x_dtype = DType::kBF16;
+        a.m = m;
+        a.k = k;
+        a.ld_x = k;
+        a.mode = md.mode;
+        a.static_scale = 0.02f;
+        a.static_zero_point = 3;
+        a.codes = static_cast<int8_t*>(codes.raw());
+        a.ld_codes = k;
+        a.scales = static_cast<float*>(scales.raw());
+        a.zero_points = static_cast<int32_t*>(zps.raw());
+        const double old_us = median_us(timer, [&] { return cuda::launch_int8_act_quant_legacy(a, s); });
+        const double new_us = median_us(timer, [&] { return cuda::launch_int8_act_quant(a, s); });
+        const double bytes = static_cast<double>(m) * k * 3 + static_cast<double>(m) * 8;
+        std::printf("AQ %-14s %6lld %5lld %8.2f %8.2f %7.0f %7.0f\n", md.name, static_cast<long long>(k),
+                    static_cast<long long>(m), old_us, new_us, bytes / old_us / 1e3, bytes / new_us / 1e3);
+      }
+      std::fflush(stdout);
+    }
+  }
+}
+
+// Random bytes; E4M3 NaN codes replaced.
+Tensor random_codes(DType d, Shape shape) {
+  Tensor t = Tensor::empty(d, std::move(shape));
+  uint64_t st = 0x9E3779B97F4A7C15ull;
+  auto* p = static_cast<uint8_t*>(t.raw());
+  for (int64_t i = 0; i < t.nbytes(); ++i) {
+    st ^= st << 13;
+    st ^= st >> 7;
+    st ^= st << 17;
+    p[i] = static_cast<uint8_t>(st);
+    if (d == DType::kF8E4M3 && (p[i] & 0x7F) == 0x7F) p[i] = 0x3C;
+  }
+  return t;
+}
+
+Tensor f32_filled(int64_t n, float v) {
+  Tensor t = Tensor::empty(DType::kF32, {n});
+  for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = v;
+  return t;
+}
+
+TEST(CudaPrefillBench, DISABLED_LtCandidates) {
+  if (!have_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  auto timer_or = bench::DeviceTimer::create(0);
+  ASSERT_TRUE(timer_or) << timer_or.message();
+  bench::DeviceTimer& timer = **timer_or;
+  const cuda::Stream s = cuda::current_stream();
+  const bench::ShapeSet* set = bench::find_shape_set("llama3-8b");
+  ASSERT_NE(set, nullptr);
+  bool probed = false;
+  for (const bench::LayerShape& sh : set->layers) {
+    const int64_t n = sh.n, k = sh.k;
+    auto w8 = cuda::to_device(random_codes(DType::kF8E4M3, {n, k})).value();
+    auto wi = cuda::to_device(random_codes(DType::kI8, {n, k})).value();
+    auto w_scale = cuda::to_device(f32_filled(n, 0.01f)).value();
+    for (int64_t m : {16, 256, 1024, 4096}) {
+      auto x8 = cuda::to_device(random_codes(DType::kF8E4M3, {m, k})).value();
+      auto xi = cuda::to_device(random_codes(DType::kI8, {m, k})).value();
+      auto x_scale = cuda::to_device(f32_filled(m, 0.02f)).value();
+      auto out = cuda::empty(DType::kF32, {m, n}).value();
+      struct Kind {
+        const char* name;
+        DType ab;
+        cuda::LtScaleMode mode;
+        DType out;
+        bool fast;
+      };
+      std::vector<Kind> kinds = {{"fp8.tensor", DType::kF8E4M3, cuda::LtScaleMode::kScalar, DType::kBF16, false},
+                                 {"fp8.rowwise", DType::kF8E4M3, cuda::LtScaleMode::kOuterVec, DType::kBF16, false},
+                                 {"fp8.tensor.fastacc", DType::kF8E4M3, cuda::LtScaleMode::kScalar, DType::kBF16, true},
+                                 {"int8.i32", DType::kI8, cuda::LtScaleMode::kNone, DType::kI32, false}};
+      if (!probed) {
+        // INT8 with the scales in cuBLASLt's epilogue: which combinations have kernels on this GPU.
+        kinds.push_back({"int8.rowwise.bf16", DType::kI8, cuda::LtScaleMode::kOuterVec, DType::kBF16, false});
+        kinds.push_back({"int8.tensor.bf16", DType::kI8, cuda::LtScaleMode::kScalar, DType::kBF16, false});
+        kinds.push_back({"int8.none.bf16", DType::kI8, cuda::LtScaleMode::kNone, DType::kBF16, false});
+        kinds.push_back({"int8.none.f32", DType::kI8, cuda::LtScaleMode::kNone, DType::kF32, false});
+        kinds.push_back({"int8.alphavec.bf16", DType::kI8, cuda::LtScaleMode::kNone, DType::kBF16, false});
+        kinds.push_back({"int8.alphavec.f32", DType::kI8, cuda::LtScaleMode::kNone, DType::kF32, false});
+      }
+      for (const Kind& kd : kinds) {
+        const bool fp8 = kd.ab == DType::kF8E4M3;
+        cuda::LtGemm g;
+        g.ab_dtype = kd.ab;
+        g.w = fp8 ? w8.raw() : wi.raw();
+        g.ld_w = k;
+        g.x = fp8 ? x8.raw() : xi.raw();
+        g.ld_x = k;
+        g.m = m;
+        g.n = n;
+        g.k = k;
+        g.scale_mode = kd.mode;
+        g.w_scale = static_cast<const float*>(w_scale.raw());
+        g.x_scale = static_cast<const float*>(x_scale.raw());
+        if (kd.mode == cuda::LtScaleMode::kScalar) g.x_scale = g.w_scale;
+        g.out = out.raw();
+        g.out_dtype = kd.out;
+        g.fast_accum = kd.fast;
+        if (std::strstr(kd.name, "alphavec") != nullptr) g.alpha_vector = static_cast<const float*>(w_scale.raw());
+        auto cands = cuda::lt_candidates(g, 16, 32u << 20);
+        if (!cands || cands->empty()) {
+          std::printf("LTPROBE %-20s %-10s M=%lld: no algorithm (%s)\n", kd.name, sh.name.c_str(),
+                      static_cast<long long>(m), cands ? "none found" : cands.message().c_str());
+          continue;
+        }
+        const double heur_us = median_us(timer, [&] { return cuda::lt_gemm(g, s); });
+        double best = INFINITY;
+        size_t best_i = 0;
+        std::string cfgs;
+        for (size_t i = 0; i < cands->size(); ++i) {
+          cuda::LtGemm gi = g;
+          gi.algo = &(*cands)[i];
+          const double us = median_us(timer, [&] { return cuda::lt_gemm(gi, s); }, 20);
+          char buf[32];
+          std::snprintf(buf, sizeof(buf), " %.1f", us);
+          cfgs += buf;
+          if (us < best) {
+            best = us;
+            best_i = i;
+          }
+        }
+        const double tflops = 2.0 * m * n * k / (best * 1e-6) / 1e12;
+        std::printf("LT %-20s %-11s %5lld heur %8.2f best %8.2f (%5.0f T) rank %zu/%zu [%s] all:%s\n", kd.name,
+                    sh.name.c_str(), static_cast<long long>(m), heur_us, best, tflops, best_i, cands->size(),
+                    cuda::describe((*cands)[best_i]).c_str(), cfgs.c_str());
+        std::fflush(stdout);
+      }
+      probed = true;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qlinear
+
+#else
+TEST(CudaPrefillBench, BuiltWithoutCuda) { GTEST_SKIP() << "qlinear was built without its CUDA backend"; }
+#endif
