@@ -4,12 +4,15 @@
 //   ActQuant:   each activation quantizer (FP8 modes, INT8 modes), previous kernels against the current ones
 //               in the same process; GB/s of the minimal traffic (activations read once, codes and scales
 //               written once). Lines "AQ <mode> K M old_us new_us old_GB/s new_GB/s".
-//   LtCandidates: every cuBLASLt heuristic candidate (up to 16) for the FP8 and INT8 GEMMs at llama3-8b
-//               shapes; lines "LT <kind> <shape> M heur0_us best_us rank_of_best <config>", and the INT8
-//               epilogue combinations cuBLASLt accepts on this GPU ("LTPROBE").
+//   LtCandidates: every cuBLASLt heuristic candidate (up to 16) of FP8 with fast accumulation (and with
+//               QLINEAR_LT_BENCH=all the kinds `qlinear tune` measures) at llama3-8b shapes; lines
+//               "LT <kind> <shape> M heur us best us ...", and the INT8 epilogue combinations (scales in
+//               cuBLASLt's epilogue, BF16/F32 output) cuBLASLt accepts on this GPU ("LTPROBE" when none).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -169,10 +172,15 @@ TEST(CudaPrefillBench, DISABLED_LtCandidates) {
         DType out;
         bool fast;
       };
-      std::vector<Kind> kinds = {{"fp8.tensor", DType::kF8E4M3, cuda::LtScaleMode::kScalar, DType::kBF16, false},
-                                 {"fp8.rowwise", DType::kF8E4M3, cuda::LtScaleMode::kOuterVec, DType::kBF16, false},
-                                 {"fp8.tensor.fastacc", DType::kF8E4M3, cuda::LtScaleMode::kScalar, DType::kBF16, true},
-                                 {"int8.i32", DType::kI8, cuda::LtScaleMode::kNone, DType::kI32, false}};
+      // QLINEAR_LT_BENCH=all: also the kinds `qlinear tune` measures (tensor, rowwise, INT32 INT8).
+      const char* all_env = std::getenv("QLINEAR_LT_BENCH");
+      const bool all = all_env != nullptr && std::string(all_env) == "all";
+      std::vector<Kind> kinds = {{"fp8.tensor.fastacc", DType::kF8E4M3, cuda::LtScaleMode::kScalar, DType::kBF16, true}};
+      if (all) {
+        kinds.push_back({"fp8.tensor", DType::kF8E4M3, cuda::LtScaleMode::kScalar, DType::kBF16, false});
+        kinds.push_back({"fp8.rowwise", DType::kF8E4M3, cuda::LtScaleMode::kOuterVec, DType::kBF16, false});
+        kinds.push_back({"int8.i32", DType::kI8, cuda::LtScaleMode::kNone, DType::kI32, false});
+      }
       if (!probed) {
         // INT8 with the scales in cuBLASLt's epilogue: which combinations have kernels on this GPU.
         kinds.push_back({"int8.rowwise.bf16", DType::kI8, cuda::LtScaleMode::kOuterVec, DType::kBF16, false});
@@ -200,6 +208,7 @@ TEST(CudaPrefillBench, DISABLED_LtCandidates) {
         g.out = out.raw();
         g.out_dtype = kd.out;
         g.fast_accum = kd.fast;
+        g.use_table = false;
         if (std::strstr(kd.name, "alphavec") != nullptr) g.alpha_vector = static_cast<const float*>(w_scale.raw());
         auto cands = cuda::lt_candidates(g, 16, 32u << 20);
         if (!cands || cands->empty()) {

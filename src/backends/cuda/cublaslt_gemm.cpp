@@ -3,6 +3,7 @@
 
 #include <cublasLt.h>
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -73,14 +74,6 @@ Status set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, con
 DType bias_dtype_for(DType ab_dtype, DType out_dtype) {
   if (ab_dtype == DType::kF8E4M3 && out_dtype == DType::kF32) return DType::kBF16;
   return out_dtype;
-}
-
-std::string describe(const LtAlgoConfig& c) {
-  return "algo " + std::to_string(c.algo_id) + " tile " + std::to_string(c.tile) + " stages " +
-         std::to_string(c.stages) + " splitK " + std::to_string(c.split_k) + " red " + std::to_string(c.reduction) +
-         " swz " + std::to_string(c.swizzle) + " custom " + std::to_string(c.custom) + " inner " +
-         std::to_string(c.inner_shape) + " cluster " + std::to_string(c.cluster_shape) + " ws " +
-         std::to_string(c.workspace >> 10) + "K";
 }
 
 namespace {
@@ -191,6 +184,73 @@ Status algo_from_config(cublasLtHandle_t h, const Descs& d, const LtGemm& g, con
 
 }  // namespace
 
+std::optional<LtKind> lt_kind_of(const LtGemm& g) {
+  if (g.ab_dtype == DType::kI8) {
+    if (g.out_dtype == DType::kI32 && g.alpha_vector == nullptr) return LtKind::kInt8;
+    return std::nullopt;
+  }
+  if (g.ab_dtype != DType::kF8E4M3 || g.fast_accum) return std::nullopt;
+  switch (g.scale_mode) {
+    case LtScaleMode::kScalar: return LtKind::kFp8Tensor;
+    case LtScaleMode::kOuterVec: return LtKind::kFp8Rowwise;
+    case LtScaleMode::kBlock: return LtKind::kFp8Block;
+    default: return std::nullopt;
+  }
+}
+
+namespace {
+
+// The device's name (cudaDeviceProp::name), read once per device.
+const std::string& device_name(int device) {
+  static std::mutex mutex;
+  static std::map<int, std::string> names;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = names.find(device);
+  if (it == names.end()) {
+    cudaDeviceProp p{};
+    cudaGetDeviceProperties(&p, device);
+    it = names.emplace(device, p.name).first;
+  }
+  return it->second;
+}
+
+// The tuned table's algorithm for g where it has one that cuBLASLt accepts for this problem, else the
+// heuristic's first choice.
+Result<CachedAlgo> choose_algo(cublasLtHandle_t handle, Descs& d, const LtGemm& g, int device) {
+  CachedAlgo chosen;
+  // QLINEAR_CUBLASLT_TABLE=off: the heuristic only (to measure what the table gains).
+  static const bool table_off = [] {
+    const char* v = std::getenv("QLINEAR_CUBLASLT_TABLE");
+    return v != nullptr && std::string(v) == "off";
+  }();
+  const std::optional<LtKind> kind = table_off || !g.use_table ? std::nullopt : lt_kind_of(g);
+  if (kind) {
+    if (const LtTunedEntry* e = lt_tuned_entry(device_name(device), *kind, g.n, g.k, g.m)) {
+      if (algo_from_config(handle, d, g, e->config, chosen.algo).is_ok()) {
+        chosen.workspace = e->config.workspace;
+        return chosen;
+      }
+    }
+  }
+  QL_LT_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+  const uint64_t ws = kWorkspaceBytes;
+  QL_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.d, d.d, d.pref, 1, &result, &found);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    return Status::error("cuBLASLt has no algorithm for " + std::string(name(g.ab_dtype)) + " M=" +
+                         std::to_string(g.m) + " N=" + std::to_string(g.n) + " K=" + std::to_string(g.k) +
+                         " out=" + std::string(name(g.out_dtype)) + (g.bias ? " with bias" : "") +
+                         (st != CUBLAS_STATUS_SUCCESS ? std::string(" (") + cublasGetStatusName(st) + ")" : ""));
+  }
+  chosen.algo = result.algo;
+  chosen.workspace = kWorkspaceBytes;
+  return chosen;
+}
+
+}  // namespace
+
 Result<std::vector<LtAlgoConfig>> lt_candidates(const LtGemm& g, int max_count, uint64_t max_workspace) {
   int device = 0;
   QL_CUDA_CHECK(cudaGetDevice(&device));
@@ -228,7 +288,8 @@ Status lt_gemm(const LtGemm& g, Stream stream) {
   } else {
     const AlgoKey key{device, static_cast<int>(g.ab_dtype), g.m, g.n, g.k, g.ld_w, g.ld_x, ld_out,
                       static_cast<int>(g.scale_mode) * 16 + static_cast<int>(g.out_dtype),
-                      (g.bias != nullptr ? 1 : 0) + (g.alpha_vector != nullptr ? 2 : 0), g.fast_accum};
+                      (g.bias != nullptr ? 1 : 0) + (g.alpha_vector != nullptr ? 2 : 0) + (g.use_table ? 4 : 0),
+                      g.fast_accum};
     bool cached = false;
     {
       std::lock_guard<std::mutex> lock(g_algo_mutex);
@@ -239,21 +300,7 @@ Status lt_gemm(const LtGemm& g, Stream stream) {
       }
     }
     if (!cached) {
-      QL_LT_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
-      const uint64_t ws = kWorkspaceBytes;
-      QL_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-      cublasLtMatmulHeuristicResult_t result{};
-      int found = 0;
-      const cublasStatus_t st =
-          cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.d, d.d, d.pref, 1, &result, &found);
-      if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-        return Status::error("cuBLASLt has no algorithm for " + std::string(name(g.ab_dtype)) + " M=" +
-                             std::to_string(g.m) + " N=" + std::to_string(g.n) + " K=" + std::to_string(g.k) +
-                             " out=" + std::string(name(g.out_dtype)) + (g.bias ? " with bias" : "") +
-                             (st != CUBLAS_STATUS_SUCCESS ? std::string(" (") + cublasGetStatusName(st) + ")" : ""));
-      }
-      chosen.algo = result.algo;
-      chosen.workspace = kWorkspaceBytes;
+      QL_ASSIGN_OR_RETURN(chosen, choose_algo(handle, d, g, device));
       std::lock_guard<std::mutex> lock(g_algo_mutex);
       g_algos[key] = chosen;
     }

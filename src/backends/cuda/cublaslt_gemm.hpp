@@ -18,22 +18,13 @@
 #include <vector>
 
 #include "backends/cuda/cuda_util.hpp"
+#include "backends/cuda/tuning/cublaslt_table.hpp"
 #include "qlinear/formats.hpp"
 
 namespace qlinear::cuda {
 
 enum class LtScaleMode : uint8_t { kNone, kScalar, kOuterVec, kBlock };
 
-// One cuBLASLt algorithm, as its configuration attributes (cublasLt.h cublasLtMatmulAlgoConfigAttributes_t)
-// and the workspace it runs with: what `qlinear tune` measures and the tuned table stores.
-struct LtAlgoConfig {
-  int32_t algo_id = -1;
-  uint32_t tile = 0, stages = 0, reduction = 0, swizzle = 0, custom = 0;
-  int32_t split_k = 1;
-  uint16_t inner_shape = 0, cluster_shape = 0;
-  uint64_t workspace = 0;  // bytes
-};
-std::string describe(const LtAlgoConfig& c);  // "algo 66 tile 18 stages 31 splitK 1 red 0 swz 0 ..."
 
 struct LtGemm {
   DType ab_dtype = DType::kF8E4M3;  // F8E4M3, I8 (out I32, no scales/bias), BF16, F16 or F32 (both operands)
@@ -52,13 +43,20 @@ struct LtGemm {
   bool fast_accum = false;  // FP8 only: skip cuBLASLt's periodic promotion (for benchmarks, not a kernel's default)
   const float* alpha_vector = nullptr;  // per-output-column (N) alpha on the device (INT8 probes)
   const LtAlgoConfig* algo = nullptr;   // run this algorithm instead of the table's / the heuristic's choice
+  bool use_table = true;  // false: cuBLASLt's heuristic choice, as torch._scaled_mm makes it (the benchmark's anchor)
 };
 
 // The bias dtype the epilogue takes for these operand/output dtypes (the output dtype, except FP8 with
 // F32 output, which takes BF16).
 DType bias_dtype_for(DType ab_dtype, DType out_dtype);
 
-// Runs the GEMM on `stream` (workspace from the stream-ordered pool; heuristic results cached per shape).
+// The tuned table's kind of g, if it has one (FP8 with BF16/F16/F32 output and no fast accumulation, INT8
+// with INT32 output).
+std::optional<LtKind> lt_kind_of(const LtGemm& g);
+
+// Runs the GEMM on `stream` (workspace from the stream-ordered pool). The algorithm: g.algo if set, else
+// the tuned table's for this GPU, kind, (N, K) and M bucket where cuBLASLt accepts it for the problem,
+// else cuBLASLt's heuristic first choice; the choice is cached per problem.
 // An error names the cuBLASLt call and status, or says that no algorithm supports the combination.
 Status lt_gemm(const LtGemm& g, Stream stream);
 
