@@ -22,10 +22,13 @@
 #include "bench/timing.hpp"
 #include "qlinear/platform.hpp"
 #include "qlinear/random.hpp"
+#include "qlinear/registry.hpp"
+#include "qlinear/scheme.hpp"
 
 #if QLINEAR_WITH_CUDA
 #include "backends/cuda/act_quant.hpp"
 #include "backends/cuda/act_quant_legacy.hpp"
+#include "backends/cuda/cuda_kernels.hpp"
 #include "backends/cuda/cublaslt_gemm.hpp"
 #include "backends/cuda/int8_scaled_mm.hpp"
 #include "qlinear/cuda.hpp"
@@ -141,7 +144,7 @@ Tensor random_codes(DType d, Shape shape) {
 }
 
 Tensor f32_filled(int64_t n, float v) {
-  Tensor t = Tensor::empty(DType::kF32, {n});
+  Tensor t = Tensor::empty(DType::kF32, {n});  // [n]
   for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = v;
   return t;
 }
@@ -239,6 +242,52 @@ TEST(CudaPrefillBench, DISABLED_LtCandidates) {
         std::fflush(stdout);
       }
       probed = true;
+    }
+  }
+}
+
+// The INT8 route (quantize, IMMA GEMM into INT32, epilogue) end to end, with the GEMM + epilogue run in
+// column blocks whose INT32 result fits the L2 (QLINEAR_INT8_L2_BLOCK_MIB) or in one pass (0), in one
+// process. Lines "I8ROUTE <scheme> <shape> M <MiB> us".
+TEST(CudaPrefillBench, DISABLED_Int8Route) {
+  if (!have_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  auto timer_or = bench::DeviceTimer::create(0);
+  ASSERT_TRUE(timer_or) << timer_or.message();
+  bench::DeviceTimer& timer = **timer_or;
+  const bench::ShapeSet* set = bench::find_shape_set("llama3-8b");
+  ASSERT_NE(set, nullptr);
+  for (const char* scheme_name : {"w8a8-int8-dynamic", "w8a8-int8-static-asym"}) {
+    const Scheme& scheme = *find_scheme(scheme_name);
+    for (const bench::LayerShape& sh : set->layers) {
+      LinearLayer layer;
+      layer.name = sh.name;
+      layer.config = make_config(scheme, sh.n, sh.k);
+      layer.params["weight"] = random_codes(DType::kI8, {sh.n, sh.k});
+      Tensor ws = Tensor::empty(DType::kF32, {sh.n, 1});
+      for (int64_t i = 0; i < sh.n; ++i) ws.data<float>()[i] = 0.01f;
+      layer.params["weight_scale"] = ws;
+      if (scheme.activation_key->scale.is_static) {
+        layer.params["input_scale"] = f32_filled(1, 0.02f);
+        Tensor z = Tensor::empty(DType::kI32, {1});
+        z.data<int32_t>()[0] = 3;
+        layer.params["input_zero_point"] = z;
+      }
+      const Status st = cuda::kSm90Int8ScaledMM.process_weights_after_loading(layer);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      for (int64_t m : {256, 1024, 4096}) {
+        auto x = cuda::to_device(bench::random_rows(DType::kBF16, m, sh.k, 5, 1.0)).value();
+        auto out = cuda::empty(DType::kBF16, {m, sh.n}).value();
+        for (const char* mib : {"0", "16", "24", "32", "48"}) {
+          setenv("QLINEAR_INT8_L2_BLOCK_MIB", mib, 1);
+          const double us = median_us(timer, [&] {
+            return cuda::kSm90Int8ScaledMM.apply(layer, Activation::dense(x), nullptr, out);
+          });
+          std::printf("I8ROUTE %-22s %-11s %5lld %3s %9.2f\n", scheme_name, sh.name.c_str(), static_cast<long long>(m),
+                      mib, us);
+        }
+        unsetenv("QLINEAR_INT8_L2_BLOCK_MIB");
+        std::fflush(stdout);
+      }
     }
   }
 }

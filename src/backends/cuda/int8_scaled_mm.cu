@@ -198,7 +198,7 @@ __global__ void int8_epilogue_kernel(Int8EpilogueArgs a, bool vec) {
     y[i] = static_cast<double>(v) * (sx * static_cast<double>(a.w_scale[n]));
     if (a.bias != nullptr) y[i] += load_bias(a.bias, a.bias_dtype, n);
   }
-  const int64_t at = m * a.n + n0;
+  const int64_t at = m * (a.ld_out > 0 ? a.ld_out : a.n) + n0;
   switch (a.out_dtype) {
     case DType::kBF16:
     case DType::kF16: {
@@ -278,7 +278,8 @@ Status launch_int8_act_quant(const Int8QuantArgs& a, Stream stream) {
 Status launch_int8_epilogue(const Int8EpilogueArgs& a, Stream stream) {
   if (a.m * a.n == 0) return Status::ok();
   constexpr int kThreads = 256;
-  const bool vec = a.n % 4 == 0 && reinterpret_cast<uintptr_t>(a.acc) % 16 == 0 &&
+  const int64_t ld_out = a.ld_out > 0 ? a.ld_out : a.n;
+  const bool vec = a.n % 4 == 0 && ld_out % 4 == 0 && reinterpret_cast<uintptr_t>(a.acc) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
   const dim3 grid(static_cast<unsigned>(a.m), static_cast<unsigned>((a.n + 4 * kThreads - 1) / (4 * kThreads)));
   int8_epilogue_kernel<<<grid, kThreads, 0, stream>>>(a, vec);
