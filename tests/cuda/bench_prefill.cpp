@@ -246,6 +246,78 @@ TEST(CudaPrefillBench, DISABLED_LtCandidates) {
   }
 }
 
+// The FP8 W8A8 route end to end (activation quantization + cuBLASLt with the tuned table) next to its
+// parts in the same process: the quantizer alone, the GEMM alone with the tuned algorithm and with the
+// heuristic's (the vendor anchor). Lines "F8ROUTE <scheme> <shape> M route_us quant_us gemm_tuned_us
+// gemm_heur_us".
+TEST(CudaPrefillBench, DISABLED_Fp8Route) {
+  if (!have_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  auto timer_or = bench::DeviceTimer::create(0);
+  ASSERT_TRUE(timer_or) << timer_or.message();
+  bench::DeviceTimer& timer = **timer_or;
+  const cuda::Stream s = cuda::current_stream();
+  const bench::ShapeSet* set = bench::find_shape_set("llama3-8b");
+  ASSERT_NE(set, nullptr);
+  for (const bench::LayerShape& sh : set->layers) {
+    for (const char* scheme_name : {"w8a8-fp8-tensor", "w8a8-fp8-channel"}) {
+      const Scheme& scheme = *find_scheme(scheme_name);
+      const bool tensor = scheme.weight_key.scale.group.is_per_tensor();
+      LinearLayer layer;
+      layer.name = sh.name;
+      layer.config = make_config(scheme, sh.n, sh.k);
+      layer.params["weight"] = random_codes(DType::kF8E4M3, {sh.n, sh.k});
+      Tensor ws = tensor ? f32_filled(1, 0.01f) : Tensor::empty(DType::kF32, {sh.n, 1});
+      if (!tensor) {
+        for (int64_t i = 0; i < sh.n; ++i) ws.data<float>()[i] = 0.01f;
+      }
+      layer.params["weight_scale"] = ws;
+      if (scheme.activation_key->scale.is_static) layer.params["input_scale"] = f32_filled(1, 0.02f);
+      const Status st = cuda::kSm90Fp8ScaledMM.process_weights_after_loading(layer);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      auto w = cuda::to_device(random_codes(DType::kF8E4M3, {sh.n, sh.k})).value();
+      auto w_scale = cuda::to_device(f32_filled(sh.n, 0.01f)).value();
+      for (int64_t m : {16, 1024, 4096}) {
+        auto x = cuda::to_device(bench::random_rows(DType::kBF16, m, sh.k, 5, 1.0)).value();
+        auto out = cuda::empty(DType::kBF16, {m, sh.n}).value();
+        auto codes = cuda::empty(DType::kU8, {m, sh.k}).value();
+        auto x_scale = cuda::to_device(f32_filled(m, 0.02f)).value();
+        const double route_us = median_us(timer, [&] {
+          return cuda::kSm90Fp8ScaledMM.apply(layer, Activation::dense(x), nullptr, out);
+        });
+        cuda::ActQuantArgs q;
+        q.x = x.raw();
+        q.m = m;
+        q.k = sh.k;
+        q.ld_x = sh.k;
+        q.mode = tensor ? cuda::ActQuantMode::kStaticTensor : cuda::ActQuantMode::kDynamicToken;
+        q.static_scale = 0.02f;
+        q.codes = codes.raw();
+        q.ld_codes = sh.k;
+        q.scale = {x_scale.raw(), tensor ? 0 : 1, 0, false};
+        const double quant_us = median_us(timer, [&] { return cuda::launch_act_quant(q, s); });
+        cuda::LtGemm g;
+        g.w = w.raw();
+        g.ld_w = sh.k;
+        g.x = codes.raw();
+        g.ld_x = sh.k;
+        g.m = m;
+        g.n = sh.n;
+        g.k = sh.k;
+        g.scale_mode = tensor ? cuda::LtScaleMode::kScalar : cuda::LtScaleMode::kOuterVec;
+        g.w_scale = static_cast<const float*>(w_scale.raw());
+        g.x_scale = static_cast<const float*>(x_scale.raw());
+        g.out = out.raw();
+        const double tuned_us = median_us(timer, [&] { return cuda::lt_gemm(g, s); });
+        g.use_table = false;
+        const double heur_us = median_us(timer, [&] { return cuda::lt_gemm(g, s); });
+        std::printf("F8ROUTE %-17s %-11s %5lld %9.2f %8.2f %9.2f %9.2f\n", scheme_name, sh.name.c_str(),
+                    static_cast<long long>(m), route_us, quant_us, tuned_us, heur_us);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
 // The INT8 route (quantize, IMMA GEMM into INT32, epilogue) end to end, with the GEMM + epilogue run in
 // column blocks whose INT32 result fits the L2 (QLINEAR_INT8_L2_BLOCK_MIB) or in one pass (0), in one
 // process. Lines "I8ROUTE <scheme> <shape> M <MiB> us".
