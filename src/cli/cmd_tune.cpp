@@ -7,7 +7,6 @@
 #include "bench/lt_tune.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
-#include "qlinear/cuda.hpp"
 
 namespace qlinear::cli {
 
