@@ -322,7 +322,8 @@ TEST(CudaPrefillBench, DISABLED_Fp8Route) {
 
 // The wgmma FP8 GEMM (wgmma_fp8_gemm.hpp) against cuBLASLt on the same operands: outputs compared (both
 // BF16 from FP32 accumulators; they may differ by BF16 roundings and summation order) and timed. Lines
-// "WG <shape> M N K wgmma_us cublaslt_us worst_rel bad".
+// "WG <variant> <shape> M N K wgmma_us cublaslt_us worst_rel bad" (worst |difference| / rms of the output;
+// bad: elements beyond 1/64 relative + 1e-3 rms).
 TEST(CudaPrefillBench, DISABLED_WgmmaFp8) {
   if (!have_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   auto timer_or = bench::DeviceTimer::create(0);
@@ -374,38 +375,45 @@ TEST(CudaPrefillBench, DISABLED_WgmmaFp8) {
       a.w_scale = g.w_scale;
       a.w_scale_per_col = true;
       a.out = out_wg.raw();
-      const Status st = cuda::launch_wgmma_fp8_gemm(a, s);
-      if (!st.is_ok()) {
-        std::printf("WG %s failed: %s\n", c.name, st.message().c_str());
-        return;
-      }
       ASSERT_TRUE(cuda::lt_gemm(g, s).is_ok());
       auto lt_h = cuda::to_host(out_lt).value();
-      auto wg_h = cuda::to_host(out_wg).value();
-      double worst = 0, rms = 0;
-      int64_t bad = 0;
-      std::vector<double> ref(static_cast<size_t>(m * c.n)), got(ref.size());
+      std::vector<double> ref(static_cast<size_t>(m * c.n));
+      double rms = 0;
       for (int64_t i = 0; i < m * c.n; ++i) {
-        uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(lt_h.raw())[i]) << 16;
+        const uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(lt_h.raw())[i]) << 16;
         float f;
         std::memcpy(&f, &u, 4);
         ref[i] = f;
-        u = static_cast<uint32_t>(static_cast<const uint16_t*>(wg_h.raw())[i]) << 16;
-        std::memcpy(&f, &u, 4);
-        got[i] = f;
         rms += ref[i] * ref[i];
       }
       rms = std::sqrt(rms / static_cast<double>(ref.size())) + 1e-30;
-      for (size_t i = 0; i < ref.size(); ++i) {
-        const double d = std::fabs(got[i] - ref[i]);
-        worst = std::max(worst, d / rms);
-        if (!(d <= 1.0 / 64 * std::fabs(ref[i]) + 1e-3 * rms)) ++bad;
-      }
-      const double wg_us = median_us(timer, [&] { return cuda::launch_wgmma_fp8_gemm(a, s); });
       const double lt_us = median_us(timer, [&] { return cuda::lt_gemm(g, s); });
-      std::printf("WG %-11s %5lld %6lld %6lld %9.2f %9.2f %.2e %lld\n", c.name, static_cast<long long>(m),
-                  static_cast<long long>(c.n), static_cast<long long>(c.k), wg_us, lt_us, worst,
-                  static_cast<long long>(bad));
+      for (auto [variant, vname] : {std::pair{cuda::WgmmaFp8Variant::kN128Promote, "n128.promote"},
+                                    std::pair{cuda::WgmmaFp8Variant::kN128Fast, "n128.fast"},
+                                    std::pair{cuda::WgmmaFp8Variant::kN256Fast, "n256.fast"}}) {
+        a.variant = variant;
+        ASSERT_TRUE(cuda::fill_bytes(out_wg, 0xFF).is_ok());
+        const Status st = cuda::launch_wgmma_fp8_gemm(a, s);
+        if (!st.is_ok()) {
+          std::printf("WG %s %s failed: %s\n", vname, c.name, st.message().c_str());
+          return;
+        }
+        auto wg_h = cuda::to_host(out_wg).value();
+        double worst = 0;
+        int64_t bad = 0;
+        for (int64_t i = 0; i < m * c.n; ++i) {
+          const uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(wg_h.raw())[i]) << 16;
+          float f;
+          std::memcpy(&f, &u, 4);
+          const double d = std::fabs(f - ref[i]);
+          worst = std::max(worst, d / rms);
+          if (!(d <= 1.0 / 64 * std::fabs(ref[i]) + 1e-3 * rms)) ++bad;
+        }
+        const double wg_us = median_us(timer, [&] { return cuda::launch_wgmma_fp8_gemm(a, s); });
+        std::printf("WG %-12s %-11s %5lld %6lld %6lld %9.2f %9.2f %.2e %lld\n", vname, c.name,
+                    static_cast<long long>(m), static_cast<long long>(c.n), static_cast<long long>(c.k), wg_us, lt_us,
+                    worst, static_cast<long long>(bad));
+      }
       std::fflush(stdout);
     }
   }

@@ -17,6 +17,11 @@
 
 namespace qlinear::cuda {
 
+// Tile width and accumulation: 128 columns with promotion every 128 K (the default, cuBLASLt's numerics
+// without fast accumulation), or 128 / 256 columns accumulated by the tensor cores across K (fast
+// accumulation: fewer registers, one wgmma group kept in flight).
+enum class WgmmaFp8Variant : uint8_t { kN128Promote, kN128Fast, kN256Fast };
+
 struct WgmmaFp8Args {
   const void* x = nullptr;  // E4M3 [m, k], rows ld_x bytes apart
   int64_t ld_x = 0;
@@ -29,6 +34,7 @@ struct WgmmaFp8Args {
   bool w_scale_per_col = false;
   void* out = nullptr;  // BF16 [m, n], rows ld_out elements apart
   int64_t ld_out = 0;
+  WgmmaFp8Variant variant = WgmmaFp8Variant::kN128Promote;
 };
 
 Status launch_wgmma_fp8_gemm(const WgmmaFp8Args& args, Stream stream);
