@@ -33,6 +33,7 @@
 #include "backends/cuda/cublaslt_gemm.hpp"
 #include "backends/cuda/int8_scaled_mm.hpp"
 #include "backends/cuda/wgmma_fp8_gemm.hpp"
+#include "backends/cuda/wgmma_int8_gemm.hpp"
 #include "qlinear/cuda.hpp"
 
 namespace qlinear {
@@ -415,6 +416,135 @@ TEST(CudaPrefillBench, DISABLED_WgmmaFp8) {
                     worst, static_cast<long long>(bad));
       }
       std::fflush(stdout);
+    }
+  }
+}
+
+// The wgmma INT8 GEMM with the fused epilogue against cuBLASLt's INT32 GEMM + launch_int8_epilogue on the
+// same codes: outputs must agree bit for bit (exact accumulation, the same FP64 epilogue); times of the
+// fused kernel, of the two-pass path and of cuBLASLt's GEMM alone (torch._int_mm's work). Lines
+// "WI <tile> <case> M N K fused_us twopass_us gemm_us differing".
+TEST(CudaPrefillBench, DISABLED_WgmmaInt8) {
+  if (!have_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  auto timer_or = bench::DeviceTimer::create(0);
+  ASSERT_TRUE(timer_or) << timer_or.message();
+  bench::DeviceTimer& timer = **timer_or;
+  const cuda::Stream s = cuda::current_stream();
+  struct Case {
+    const char* name;
+    int64_t n, k;
+    std::vector<int64_t> ms;
+    bool asym_bias;
+    DType out;
+  };
+  const std::vector<Case> cases = {{"odd.asym", 200, 320, {1, 7, 257}, true, DType::kBF16},
+                                   {"odd.f32", 136, 4096, {33}, true, DType::kF32},
+                                   {"8b.qkv", 6144, 4096, {1024, 4096}, false, DType::kBF16},
+                                   {"8b.gate_up", 28672, 4096, {4096}, false, DType::kBF16},
+                                   {"8b.down", 4096, 14336, {4096}, false, DType::kBF16}};
+  for (const Case& c : cases) {
+    const Tensor w_host = random_codes(DType::kI8, {c.n, c.k});
+    Tensor colsum = Tensor::empty(DType::kI64, {c.n});
+    Tensor ws_host = Tensor::empty(DType::kF32, {c.n});
+    Tensor bias_host = Tensor::empty(DType::kBF16, {c.n});
+    for (int64_t r = 0; r < c.n; ++r) {
+      int64_t sum = 0;
+      for (int64_t q = 0; q < c.k; ++q) sum += static_cast<const int8_t*>(w_host.raw())[r * c.k + q];
+      colsum.data<int64_t>()[r] = sum;
+      ws_host.data<float>()[r] = 0.001f * (1 + r % 5);
+      static_cast<uint16_t*>(bias_host.raw())[r] = static_cast<uint16_t>(0x3F80 + (r % 17));  // ~1.0 .. 1.13
+    }
+    auto w = cuda::to_device(w_host).value();
+    auto w_scale = cuda::to_device(ws_host).value();
+    auto w_colsum = cuda::to_device(colsum).value();
+    auto bias = cuda::to_device(bias_host).value();
+    for (int64_t m : c.ms) {
+      auto x = cuda::to_device(random_codes(DType::kI8, {m, c.k})).value();
+      Tensor xs_host = Tensor::empty(DType::kF32, {m});
+      Tensor zp_host = Tensor::empty(DType::kI32, {m});
+      for (int64_t r = 0; r < m; ++r) {
+        xs_host.data<float>()[r] = 0.01f * (1 + r % 3);
+        zp_host.data<int32_t>()[r] = static_cast<int32_t>(r % 11) - 5;
+      }
+      auto x_scale = cuda::to_device(xs_host).value();
+      auto x_zp = cuda::to_device(zp_host).value();
+      auto acc = cuda::empty(DType::kI32, {m, c.n}).value();
+      auto out_ref = cuda::empty(c.out, {m, c.n}).value();
+      auto out_wg = cuda::empty(c.out, {m, c.n}).value();
+      cuda::LtGemm g;
+      g.ab_dtype = DType::kI8;
+      g.w = w.raw();
+      g.ld_w = c.k;
+      g.x = x.raw();
+      g.ld_x = c.k;
+      g.m = m;
+      g.n = c.n;
+      g.k = c.k;
+      g.out = acc.raw();
+      g.out_dtype = DType::kI32;
+      cuda::Int8EpilogueArgs e;
+      e.acc = static_cast<const int32_t*>(acc.raw());
+      e.m = m;
+      e.n = c.n;
+      e.x_scale = static_cast<const float*>(x_scale.raw());
+      e.x_scale_per_row = true;
+      e.x_zero_point = c.asym_bias ? static_cast<const int32_t*>(x_zp.raw()) : nullptr;
+      e.x_zero_point_per_row = true;
+      e.w_scale = static_cast<const float*>(w_scale.raw());
+      e.w_colsum = c.asym_bias ? static_cast<const int64_t*>(w_colsum.raw()) : nullptr;
+      e.bias = c.asym_bias ? bias.raw() : nullptr;
+      e.bias_dtype = DType::kBF16;
+      e.out = out_ref.raw();
+      e.out_dtype = c.out;
+      const auto two_pass = [&] {
+        QL_RETURN_IF_ERROR(cuda::lt_gemm(g, s));
+        return cuda::launch_int8_epilogue(e, s);
+      };
+      ASSERT_TRUE(two_pass().is_ok());
+      auto ref = cuda::to_host(out_ref).value();
+      const double two_us = median_us(timer, two_pass);
+      const double gemm_us = median_us(timer, [&] { return cuda::lt_gemm(g, s); });
+      cuda::WgmmaInt8Args a;
+      a.x = x.raw();
+      a.ld_x = c.k;
+      a.w = w.raw();
+      a.ld_w = c.k;
+      a.m = m;
+      a.n = c.n;
+      a.k = c.k;
+      a.x_scale = e.x_scale;
+      a.x_scale_per_row = true;
+      a.x_zero_point = e.x_zero_point;
+      a.x_zero_point_per_row = true;
+      a.w_scale = e.w_scale;
+      a.w_colsum = e.w_colsum;
+      a.bias = e.bias;
+      a.bias_dtype = DType::kBF16;
+      a.out = out_wg.raw();
+      a.out_dtype = c.out;
+      for (int tile : {128, 256}) {
+        a.tile_n = tile;
+        ASSERT_TRUE(cuda::fill_bytes(out_wg, 0xFF).is_ok());
+        const Status st = cuda::launch_wgmma_int8_gemm(a, s);
+        if (!st.is_ok()) {
+          std::printf("WI %d %s failed: %s\n", tile, c.name, st.message().c_str());
+          return;
+        }
+        auto got = cuda::to_host(out_wg).value();
+        int64_t differing = 0;
+        const int64_t bytes = got.nbytes() / (m * c.n);
+        for (int64_t i = 0; i < m * c.n; ++i) {
+          if (std::memcmp(static_cast<const uint8_t*>(got.raw()) + i * bytes,
+                          static_cast<const uint8_t*>(ref.raw()) + i * bytes, static_cast<size_t>(bytes)) != 0) {
+            ++differing;
+          }
+        }
+        const double fused_us = median_us(timer, [&] { return cuda::launch_wgmma_int8_gemm(a, s); });
+        std::printf("WI %d %-10s %5lld %6lld %6lld %9.2f %9.2f %9.2f %lld\n", tile, c.name,
+                    static_cast<long long>(m), static_cast<long long>(c.n), static_cast<long long>(c.k), fused_us,
+                    two_us, gemm_us, static_cast<long long>(differing));
+        std::fflush(stdout);
+      }
     }
   }
 }
