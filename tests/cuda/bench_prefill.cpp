@@ -389,10 +389,19 @@ TEST(CudaPrefillBench, DISABLED_WgmmaFp8) {
       }
       rms = std::sqrt(rms / static_cast<double>(ref.size())) + 1e-30;
       const double lt_us = median_us(timer, [&] { return cuda::lt_gemm(g, s); });
-      for (auto [variant, vname] : {std::pair{cuda::WgmmaFp8Variant::kN128Promote, "n128.promote"},
-                                    std::pair{cuda::WgmmaFp8Variant::kN128Fast, "n128.fast"},
-                                    std::pair{cuda::WgmmaFp8Variant::kN256Fast, "n256.fast"}}) {
-        a.variant = variant;
+      struct Variant {
+        cuda::WgmmaFp8Variant v;
+        bool persistent;
+        const char* name;
+      };
+      for (const Variant& var : {Variant{cuda::WgmmaFp8Variant::kN128Promote, false, "n128.promote"},
+                                 Variant{cuda::WgmmaFp8Variant::kN128Promote, true, "n128.promote.p"},
+                                 Variant{cuda::WgmmaFp8Variant::kN128Fast, false, "n128.fast"},
+                                 Variant{cuda::WgmmaFp8Variant::kN256Fast, false, "n256.fast"},
+                                 Variant{cuda::WgmmaFp8Variant::kN256Fast, true, "n256.fast.p"}}) {
+        a.variant = var.v;
+        a.persistent = var.persistent;
+        const char* vname = var.name;
         ASSERT_TRUE(cuda::fill_bytes(out_wg, 0xFF).is_ok());
         const Status st = cuda::launch_wgmma_fp8_gemm(a, s);
         if (!st.is_ok()) {
@@ -522,12 +531,14 @@ TEST(CudaPrefillBench, DISABLED_WgmmaInt8) {
       a.bias_dtype = DType::kBF16;
       a.out = out_wg.raw();
       a.out_dtype = c.out;
-      for (int tile : {128, 256}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        const int tile = variant % 2 == 0 ? 128 : 256;
         a.tile_n = tile;
+        a.persistent = variant >= 2;
         ASSERT_TRUE(cuda::fill_bytes(out_wg, 0xFF).is_ok());
         const Status st = cuda::launch_wgmma_int8_gemm(a, s);
         if (!st.is_ok()) {
-          std::printf("WI %d %s failed: %s\n", tile, c.name, st.message().c_str());
+          std::printf("WI %d%s %s failed: %s\n", tile, a.persistent ? "p" : "", c.name, st.message().c_str());
           return;
         }
         auto got = cuda::to_host(out_wg).value();
@@ -540,7 +551,7 @@ TEST(CudaPrefillBench, DISABLED_WgmmaInt8) {
           }
         }
         const double fused_us = median_us(timer, [&] { return cuda::launch_wgmma_int8_gemm(a, s); });
-        std::printf("WI %d %-10s %5lld %6lld %6lld %9.2f %9.2f %9.2f %lld\n", tile, c.name,
+        std::printf("WI %d%s %-10s %5lld %6lld %6lld %9.2f %9.2f %9.2f %lld\n", tile, a.persistent ? "p" : "", c.name,
                     static_cast<long long>(m), static_cast<long long>(c.n), static_cast<long long>(c.k), fused_us,
                     two_us, gemm_us, static_cast<long long>(differing));
         std::fflush(stdout);

@@ -20,28 +20,10 @@ struct Params {
   __nv_bfloat16* out;
 };
 
-template <int BN, bool kPromote>
-__global__ void __launch_bounds__(kThreads, 1)
-    wgmma_fp8_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w, Params p) {
-  extern __shared__ uint8_t smem_raw[];
-  Ring<BN> ring(smem_raw);
-  const int wg = threadIdx.x / 128;
-  const int t = threadIdx.x % 128;
-  const int n0 = blockIdx.x * BN;
-  const int m0 = blockIdx.y * kBM;
-  const int num_kb = static_cast<int>((p.k + kBK - 1) / kBK);
-  if (threadIdx.x == 0) ring.init();
-  __syncthreads();
-  if (wg == 0) {
-    if (t == 0) produce<BN>(ring, &map_x, &map_w, m0, n0, num_kb);
-    return;
-  }
-  const int g = wg - 1;
-  float acc[BN / 2];
-  consume<BN, kPromote>(ring, g, t, num_kb, acc);
-
-  // Epilogue: register (j, i, c) of thread (warp w, lane l) is row 16 w + l / 4 + 8 i, column
-  // 8 j + 2 (l % 4) + c of this warpgroup's 64 x 128 block.
+// The tile's outputs: register (j, i, c) of thread t (warp w, lane l) of math warpgroup g is row
+// m0 + 64 g + 16 w + l / 4 + 8 i, column n0 + 8 j + 2 (l % 4) + c.
+template <int BN>
+__device__ __forceinline__ void store_tile(const Params& p, const float (&acc)[BN / 2], int m0, int n0, int g, int t) {
   const int warp = t / 32, lane = t % 32;
   const int64_t row0 = m0 + g * 64 + warp * 16 + lane / 4;
   const bool pairs = p.ld_out % 2 == 0;
@@ -74,10 +56,37 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <int BN, bool kPromote>
-Status launch(const CUtensorMap& map_x, const WgmmaFp8Args& a, const Params& p, Stream stream) {
+__global__ void __launch_bounds__(kThreads, 1)
+    wgmma_fp8_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w, Params p) {
+  extern __shared__ uint8_t smem_raw[];
+  Ring<BN> ring(smem_raw);
+  const int wg = threadIdx.x / 128;
+  const int t = threadIdx.x % 128;
+  const int num_kb = static_cast<int>((p.k + kBK - 1) / kBK);
+  const int num_m = static_cast<int>((p.m + kBM - 1) / kBM);
+  const TileOrder order{num_m, num_m * static_cast<int>((p.n + BN - 1) / BN)};
+  if (threadIdx.x == 0) ring.init();
+  __syncthreads();
+  if (wg == 0) {
+    if (t == 0) produce<BN>(ring, &map_x, &map_w, order, num_kb);
+    return;
+  }
+  int it = 0;
+  for (int tile = blockIdx.x; tile < order.num_tiles; tile += gridDim.x) {
+    int m0, n0;
+    order.coords(tile, BN, m0, n0);
+    float acc[BN / 2];
+    consume<BN, kPromote>(ring, wg - 1, t, num_kb, it, acc);
+    store_tile<BN>(p, acc, m0, n0, wg - 1, t);
+  }
+}
+
+template <int BN, bool kPromote>
+Status launch(const CUtensorMap& map_x, const WgmmaFp8Args& a, const Params& p, bool persistent, Stream stream) {
   QL_ASSIGN_OR_RETURN(CUtensorMap map_w, byte_map(a.w, a.n, a.k, a.ld_w, BN));
   QL_RETURN_IF_ERROR(allow_smem(wgmma_fp8_kernel<BN, kPromote>, smem_bytes<BN>()));
-  const dim3 grid(static_cast<unsigned>((a.n + BN - 1) / BN), static_cast<unsigned>((a.m + kBM - 1) / kBM));
+  const int tiles = static_cast<int>((a.n + BN - 1) / BN * ((a.m + kBM - 1) / kBM));
+  QL_ASSIGN_OR_RETURN(unsigned grid, grid_blocks(tiles, persistent));
   wgmma_fp8_kernel<BN, kPromote><<<grid, kThreads, smem_bytes<BN>(), stream>>>(map_x, map_w, p);
   QL_CUDA_CHECK_LAUNCH("wgmma_fp8_kernel");
   return Status::ok();
@@ -95,9 +104,9 @@ Status launch_wgmma_fp8_gemm(const WgmmaFp8Args& a, Stream stream) {
   Params p{a.m, a.n, a.k, a.ld_out > 0 ? a.ld_out : a.n, a.x_scale, a.x_scale_per_row, a.w_scale, a.w_scale_per_col,
            static_cast<__nv_bfloat16*>(a.out)};
   switch (a.variant) {
-    case WgmmaFp8Variant::kN128Promote: return launch<128, true>(map_x, a, p, stream);
-    case WgmmaFp8Variant::kN128Fast: return launch<128, false>(map_x, a, p, stream);
-    case WgmmaFp8Variant::kN256Fast: return launch<256, false>(map_x, a, p, stream);
+    case WgmmaFp8Variant::kN128Promote: return launch<128, true>(map_x, a, p, a.persistent, stream);
+    case WgmmaFp8Variant::kN128Fast: return launch<128, false>(map_x, a, p, a.persistent, stream);
+    case WgmmaFp8Variant::kN256Fast: return launch<256, false>(map_x, a, p, a.persistent, stream);
   }
   return Status::ok();
 }

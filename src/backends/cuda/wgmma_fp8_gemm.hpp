@@ -35,6 +35,7 @@ struct WgmmaFp8Args {
   void* out = nullptr;  // BF16 [m, n], rows ld_out elements apart
   int64_t ld_out = 0;
   WgmmaFp8Variant variant = WgmmaFp8Variant::kN128Promote;
+  bool persistent = false;  // one block per multiprocessor looping over tiles (else one block per tile)
 };
 
 Status launch_wgmma_fp8_gemm(const WgmmaFp8Args& args, Stream stream);

@@ -56,28 +56,11 @@ __device__ __forceinline__ void store2(void* out, DType d, int64_t at, double y0
   }
 }
 
+// The tile's outputs: register (j, i, c) of thread t (warp w, lane l) of math warpgroup g is row
+// m0 + 64 g + 16 w + l / 4 + 8 i, column n0 + 8 j + 2 (l % 4) + c.
 template <int BN>
-__global__ void __launch_bounds__(kThreads, 1) wgmma_int8_kernel(const __grid_constant__ CUtensorMap map_x,
-                                                                 const __grid_constant__ CUtensorMap map_w,
-                                                                 WgmmaInt8Args p) {
-  extern __shared__ uint8_t smem_raw[];
-  Ring<BN> ring(smem_raw);
-  const int wg = threadIdx.x / 128;
-  const int t = threadIdx.x % 128;
-  const int n0 = blockIdx.x * BN;
-  const int m0 = blockIdx.y * kBM;
-  const int num_kb = static_cast<int>((p.k + kBK - 1) / kBK);
-  if (threadIdx.x == 0) ring.init();
-  __syncthreads();
-  if (wg == 0) {
-    if (t == 0) produce<BN>(ring, &map_x, &map_w, m0, n0, num_kb);
-    return;
-  }
-  const int g = wg - 1;
-  int32_t acc[BN / 2];
-  consume<BN, false>(ring, g, t, num_kb, acc);  // exact: no promotion needed
-
-  // Register (j, i, c) of thread (warp w, lane l): row 16 w + l / 4 + 8 i, column 8 j + 2 (l % 4) + c.
+__device__ __forceinline__ void store_tile(const WgmmaInt8Args& p, const int32_t (&acc)[BN / 2], int m0, int n0,
+                                           int g, int t) {
   const int warp = t / 32, lane = t % 32;
   const int64_t row0 = m0 + g * 64 + warp * 16 + lane / 4;
   const int64_t ld_out = p.ld_out > 0 ? p.ld_out : p.n;
@@ -110,11 +93,39 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_int8_kernel(const __grid_co
 }
 
 template <int BN>
+__global__ void __launch_bounds__(kThreads, 1) wgmma_int8_kernel(const __grid_constant__ CUtensorMap map_x,
+                                                                 const __grid_constant__ CUtensorMap map_w,
+                                                                 WgmmaInt8Args p) {
+  extern __shared__ uint8_t smem_raw[];
+  Ring<BN> ring(smem_raw);
+  const int wg = threadIdx.x / 128;
+  const int t = threadIdx.x % 128;
+  const int num_kb = static_cast<int>((p.k + kBK - 1) / kBK);
+  const int num_m = static_cast<int>((p.m + kBM - 1) / kBM);
+  const TileOrder order{num_m, num_m * static_cast<int>((p.n + BN - 1) / BN)};
+  if (threadIdx.x == 0) ring.init();
+  __syncthreads();
+  if (wg == 0) {
+    if (t == 0) produce<BN>(ring, &map_x, &map_w, order, num_kb);
+    return;
+  }
+  int it = 0;
+  for (int tile = blockIdx.x; tile < order.num_tiles; tile += gridDim.x) {
+    int m0, n0;
+    order.coords(tile, BN, m0, n0);
+    int32_t acc[BN / 2];
+    consume<BN, false>(ring, wg - 1, t, num_kb, it, acc);  // exact: no promotion needed
+    store_tile<BN>(p, acc, m0, n0, wg - 1, t);
+  }
+}
+
+template <int BN>
 Status launch(const WgmmaInt8Args& a, Stream stream) {
   QL_ASSIGN_OR_RETURN(CUtensorMap map_x, byte_map(a.x, a.m, a.k, a.ld_x, kBM));
   QL_ASSIGN_OR_RETURN(CUtensorMap map_w, byte_map(a.w, a.n, a.k, a.ld_w, BN));
   QL_RETURN_IF_ERROR(allow_smem(wgmma_int8_kernel<BN>, smem_bytes<BN>()));
-  const dim3 grid(static_cast<unsigned>((a.n + BN - 1) / BN), static_cast<unsigned>((a.m + kBM - 1) / kBM));
+  const int tiles = static_cast<int>((a.n + BN - 1) / BN * ((a.m + kBM - 1) / kBM));
+  QL_ASSIGN_OR_RETURN(unsigned grid, grid_blocks(tiles, a.persistent));
   wgmma_int8_kernel<BN><<<grid, kThreads, smem_bytes<BN>(), stream>>>(map_x, map_w, a);
   QL_CUDA_CHECK_LAUNCH("wgmma_int8_kernel");
   return Status::ok();

@@ -32,6 +32,7 @@ struct WgmmaInt8Args {
   DType out_dtype = DType::kBF16;  // BF16, F16 or F32
   int64_t ld_out = 0;              // 0: n
   int tile_n = 128;                // 128 or 256 output columns per block
+  bool persistent = false;         // one block per multiprocessor looping over tiles (else one block per tile)
 };
 
 Status launch_wgmma_int8_gemm(const WgmmaInt8Args& args, Stream stream);

@@ -138,34 +138,53 @@ struct Ring {
   }
 };
 
-// Warpgroup 0, one thread: the K slices of the x rows [m0, m0 + 128) and w rows [n0, n0 + BN) into the ring.
+// Output tiles: tile i of a block covers rows [m0, m0 + 128) and columns [n0, n0 + BN), M fastest (blocks
+// running together share a column block of w, and x stays in the L2). A block takes tiles blockIdx.x,
+// blockIdx.x + gridDim.x, ...: one tile per block, or a persistent grid of one block per multiprocessor
+// whose producer loads the next tile while the math warpgroups run the epilogue.
+struct TileOrder {
+  int num_m, num_tiles;
+  __device__ void coords(int tile, int bn, int& m0, int& n0) const {
+    m0 = (tile % num_m) * kBM;
+    n0 = (tile / num_m) * bn;
+  }
+};
+
+// Warpgroup 0, one thread: for each of the block's tiles, the K slices of its x rows and w rows into the
+// ring. `it` counts K blocks across tiles (the ring's position and phase).
 template <int BN>
-__device__ __forceinline__ void produce(Ring<BN>& r, const CUtensorMap* map_x, const CUtensorMap* map_w, int m0,
-                                        int n0, int num_kb) {
-  for (int kb = 0; kb < num_kb; ++kb) {
-    const int s = kb % kStages;
-    mbar_wait(&r.empty[s], ((kb / kStages) & 1) ^ 1);  // a fresh barrier counts as released
-    mbar_arrive_expect_tx(&r.full[s], stage_bytes<BN>());
-    uint8_t* stage = r.smem + s * stage_bytes<BN>();
-    tma_load(stage, map_x, &r.full[s], kb * kBK, m0);
-    tma_load(stage + kTileX, map_w, &r.full[s], kb * kBK, n0);
+__device__ __forceinline__ void produce(Ring<BN>& r, const CUtensorMap* map_x, const CUtensorMap* map_w,
+                                        const TileOrder& order, int num_kb) {
+  int it = 0;
+  for (int tile = blockIdx.x; tile < order.num_tiles; tile += gridDim.x) {
+    int m0, n0;
+    order.coords(tile, BN, m0, n0);
+    for (int kb = 0; kb < num_kb; ++kb, ++it) {
+      const int s = it % kStages;
+      mbar_wait(&r.empty[s], ((it / kStages) & 1) ^ 1);  // a fresh barrier counts as released
+      mbar_arrive_expect_tx(&r.full[s], stage_bytes<BN>());
+      uint8_t* stage = r.smem + s * stage_bytes<BN>();
+      tma_load(stage, map_x, &r.full[s], kb * kBK, m0);
+      tma_load(stage + kTileX, map_w, &r.full[s], kb * kBK, n0);
+    }
   }
 }
 
-// Math warpgroup g (rows [64 g, 64 g + 64) of the tile), thread t of 128: acc = x_tile . w_tile^T over K.
-// kPromote: each 128-K block's sum goes to a scratch accumulator added to acc (FP8 without fast
-// accumulation); otherwise the tensor cores accumulate across K with one wgmma group in flight.
+// Math warpgroup g (rows [64 g, 64 g + 64) of the tile), thread t of 128: acc = x_tile . w_tile^T over K
+// for one tile; `it` counts K blocks across the block's tiles (as the producer's). kPromote: each 128-K
+// block's sum goes to a scratch accumulator added to acc (FP8 without fast accumulation); otherwise the
+// tensor cores accumulate across K with one wgmma group in flight. Every stage is released when done.
 template <int BN, bool kPromote, class Acc>
-__device__ __forceinline__ void consume(Ring<BN>& r, int g, int t, int num_kb, Acc (&acc)[BN / 2]) {
+__device__ __forceinline__ void consume(Ring<BN>& r, int g, int t, int num_kb, int& it, Acc (&acc)[BN / 2]) {
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
   if constexpr (kPromote) {
     Acc part[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) part[i] = 0;
-    for (int kb = 0; kb < num_kb; ++kb) {
-      const int s = kb % kStages;
-      mbar_wait(&r.full[s], (kb / kStages) & 1);
+    for (int kb = 0; kb < num_kb; ++kb, ++it) {
+      const int s = it % kStages;
+      mbar_wait(&r.full[s], (it / kStages) & 1);
       const uint8_t* stage = r.smem + s * stage_bytes<BN>();
       const uint64_t da = smem_desc(stage + g * 64 * kBK);
       const uint64_t db = smem_desc(stage + kTileX);
@@ -179,9 +198,9 @@ __device__ __forceinline__ void consume(Ring<BN>& r, int g, int t, int num_kb, A
       for (int i = 0; i < BN / 2; ++i) acc[i] += part[i];
     }
   } else {
-    for (int kb = 0; kb < num_kb; ++kb) {
-      const int s = kb % kStages;
-      mbar_wait(&r.full[s], (kb / kStages) & 1);
+    for (int kb = 0; kb < num_kb; ++kb, ++it) {
+      const int s = it % kStages;
+      mbar_wait(&r.full[s], (it / kStages) & 1);
       const uint8_t* stage = r.smem + s * stage_bytes<BN>();
       const uint64_t da = smem_desc(stage + g * 64 * kBK);
       const uint64_t db = smem_desc(stage + kTileX);
@@ -190,9 +209,10 @@ __device__ __forceinline__ void consume(Ring<BN>& r, int g, int t, int num_kb, A
       for (int kk = 0; kk < kBK / 32; ++kk) wgmma_m64k32(acc, da + 2 * kk, db + 2 * kk, 1);
       wgmma_commit();
       wgmma_wait<1>();  // the previous block's group is done: release its stage
-      if (t == 0 && kb > 0) mbar_arrive(&r.empty[(kb - 1) % kStages]);
+      if (t == 0 && kb > 0) mbar_arrive(&r.empty[(it - 1) % kStages]);
     }
     wgmma_wait<0>();
+    if (t == 0 && num_kb > 0) mbar_arrive(&r.empty[(it - 1) % kStages]);
   }
 }
 
@@ -233,6 +253,15 @@ inline Result<CUtensorMap> byte_map(const void* base, int64_t rows, int64_t cols
   return map;
 }
 
+
+// Blocks of the grid: one per tile, or (persistent) at most one per multiprocessor.
+inline Result<unsigned> grid_blocks(int num_tiles, bool persistent) {
+  if (!persistent) return static_cast<unsigned>(num_tiles);
+  int device = 0, sms = 0;
+  QL_CUDA_CHECK(cudaGetDevice(&device));
+  QL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return static_cast<unsigned>(num_tiles < sms ? num_tiles : sms);
+}
 
 // Raises a kernel's dynamic shared-memory limit once per device (a per-device attribute).
 template <class Kernel>
