@@ -73,6 +73,20 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
+// Pins accumulator registers at this point of the program: wgmma reads and writes them asynchronously, so
+// no ordinary instruction touching them may be moved across a wgmma issue or a wait (as CUTLASS's
+// warpgroup_fence_operand).
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(int32_t (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+
 // d[64 x N] (+)= a[64 x 32] . b[N x 32]^T from shared memory (accumulate = 0: d = a.b^T), N = 2 x the size
 // of d (128 or 256): E4M3 inputs with FP32 accumulators, or S8 inputs with exact S32 accumulators.
 __device__ __forceinline__ void wgmma_m64k32(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
@@ -188,11 +202,13 @@ __device__ __forceinline__ void consume(Ring<BN>& r, int g, int t, int num_kb, i
       const uint8_t* stage = r.smem + s * stage_bytes<BN>();
       const uint64_t da = smem_desc(stage + g * 64 * kBK);
       const uint64_t db = smem_desc(stage + kTileX);
+      fence_regs(part);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 32; ++kk) wgmma_m64k32(part, da + 2 * kk, db + 2 * kk, kk);  // +32 bytes
       wgmma_commit();
       wgmma_wait<0>();
+      fence_regs(part);
       if (t == 0) mbar_arrive(&r.empty[s]);
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[i] += part[i];
@@ -204,6 +220,7 @@ __device__ __forceinline__ void consume(Ring<BN>& r, int g, int t, int num_kb, i
       const uint8_t* stage = r.smem + s * stage_bytes<BN>();
       const uint64_t da = smem_desc(stage + g * 64 * kBK);
       const uint64_t db = smem_desc(stage + kTileX);
+      fence_regs(acc);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 32; ++kk) wgmma_m64k32(acc, da + 2 * kk, db + 2 * kk, 1);
@@ -212,6 +229,7 @@ __device__ __forceinline__ void consume(Ring<BN>& r, int g, int t, int num_kb, i
       if (t == 0 && kb > 0) mbar_arrive(&r.empty[(it - 1) % kStages]);
     }
     wgmma_wait<0>();
+    fence_regs(acc);
     if (t == 0 && num_kb > 0) mbar_arrive(&r.empty[(it - 1) % kStages]);
   }
 }
