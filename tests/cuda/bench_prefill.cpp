@@ -561,8 +561,9 @@ TEST(CudaPrefillBench, DISABLED_WgmmaInt8) {
 }
 
 // The INT8 route (quantize, IMMA GEMM into INT32, epilogue) end to end, with the GEMM + epilogue run in
-// column blocks whose INT32 result fits the L2 (QLINEAR_INT8_L2_BLOCK_MIB) or in one pass (0), in one
-// process. Lines "I8ROUTE <scheme> <shape> M <MiB> us".
+// column blocks whose INT32 result fits the L2 (QLINEAR_INT8_L2_BLOCK_MIB) or in one pass (0), or the
+// fused wgmma kernel (QLINEAR_INT8_GEMM=wgmma), in one process. Lines "I8ROUTE <scheme> <shape> M
+// <MiB|fused> us".
 TEST(CudaPrefillBench, DISABLED_Int8Route) {
   if (!have_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   auto timer_or = bench::DeviceTimer::create(0);
@@ -591,15 +592,18 @@ TEST(CudaPrefillBench, DISABLED_Int8Route) {
       for (int64_t m : {256, 1024, 4096}) {
         auto x = cuda::to_device(bench::random_rows(DType::kBF16, m, sh.k, 5, 1.0)).value();
         auto out = cuda::empty(DType::kBF16, {m, sh.n}).value();
-        for (const char* mib : {"0", "16", "24", "32", "48"}) {
-          setenv("QLINEAR_INT8_L2_BLOCK_MIB", mib, 1);
+        for (const char* mib : {"0", "16", "32", "fused"}) {
+          const bool fused = std::string(mib) == "fused";
+          setenv("QLINEAR_INT8_GEMM", fused ? "wgmma" : "cublaslt", 1);
+          setenv("QLINEAR_INT8_L2_BLOCK_MIB", fused ? "0" : mib, 1);
           const double us = median_us(timer, [&] {
             return cuda::kSm90Int8ScaledMM.apply(layer, Activation::dense(x), nullptr, out);
           });
-          std::printf("I8ROUTE %-22s %-11s %5lld %3s %9.2f\n", scheme_name, sh.name.c_str(), static_cast<long long>(m),
+          std::printf("I8ROUTE %-22s %-11s %5lld %5s %9.2f\n", scheme_name, sh.name.c_str(), static_cast<long long>(m),
                       mib, us);
         }
         unsetenv("QLINEAR_INT8_L2_BLOCK_MIB");
+        unsetenv("QLINEAR_INT8_GEMM");
         std::fflush(stdout);
       }
     }

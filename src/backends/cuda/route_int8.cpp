@@ -4,6 +4,7 @@
 #include "backends/cuda/cublaslt_gemm.hpp"
 #include "backends/cuda/int8_scaled_mm.hpp"
 #include "backends/cuda/routes.hpp"
+#include "backends/cuda/wgmma_int8_gemm.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -22,6 +23,18 @@ int64_t int8_block_cols(int64_t m, int64_t n) {
   if (mib <= 0) return n;
   const int64_t cols = std::max<int64_t>(256, (mib << 20) / (4 * m) / 256 * 256);
   return std::min(cols, n);
+}
+
+// The GEMM + epilogue engine: the fused wgmma kernel (wgmma_int8_gemm.hpp: bit for bit the same outputs,
+// no INT32 matrix in memory) or cuBLASLt's INT32 GEMM + the epilogue kernel. QLINEAR_INT8_GEMM=wgmma |
+// cublaslt picks one for every M; by default the fused kernel runs from kFusedMinM rows up.
+constexpr int64_t kFusedMinM = 1 << 30;
+
+bool use_fused(int64_t m) {
+  const char* env = std::getenv("QLINEAR_INT8_GEMM");
+  if (env != nullptr && std::string(env) == "wgmma") return true;
+  if (env != nullptr && std::string(env) == "cublaslt") return false;
+  return m >= kFusedMinM;
 }
 
 }  // namespace
@@ -62,6 +75,33 @@ Status apply_int8(const ApplyCtx& a) {
     code_ptr = codes.get();
     scale_ptr = per_row ? scales.as<float>() : nullptr;
     zp_ptr = per_row && !key.symmetric ? zps.as<int32_t>() : nullptr;
+  }
+  // TMA reads the codes: rows 16-byte aligned (k_valid is a multiple of 32; a caller's pre-quantized
+  // tensor may start anywhere).
+  if (use_fused(a.m) && reinterpret_cast<uintptr_t>(code_ptr) % 16 == 0) {
+    WgmmaInt8Args f;
+    f.x = code_ptr;
+    f.ld_x = kl;
+    f.w = a.st.w.raw();
+    f.ld_w = a.st.row_bytes;
+    f.m = a.m;
+    f.n = c.n;
+    f.k = kl;
+    f.x_scale = scale_ptr;
+    f.x_scale_per_row = per_row;
+    f.x_scale_value = a.st.static_input_scale;
+    f.x_zero_point = zp_ptr;
+    f.x_zero_point_per_row = per_row;
+    f.x_zero_point_value = a.st.static_zero_point;
+    f.w_scale = static_cast<const float*>(a.st.w_scale.raw());
+    f.w_colsum = key.symmetric ? nullptr : static_cast<const int64_t*>(a.st.w_colsum.raw());
+    f.bias = a.bias ? a.bias->raw() : nullptr;
+    f.bias_dtype = a.bias ? a.bias->dtype() : DType::kF32;
+    f.out = a.out.raw();
+    f.out_dtype = a.out.dtype();
+    f.tile_n = 256;
+    f.persistent = true;
+    return launch_wgmma_int8_gemm(f, a.stream);
   }
   const int64_t block = int8_block_cols(a.m, c.n);
   QL_ASSIGN_OR_RETURN(Scratch acc, Scratch::make(sizeof(int32_t) * a.m * block, a.stream));
