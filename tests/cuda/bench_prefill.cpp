@@ -448,7 +448,7 @@ TEST(CudaPrefillBench, DISABLED_WgmmaInt8) {
   };
   const std::vector<Case> cases = {{"odd.asym", 200, 320, {1, 7, 257}, true, DType::kBF16},
                                    {"odd.f32", 136, 4096, {33}, true, DType::kF32},
-                                   {"8b.qkv", 6144, 4096, {1024, 4096}, false, DType::kBF16},
+                                   {"8b.qkv", 6144, 4096, {16, 256, 1024, 4096}, false, DType::kBF16},
                                    {"8b.gate_up", 28672, 4096, {4096}, false, DType::kBF16},
                                    {"8b.down", 4096, 14336, {4096}, false, DType::kBF16}};
   for (const Case& c : cases) {
