@@ -94,8 +94,12 @@ int cmd_tune(int argc, char** argv) {
         << "reduction, swizzle,\n// custom, splitK, inner shape, cluster shape, workspace bytes}.\n";
     for (bench::LtTuneResult& r : *results) {
       r.entry.device = r.device_name.c_str();
+      const bool keep_heuristic = r.heuristic_us < cuda::kLtMinGain * r.best_us;
+      const std::string measured = cuda::describe(r.entry.config);
+      if (keep_heuristic) r.entry.config = cuda::LtAlgoConfig{};  // algo -1: the heuristic's choice
       out << cuda::lt_entry_source(r.entry) << "  // " << r.layer.name << " heuristic " << r.heuristic_us
-          << " us, tuned " << r.best_us << " us\n";
+          << " us, best candidate " << r.best_us << " us" << (keep_heuristic ? " (" + measured + "): heuristic kept" : "")
+          << "\n";
     }
     if (!out) {
       std::fprintf(stderr, "qlinear tune: cannot write --out %s\n", path->c_str());

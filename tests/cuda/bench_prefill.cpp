@@ -1,9 +1,10 @@
 // GPU benchmarks of the prefill path's pieces (disabled by default; run with
 // --gtest_also_run_disabled_tests --gtest_filter='CudaPrefillBench.*'), with the benchmark method of
 // src/bench/timing.hpp (CUDA events, L2 flushed before every repetition, medians):
-//   ActQuant:   each activation quantizer (FP8 modes, INT8 modes), previous kernels against the current ones
+//   ActQuant:   each activation quantizer (FP8 modes, INT8 modes): the simple kernels (act_quant_simple.hpp)
+//               against the entry points (the vector kernels, or the simple ones where they measured faster)
 //               in the same process; GB/s of the minimal traffic (activations read once, codes and scales
-//               written once). Lines "AQ <mode> K M old_us new_us old_GB/s new_GB/s".
+//               written once). Lines "AQ <mode> K M simple_us entry_us simple_GB/s entry_GB/s".
 //   LtCandidates: every cuBLASLt heuristic candidate (up to 16) of FP8 with fast accumulation (and with
 //               QLINEAR_LT_BENCH=all the kinds `qlinear tune` measures) at llama3-8b shapes; lines
 //               "LT <kind> <shape> M heur us best us ...", and the INT8 epilogue combinations (scales in
@@ -28,7 +29,7 @@
 
 #if QLINEAR_WITH_CUDA
 #include "backends/cuda/act_quant.hpp"
-#include "backends/cuda/act_quant_legacy.hpp"
+#include "backends/cuda/act_quant_simple.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
 #include "backends/cuda/cublaslt_gemm.hpp"
 #include "backends/cuda/int8_scaled_mm.hpp"
@@ -93,7 +94,7 @@ TEST(CudaPrefillBench, DISABLED_ActQuant) {
         } else {
           a.scale = {scales.raw(), md.mode == cuda::ActQuantMode::kDynamicToken ? 1 : 0, 0, false};
         }
-        const double old_us = median_us(timer, [&] { return cuda::launch_act_quant_legacy(a, s); });
+        const double old_us = median_us(timer, [&] { return cuda::launch_act_quant_simple(a, s); });
         const double new_us = median_us(timer, [&] { return cuda::launch_act_quant(a, s); });
         const double bytes = static_cast<double>(m) * k * 3 + static_cast<double>(m) * groups * 4;
         std::printf("AQ %-14s %6lld %5lld %8.2f %8.2f %7.0f %7.0f\n", md.name, static_cast<long long>(k),
@@ -120,7 +121,7 @@ TEST(CudaPrefillBench, DISABLED_ActQuant) {
         a.ld_codes = k;
         a.scales = static_cast<float*>(scales.raw());
         a.zero_points = static_cast<int32_t*>(zps.raw());
-        const double old_us = median_us(timer, [&] { return cuda::launch_int8_act_quant_legacy(a, s); });
+        const double old_us = median_us(timer, [&] { return cuda::launch_int8_act_quant_simple(a, s); });
         const double new_us = median_us(timer, [&] { return cuda::launch_int8_act_quant(a, s); });
         const double bytes = static_cast<double>(m) * k * 3 + static_cast<double>(m) * 8;
         std::printf("AQ %-14s %6lld %5lld %8.2f %8.2f %7.0f %7.0f\n", md.name, static_cast<long long>(k),
@@ -560,10 +561,8 @@ TEST(CudaPrefillBench, DISABLED_WgmmaInt8) {
   }
 }
 
-// The INT8 route (quantize, IMMA GEMM into INT32, epilogue) end to end, with the GEMM + epilogue run in
-// column blocks whose INT32 result fits the L2 (QLINEAR_INT8_L2_BLOCK_MIB) or in one pass (0), or the
-// fused wgmma kernel (QLINEAR_INT8_GEMM=wgmma), in one process. Lines "I8ROUTE <scheme> <shape> M
-// <MiB|fused> us".
+// The INT8 route (quantize, IMMA GEMM into INT32, epilogue) end to end. Lines "I8ROUTE <scheme> <shape> M 0
+// us".
 TEST(CudaPrefillBench, DISABLED_Int8Route) {
   if (!have_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   auto timer_or = bench::DeviceTimer::create(0);
@@ -592,18 +591,14 @@ TEST(CudaPrefillBench, DISABLED_Int8Route) {
       for (int64_t m : {256, 1024, 4096}) {
         auto x = cuda::to_device(bench::random_rows(DType::kBF16, m, sh.k, 5, 1.0)).value();
         auto out = cuda::empty(DType::kBF16, {m, sh.n}).value();
-        for (const char* mib : {"0", "16", "32", "fused"}) {
-          const bool fused = std::string(mib) == "fused";
-          setenv("QLINEAR_INT8_GEMM", fused ? "wgmma" : "cublaslt", 1);
-          setenv("QLINEAR_INT8_L2_BLOCK_MIB", fused ? "0" : mib, 1);
+        {
+          const char* mib = "0";
           const double us = median_us(timer, [&] {
             return cuda::kSm90Int8ScaledMM.apply(layer, Activation::dense(x), nullptr, out);
           });
           std::printf("I8ROUTE %-22s %-11s %5lld %5s %9.2f\n", scheme_name, sh.name.c_str(), static_cast<long long>(m),
                       mib, us);
         }
-        unsetenv("QLINEAR_INT8_L2_BLOCK_MIB");
-        unsetenv("QLINEAR_INT8_GEMM");
         std::fflush(stdout);
       }
     }

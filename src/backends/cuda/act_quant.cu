@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "backends/cuda/act_quant.hpp"
+#include "backends/cuda/act_quant_simple.hpp"
 #include "backends/cuda/act_vec.cuh"
 #include "backends/cuda/fp_codec.cuh"
 #include "qlinear/quantize.hpp"
@@ -356,6 +357,7 @@ Status launch_typed(const ActQuantArgs& a, Stream stream) {
 
 Status launch_act_quant(const ActQuantArgs& a, Stream stream) {
   if (a.m == 0) return Status::ok();
+  if (a.mode == ActQuantMode::kDynamicGroup128) return launch_act_quant_simple(a, stream);  // measured faster
   switch (a.x_dtype) {
     case DType::kF32: return launch_typed<float>(a, stream);
     case DType::kBF16: return launch_typed<__nv_bfloat16>(a, stream);

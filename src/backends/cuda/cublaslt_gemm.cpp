@@ -225,7 +225,8 @@ Result<CachedAlgo> choose_algo(cublasLtHandle_t handle, Descs& d, const LtGemm& 
   }();
   const std::optional<LtKind> kind = table_off || !g.use_table ? std::nullopt : lt_kind_of(g);
   if (kind) {
-    if (const LtTunedEntry* e = lt_tuned_entry(device_name(device), *kind, g.n, g.k, g.m)) {
+    const LtTunedEntry* e = lt_tuned_entry(device_name(device), *kind, g.n, g.k, g.m);
+    if (e != nullptr && e->config.algo_id >= 0) {  // algo -1: the heuristic's choice measured best
       if (algo_from_config(handle, d, g, e->config, chosen.algo).is_ok()) {
         chosen.workspace = e->config.workspace;
         return chosen;

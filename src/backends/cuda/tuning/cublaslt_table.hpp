@@ -14,6 +14,9 @@ namespace qlinear::cuda {
 
 // One cuBLASLt algorithm, as its configuration attributes (cublasLt.h cublasLtMatmulAlgoConfigAttributes_t)
 // and the workspace it runs with.
+// A tuned entry replaces the heuristic's choice only when it measured at least this much faster.
+inline constexpr double kLtMinGain = 1.05;
+
 struct LtAlgoConfig {
   int32_t algo_id = -1;
   uint32_t tile = 0, stages = 0, reduction = 0, swizzle = 0, custom = 0;
@@ -33,7 +36,7 @@ struct LtTunedEntry {
   LtKind kind;
   int64_t n, k;
   int64_t m_max;  // the bucket: M in (the previous entry's m_max, m_max]; the largest bucket also takes M above
-  LtAlgoConfig config;
+  LtAlgoConfig config;  // algo_id -1: keep cuBLASLt's heuristic choice (no candidate was >= 5% faster)
 };
 
 // The entry for this problem, or null (no entry for the device, kind and shape).

@@ -1,17 +1,18 @@
-// The activation quantizers as they were before the one-pass vector kernels (act_quant.cu,
-// int8_scaled_mm.cu): kept only so the benchmark can time old against new in one process. Not used by
-// any kernel.
+// The simple activation quantizers: FP8 with one thread per 8-element vector over the whole grid (1x128 /
+// MX groups) or one block per row, INT8 with one block per row and one element per thread, the quotient in
+// double. Bit-identical to the reference like act_quant.cu's kernels; which family runs a mode is decided
+// by measurement (act_quant_simple.hpp), and the benchmark times both in one process.
 #include <cmath>
 #include <type_traits>
 
 #include "backends/cuda/act_quant.hpp"
-#include "backends/cuda/act_quant_legacy.hpp"
+#include "backends/cuda/act_quant_simple.hpp"
 #include "backends/cuda/fp_codec.cuh"
 #include "backends/cuda/int8_scaled_mm.hpp"
 #include "qlinear/quantize.hpp"
 
 namespace qlinear::cuda {
-namespace legacy_fp8 {
+namespace simple_fp8 {
 namespace {
 
 constexpr int kThreads = 256;
@@ -275,7 +276,7 @@ Status launch_typed(const ActQuantArgs& a, Stream stream) {
 
 }  // namespace
 
-Status launch_act_quant_legacy(const ActQuantArgs& a, Stream stream) {
+Status launch_act_quant_simple(const ActQuantArgs& a, Stream stream) {
   if (a.m == 0) return Status::ok();
   switch (a.x_dtype) {
     case DType::kF32: return launch_typed<float>(a, stream);
@@ -285,8 +286,8 @@ Status launch_act_quant_legacy(const ActQuantArgs& a, Stream stream) {
   }
 }
 
-}  // namespace legacy_fp8
-namespace legacy_int8 {
+}  // namespace simple_fp8
+namespace simple_int8 {
 namespace {
 
 constexpr int kRowThreads = 256;
@@ -374,7 +375,7 @@ Status launch_quant_typed(const Int8QuantArgs& a, Stream stream) {
 
 }  // namespace
 
-Status launch_int8_act_quant_legacy(const Int8QuantArgs& a, Stream stream) {
+Status launch_int8_act_quant_simple(const Int8QuantArgs& a, Stream stream) {
   if (a.m == 0) return Status::ok();
   if (a.ld_codes < a.k) return Status::error("int8 act_quant: code rows shorter than K");
   const bool dynamic = a.mode == Int8ActMode::kDynamicTokenSym || a.mode == Int8ActMode::kDynamicTokenAsym;
@@ -391,11 +392,11 @@ Status launch_int8_act_quant_legacy(const Int8QuantArgs& a, Stream stream) {
   }
 }
 
-}  // namespace legacy_int8
+}  // namespace simple_int8
 
-Status launch_act_quant_legacy(const ActQuantArgs& a, Stream s) { return legacy_fp8::launch_act_quant_legacy(a, s); }
-Status launch_int8_act_quant_legacy(const Int8QuantArgs& a, Stream s) {
-  return legacy_int8::launch_int8_act_quant_legacy(a, s);
+Status launch_act_quant_simple(const ActQuantArgs& a, Stream s) { return simple_fp8::launch_act_quant_simple(a, s); }
+Status launch_int8_act_quant_simple(const Int8QuantArgs& a, Stream s) {
+  return simple_int8::launch_int8_act_quant_simple(a, s);
 }
 
 }  // namespace qlinear::cuda
