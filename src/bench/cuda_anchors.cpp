@@ -127,6 +127,7 @@ class CudaAnchorImpl final : public CudaAnchor {
       g.x = x.raw();
       g.out = out.raw();
       g.out_dtype = kind_ == Kind::kInt8 ? DType::kI32 : DType::kBF16;
+      g.use_table = false;  // the vendor's own choice (cuBLASLt's heuristic), as torch._scaled_mm makes it
       if (kind_ != Kind::kInt8) {
         g.scale_mode = kind_ == Kind::kFp8Scalar    ? cuda::LtScaleMode::kScalar
                        : kind_ == Kind::kFp8Block ? cuda::LtScaleMode::kBlock

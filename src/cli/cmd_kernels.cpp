@@ -1,7 +1,9 @@
 // qlinear kernels: every registered kernel and whether it runs here; schemes; why a layer gets its kernel.
 #include <cstdio>
+#include <optional>
 #include <nlohmann/json.hpp>
 
+#include "backends/cuda/tuning/cublaslt_table.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/platform_option.hpp"
@@ -23,6 +25,42 @@ const std::vector<OptionSpec> kSpecs = {
     {"--json", "", "machine-readable output"},
     {"--help", "", "this help"},
 };
+
+// The cuBLASLt GEMM kind of a scheme's CUDA cuBLASLt route (route_cublaslt_fp8.cpp, route_int8.cpp), if any.
+std::optional<cuda::LtKind> cublaslt_kind(const Scheme& s) {
+  switch (s.family) {
+    case Family::kFp8ScaledMM:
+      return s.weight_key.scale.group.is_per_tensor() && s.activation_key &&
+                     s.activation_key->scale.group.is_per_tensor()
+                 ? cuda::LtKind::kFp8Tensor
+                 : cuda::LtKind::kFp8Rowwise;
+    case Family::kFp8BlockScaled: return cuda::LtKind::kFp8Block;
+    case Family::kInt8ScaledMM: return cuda::LtKind::kInt8;
+    default: return std::nullopt;
+  }
+}
+
+// The tuned cuBLASLt algorithm per M bucket for this layer's GEMM (the table `qlinear tune` writes).
+nlohmann::json tuned_cublaslt(const Scheme& s, int64_t n, int64_t k) {
+  nlohmann::json out = nlohmann::json::array();
+  const auto kind = cublaslt_kind(s);
+  if (!kind) return out;
+  const int64_t k_gemm = (k + 31) / 32 * 32;  // the routes run K padded to 32 (layer_state.cpp)
+  int64_t m_min = 1;
+  std::string device;
+  for (const cuda::LtTunedEntry* e : cuda::lt_tuned_entries(*kind, n, k_gemm)) {
+    if (device != e->device) m_min = 1;
+    device = e->device;
+    out.push_back({{"device", e->device},
+                   {"kind", cuda::lt_kind_name(e->kind)},
+                   {"m_min", m_min},
+                   {"m_max", e->m_max},
+                   {"config", e->config.algo_id < 0 ? std::string("cuBLASLt's heuristic choice (no candidate >= 5% faster)")
+                                                    : cuda::describe(e->config)}});
+    m_min = e->m_max + 1;
+  }
+  return out;
+}
 
 int list_schemes(bool json) {
   if (json) {
@@ -139,7 +177,8 @@ int cmd_kernels(int argc, char** argv) {
                           {"platform", platform->describe()},
                           {"selected", sel.kernel ? nlohmann::json(sel.kernel->name()) : nlohmann::json(nullptr)},
                           {"summary", sel.kernel ? nlohmann::json(sel.kernel->summary()) : nlohmann::json(nullptr)},
-                          {"candidates", cands}};
+                          {"candidates", cands},
+                          {"cublaslt_tuned", tuned_cublaslt(*scheme, *n, *k)}};
     std::printf("%s\n", doc.dump(2).c_str());
   } else {
     std::printf("%s on %s\n%s", config.to_string().c_str(), platform->describe().c_str(), sel.explain().c_str());
@@ -147,6 +186,20 @@ int cmd_kernels(int argc, char** argv) {
     // The summary says what runs for which M where a kernel hands small M to another code path (AMX).
     if (sel.kernel != nullptr) {
       std::printf("%s: %s\n", std::string(sel.kernel->name()).c_str(), std::string(sel.kernel->summary()).c_str());
+    }
+    if (const auto kind = cublaslt_kind(*scheme)) {
+      const nlohmann::json tuned = tuned_cublaslt(*scheme, *n, *k);
+      std::printf("cuBLASLt %s GEMM, N=%lld K=%lld: ", std::string(cuda::lt_kind_name(*kind)).c_str(),
+                  static_cast<long long>(*n), static_cast<long long>(*k));
+      if (tuned.empty()) {
+        std::printf("no tuned entry (cuBLASLt's heuristic choice; `qlinear tune` measures the candidates)\n");
+      } else {
+        std::printf("tuned algorithm by M (above the last bucket: its algorithm)\n");
+        for (const auto& e : tuned) {
+          std::printf("  %s  M %lld..%lld: %s\n", e["device"].get<std::string>().c_str(), e["m_min"].get<long long>(),
+                      e["m_max"].get<long long>(), e["config"].get<std::string>().c_str());
+        }
+      }
     }
   }
   return sel.kernel ? 0 : 1;

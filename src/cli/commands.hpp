@@ -9,4 +9,5 @@ int cmd_run(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_quantize(int argc, char** argv);
 int cmd_cache(int argc, char** argv);
+int cmd_tune(int argc, char** argv);
 }  // namespace qlinear::cli

@@ -22,6 +22,7 @@
 #if QLINEAR_WITH_CUDA
 #include "backends/cuda/act_quant.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
+#include "backends/cuda/int8_scaled_mm.hpp"
 #include "backends/reference/reference_kernels.hpp"
 #include "qlinear/cuda.hpp"
 #include "cuda/cuda_test_util.hpp"
@@ -68,8 +69,12 @@ bool takes_cublaslt(const LinearKernel* k, const LinearConfig& c, int64_t m) {
 Tensor varied_activation(DType d, int64_t m, int64_t k, uint64_t seed) {
   Tensor x = random_normal(DType::kF32, {m, k}, seed, 1.0);
   for (int64_t r = 0; r < m; ++r) {
-    const float f = r == 1 ? 0.0f : (r == 2 ? 1e-6f : std::ldexp(1.0f, static_cast<int>(r % 9) - 4));
-    for (int64_t c = 0; c < k; ++c) x.data<float>()[r * k + c] *= f;
+    // Row 1 all zeros, row 4 all negative zeros (codes keep the sign), row 2 tiny.
+    const float f = r == 1 ? 0.0f : r == 4 ? -0.0f : (r == 2 ? 1e-6f : std::ldexp(1.0f, static_cast<int>(r % 9) - 4));
+    for (int64_t c = 0; c < k; ++c) {
+      float& v = x.data<float>()[r * k + c];
+      v = r == 4 ? -0.0f : v * f;
+    }
   }
   return to_dtype(x, d);
 }
@@ -177,10 +182,103 @@ TEST(CudaActQuant, CodesAndScalesAreBitIdenticalToTheReference) {
   };
   for (const QuantCase& qc : cases) {
     for (DType d : {DType::kBF16, DType::kF16, DType::kF32}) {
-      for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 4096}, {7, 1000}, {17, 320}, {64, 4160}}) {
+      // Odd K (unaligned rows: the scalar loads), rows longer than one pass of the per-token kernel (K >
+      // 16384: 8 vectors per thread; K > 32768: the loop over passes), many short rows.
+      for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 4096}, {7, 1000}, {17, 320}, {64, 4160}, {3, 33},
+                          {5, 18016}, {2, 40000}, {8192, 136}, {300, 1000}}) {
         if (qc.mode == cuda::ActQuantMode::kMx32 && k % 32 != 0) continue;
+        if (d == DType::kF32 && m * k > 1000000) continue;  // the f32 path is the same code; keep the test short
         check_act_quant(qc, d, m, k, false);
         check_act_quant(qc, d, m, k, true);
+      }
+    }
+  }
+}
+
+// The INT8 quantizer: codes, scales and zero points bit-identical to the reference (int8_quant.cpp).
+void check_int8_quant(cuda::Int8ActMode mode, const QuantKey& key, DType dtype, int64_t m, int64_t k) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(key_name(key) + " " + std::string(name(dtype)) + " M=" + std::to_string(m) + " K=" + std::to_string(k) +
+               " seed=" + std::to_string(seed));
+  Tensor xf = varied_activation(DType::kF32, m, k, seed);  // drawn in f32, converted once (to_dtype takes f32)
+  if (m > 5) {  // a row of positive values only: its zero point is far from 0 (asymmetric)
+    for (int64_t c = 0; c < k; ++c) xf.data<float>()[5 * k + c] = 100.0f + std::fabs(xf.data<float>()[5 * k + c]);
+  }
+  const Tensor x = to_dtype(xf, dtype);
+  const bool is_static = mode == cuda::Int8ActMode::kStaticSym || mode == cuda::Int8ActMode::kStaticAsym;
+  const float static_scale = 0.0123f;
+  const int32_t static_zp = mode == cuda::Int8ActMode::kStaticAsym ? -7 : 0;
+  QuantizeOptions opt;
+  if (is_static) opt.static_scale = Tensor::scalar_f32(static_scale).reshape({1}).value();
+  if (mode == cuda::Int8ActMode::kStaticAsym) {
+    Tensor z = Tensor::empty(DType::kI32, {1});
+    z.data<int32_t>()[0] = static_zp;
+    opt.static_zero_point = z;
+  }
+  auto ref = quantize(x, key, opt);
+  ASSERT_TRUE(ref) << ref.message();
+  const int64_t ld_codes = (k + 31) / 32 * 32 + 32;
+  auto xd = cuda::to_device(x);
+  auto codes = cuda::empty(DType::kI8, {m, ld_codes});
+  auto scales = cuda::empty(DType::kF32, {m});
+  auto zps = cuda::empty(DType::kI32, {m});
+  ASSERT_TRUE(xd && codes && scales && zps);
+  QL_ASSERT_OK(cuda::fill_bytes(*codes, 0x5A));
+  cuda::Int8QuantArgs a;
+  a.x = xd->raw();
+  a.x_dtype = dtype;
+  a.m = m;
+  a.k = k;
+  a.ld_x = k;
+  a.mode = mode;
+  a.static_scale = static_scale;
+  a.static_zero_point = static_zp;
+  a.codes = static_cast<int8_t*>(codes->raw());
+  a.ld_codes = ld_codes;
+  a.scales = static_cast<float*>(scales->raw());
+  a.zero_points = static_cast<int32_t*>(zps->raw());
+  QL_ASSERT_OK(cuda::launch_int8_act_quant(a, cuda::current_stream()));
+  auto got = cuda::to_host(*codes);
+  auto got_s = cuda::to_host(*scales);
+  auto got_z = cuda::to_host(*zps);
+  ASSERT_TRUE(got && got_s && got_z);
+  const int8_t* rc = static_cast<const int8_t*>(ref->data.raw());
+  int64_t bad = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < ld_codes; ++c) {
+      const int8_t want = c < k ? rc[r * k + c] : int8_t{0};
+      const int8_t have = got->data<int8_t>()[r * ld_codes + c];
+      if (have != want && bad++ < 5) {
+        ADD_FAILURE() << "code (" << r << ", " << c << ") " << int{have} << ", reference " << int{want};
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  if (!is_static) {
+    for (int64_t r = 0; r < m; ++r) {
+      EXPECT_EQ(got_s->data<float>()[r], ref->scale.data<float>()[r]) << "scale of row " << r;
+      if (mode == cuda::Int8ActMode::kDynamicTokenAsym) {
+        EXPECT_EQ(got_z->data<int32_t>()[r], ref->zero_point.data<int32_t>()[r]) << "zero point of row " << r;
+      }
+    }
+  }
+}
+
+TEST(CudaActQuant, Int8CodesScalesAndZeroPointsAreBitIdenticalToTheReference) {
+  QL_REQUIRE_SM90();
+  const std::vector<std::pair<cuda::Int8ActMode, QuantKey>> cases = {
+      {cuda::Int8ActMode::kStaticSym, kInt8StaticTensorSym},
+      {cuda::Int8ActMode::kStaticAsym, kInt8StaticTensorAsym},
+      {cuda::Int8ActMode::kDynamicTokenSym, kInt8DynamicTokenSym},
+      {cuda::Int8ActMode::kDynamicTokenAsym, kInt8DynamicTokenAsym},
+  };
+  for (const auto& [mode, key] : cases) {
+    for (DType d : {DType::kBF16, DType::kF16, DType::kF32}) {
+      // {260, 9000}: per-token rows that the simple kernel takes (act_quant_simple.hpp).
+      for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 4096}, {7, 1000}, {17, 320}, {3, 33}, {6, 18016},
+                          {2, 40000}, {8192, 136}, {300, 1000}, {260, 9000}}) {
+        if (d == DType::kF32 && m * k > 1000000) continue;
+        check_int8_quant(mode, key, d, m, k);
       }
     }
   }

@@ -1,16 +1,22 @@
 // Activation quantization kernels (act_quant.hpp): the reference quantizers' arithmetic on the GPU.
-// Memory-bound: each thread takes 8 consecutive elements (one 16-byte load of BF16/F16 where the rows are
-// aligned), coalesced across the warp.
+// Memory-bound, written for DRAM speed (act_vec.cuh): 16-byte loads, V vectors in flight per thread, one
+// block per row (per-token and per-tensor scales) or per row chunk (1xG groups); a per-token row that fits
+// one pass (K <= 32768) is read once, reduced and quantized from registers.
 #include <cmath>
 #include <type_traits>
 
 #include "backends/cuda/act_quant.hpp"
+#include "backends/cuda/act_quant_simple.hpp"
+#include "backends/cuda/act_vec.cuh"
 #include "backends/cuda/fp_codec.cuh"
 #include "qlinear/quantize.hpp"
 
 namespace qlinear::cuda {
 
 namespace {
+
+using actvec::kVec;
+using actvec::Raw;
 
 constexpr int kThreads = 256;
 constexpr double kFp8Max = kFp8E4M3Max;
@@ -21,137 +27,101 @@ __device__ __forceinline__ float load(const float* p) { return *p; }
 __device__ __forceinline__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 __device__ __forceinline__ float load(const __half* p) { return __half2float(*p); }
 
-constexpr int kVec = 8;  // elements per thread and chunk
-
-// Elements col .. col+7 of a row as floats, zeros at and beyond k.
-template <class T>
-__device__ __forceinline__ void load8(const T* __restrict__ row, int64_t col, int64_t k, bool vec, float (&v)[kVec]) {
-  if (vec && col + kVec <= k) {
-    if constexpr (sizeof(T) == 2) {
-      const uint4 u = *reinterpret_cast<const uint4*>(row + col);
-      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if constexpr (std::is_same_v<T, __half>) {
-          v[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[i] & 0xFFFFu)));
-          v[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[i] >> 16)));
-        } else {
-          v[2 * i] = __uint_as_float(w[i] << 16);
-          v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-        }
-      }
-    } else {
-      const float4 a = *reinterpret_cast<const float4*>(row + col);
-      const float4 b = *reinterpret_cast<const float4*>(row + col + 4);
-      v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-      v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) v[i] = col + i < k ? load(row + col + i) : 0.0f;
-  }
-}
-
-// Codes col .. col+7 of output row `r` (bytes, or their exact float values), those below ld_codes.
+// Codes col .. col+7 of output row `r` (bytes packed in `q`, code i in byte i % 4 of word i / 4, or their
+// exact float values), those below ld_codes.
 __device__ __forceinline__ void store8(void* __restrict__ codes, bool as_float, int64_t r, int64_t ld_codes,
-                                       int64_t col, const uint8_t (&q)[kVec]) {
+                                       int64_t col, uint2 q) {
   if (col + kVec <= ld_codes && ld_codes % kVec == 0) {
     if (as_float) {
       float4* p = reinterpret_cast<float4*>(static_cast<float*>(codes) + r * ld_codes + col);
-      p[0] = make_float4(codec::decode_e4m3(q[0]), codec::decode_e4m3(q[1]), codec::decode_e4m3(q[2]),
-                         codec::decode_e4m3(q[3]));
-      p[1] = make_float4(codec::decode_e4m3(q[4]), codec::decode_e4m3(q[5]), codec::decode_e4m3(q[6]),
-                         codec::decode_e4m3(q[7]));
+      float f[kVec];
+      codec::decode_e4m3x4(q.x, f);
+      codec::decode_e4m3x4(q.y, f + 4);
+      p[0] = make_float4(f[0], f[1], f[2], f[3]);
+      p[1] = make_float4(f[4], f[5], f[6], f[7]);
     } else {
-      uint2 w;
-      w.x = q[0] | q[1] << 8 | q[2] << 16 | static_cast<uint32_t>(q[3]) << 24;
-      w.y = q[4] | q[5] << 8 | q[6] << 16 | static_cast<uint32_t>(q[7]) << 24;
-      *reinterpret_cast<uint2*>(static_cast<uint8_t*>(codes) + r * ld_codes + col) = w;
+      *reinterpret_cast<uint2*>(static_cast<uint8_t*>(codes) + r * ld_codes + col) = q;
     }
     return;
   }
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
     if (col + i >= ld_codes) break;
+    const uint32_t c = ((i < 4 ? q.x : q.y) >> (8 * (i % 4))) & 0xFFu;
     if (as_float) {
-      static_cast<float*>(codes)[r * ld_codes + col + i] = codec::decode_e4m3(q[i]);
+      static_cast<float*>(codes)[r * ld_codes + col + i] = codec::decode_e4m3(c);
     } else {
-      static_cast<uint8_t*>(codes)[r * ld_codes + col + i] = q[i];
+      static_cast<uint8_t*>(codes)[r * ld_codes + col + i] = static_cast<uint8_t>(c);
     }
   }
 }
 
-__device__ __forceinline__ float warp_max(float v, int width = 32) {
-  for (int o = width / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  return v;
+// The exact path of encode8_div, out of line: it runs for a few elements in a million.
+__device__ __noinline__ uint32_t encode_e4m3_quotient(float x, double s) {
+  return codec::encode_e4m3(static_cast<double>(x) / s);
 }
 
-constexpr int kRowThreads = 512;  // one block per row: 4096 elements per pass, few passes at small M
-
-__device__ float block_max(float v) {
-  __shared__ float partial[kRowThreads / 32];
-  v = warp_max(v);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
-  __syncthreads();
-  float r = 0.0f;
-  for (int i = 0; i < kRowThreads / 32; ++i) r = fmaxf(r, partial[i]);
-  __syncthreads();
-  return r;
-}
-
-// |x| max over everything into *amax (non-negative floats order like their bit patterns).
-template <class T>
-__global__ void amax_kernel(const T* x, int64_t m, int64_t k, int64_t ld, uint32_t* amax) {
-  float v = 0.0f;
-  const int64_t total = m * k;
-  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kThreads) {
-    v = fmaxf(v, fabsf(load(x + (i / k) * ld + i % k)));
-  }
-  v = warp_max(v);
-  if (threadIdx.x % 32 == 0) atomicMax(amax, __float_as_uint(v));
-}
-
-// One block per row: per-tensor (static or dynamic) and per-token scales.
-template <class T>
-__global__ void quant_row_kernel(const T* __restrict__ x, int64_t k, int64_t ld_x, bool vec, ActQuantMode mode,
-                                 float static_scale, float scale_ub, const uint32_t* amax_tensor,
-                                 void* __restrict__ codes, bool as_float, int64_t ld_codes, ScaleOut so,
-                                 const float* __restrict__ row_amax) {
-  const int64_t m = blockIdx.x;
-  const T* row = x + m * ld_x;
-  double s = static_scale;
-  if (mode == ActQuantMode::kDynamicTensor) {
-    s = static_cast<double>(static_cast<float>(static_cast<double>(__uint_as_float(*amax_tensor)) / kFp8Max));
-    if (!(s > 0)) s = kMinScale;
-  } else if (mode == ActQuantMode::kDynamicToken && row_amax != nullptr) {
-    double amax = row_amax[m];
-    if (scale_ub > 0) amax = fmin(amax, static_cast<double>(scale_ub));
-    s = fmax(static_cast<double>(static_cast<float>(amax / kFp8Max)), kMinScale);
-  } else if (mode == ActQuantMode::kDynamicToken) {
-    float a = 0.0f;
-#pragma unroll 4
-    for (int64_t col = threadIdx.x * int64_t{kVec}; col < k; col += int64_t{kRowThreads} * kVec) {
-      float v[kVec];
-      load8(row, col, k, vec, v);
+// encode_e4m3(x[i] / s) for 8 elements, r = f32(1/s) (fp_codec.cuh's encode_e4m3_div, two conversions per
+// instruction): q = x * r is within 2 ulps of the exact quotient, so where q is a normal E4M3 value
+// (|q| >= 2^-6) at least 4 ulps from a rounding midpoint, the hardware's RNE/saturating conversion of q
+// gives the code of the quotient; zeros keep their sign; everything else takes the exact double path.
+__device__ __forceinline__ uint2 encode8_div(const float (&x)[kVec], float r, double s) {
+  uint32_t bits[kVec];
+  uint32_t slow = 0;
+  float q[kVec];
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) a = fmaxf(a, fabsf(v[i]));
+  for (int i = 0; i < kVec; ++i) {
+    q[i] = x[i] * r;
+    bits[i] = __float_as_uint(q[i]);
+    const uint32_t u = bits[i] & 0x7FFFFFFFu;
+    const bool normal = u - (121u << 23) < 0x7F800000u - (121u << 23);
+    const bool near_midpoint = (u & 0xFFFFFu) - 0x7FFFCu <= 8u;
+    if (u != 0 && (!normal || near_midpoint)) slow |= 1u << i;
+  }
+  uint32_t w[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(q[4 * h], q[4 * h + 1]), __NV_SATFINITE, __NV_E4M3);
+    const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(q[4 * h + 2], q[4 * h + 3]), __NV_SATFINITE, __NV_E4M3);
+    w[h] = lo | hi << 16;
+  }
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    uint32_t c = 0;
+    bool fix = false;
+    if (bits[i] == 0x80000000u) {  // -0 keeps its sign
+      c = 0x80u;
+      fix = true;
     }
-    double amax = block_max(a);
-    if (scale_ub > 0) amax = fmin(amax, static_cast<double>(scale_ub));
-    s = fmax(static_cast<double>(static_cast<float>(amax / kFp8Max)), kMinScale);
+    if (slow & (1u << i)) {
+      c = encode_e4m3_quotient(x[i], s);
+      fix = true;
+    }
+    if (fix) w[i / 4] = (w[i / 4] & ~(0xFFu << (8 * (i % 4)))) | c << (8 * (i % 4));
   }
-  // Per-tensor scales too are written once per row when m_stride != 0 (cuBLASLt's OUTER_VEC wants [M]).
-  if (threadIdx.x == 0 && (so.m_stride != 0 || m == 0)) static_cast<float*>(so.scales)[m * so.m_stride] = static_cast<float>(s);
-  const float r = 1.0f / static_cast<float>(s);  // s is an f32 value
-#pragma unroll 4
-  for (int64_t col = threadIdx.x * int64_t{kVec}; col < ld_codes; col += int64_t{kRowThreads} * kVec) {
-    float v[kVec];
-    load8(row, col, k, vec, v);
-    uint8_t q[kVec];
+  return make_uint2(w[0], w[1]);
+}
+
+// f32(1/s), or NaN when that is not a normal float (a static scale beyond 2^125): encode8_div then takes
+// the exact path for every element, since the 2-ulp argument needs a normal reciprocal.
+__device__ __forceinline__ float quotient_rcp(double s) {
+  const float r = 1.0f / static_cast<float>(s);
+  return r >= 0x1p-125f && r <= 0x1p125f ? r : __int_as_float(0x7FFFFFFF);
+}
+
+// encode_e4m3(x[i] * 2^-e) for MX (fp_codec.cuh's encode_e4m3_pow2: the scaling is exact).
+__device__ __forceinline__ uint2 encode8_pow2(const float (&x)[kVec], int e) {
+  const float scale = e == 127 ? __uint_as_float(0x00400000u) : __uint_as_float(static_cast<uint32_t>(127 - e) << 23);
+  uint32_t w[2];
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) q[i] = codec::encode_e4m3_div(v[i], r, s);
-    store8(codes, as_float, m, ld_codes, col, q);
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t lo =
+        __nv_cvt_float2_to_fp8x2(make_float2(x[4 * h] * scale, x[4 * h + 1] * scale), __NV_SATFINITE, __NV_E4M3);
+    const uint32_t hi =
+        __nv_cvt_float2_to_fp8x2(make_float2(x[4 * h + 2] * scale, x[4 * h + 3] * scale), __NV_SATFINITE, __NV_E4M3);
+    w[h] = lo | hi << 16;
   }
+  return make_uint2(w[0], w[1]);
 }
 
 // ceil(log2(a / 448)) exactly, a > 0 finite (mx_quant.cpp's ceil_log2_ratio with m = 448 = 0.875 * 2^9).
@@ -161,64 +131,162 @@ __device__ __forceinline__ int ceil_log2_over_448(double a) {
   return ka - 9 + (fa > 0.875 ? 1 : 0);
 }
 
-// 1xG groups (G = 128: FP8 per-token-group; G = 32: MX). Each thread takes eight consecutive elements of a
-// row; the G/8 threads of a group are consecutive lanes of one warp and reduce the amax by shuffles.
-template <class T, int G>
-__global__ void quant_group_kernel(const T* __restrict__ x, int64_t m, int64_t k, int64_t ld_x, bool vec,
-                                   int64_t groups, int64_t real_groups, void* __restrict__ codes, bool as_float,
-                                   int64_t ld_codes, ScaleOut so) {
-  static_assert(G == 32 || G == 128, "1x32 (MX) and 1x128 groups only");
-  constexpr int kLanesPerGroup = G / kVec;
-  const int64_t chunks_per_row = groups * kLanesPerGroup;
-  const int64_t c = blockIdx.x * int64_t{kThreads} + threadIdx.x;
-  const bool valid = c < m * chunks_per_row;
-  const int64_t r = valid ? c / chunks_per_row : 0;
-  const int64_t col = valid ? (c % chunks_per_row) * kVec : 0;
-  float v[kVec];
-  load8(x + r * ld_x, col, valid ? k : 0, vec, v);
-  float a = 0.0f;
+struct Fp8QuantParams {
+  const void* x;
+  int64_t k, ld_x;
+  bool aligned;  // rows start 16-byte aligned
+  ActQuantMode mode;
+  float static_scale, scale_ub;
+  const uint32_t* amax_tensor;  // kDynamicTensor: the global amax (float bits)
+  const float* row_amax;        // kDynamicToken: given row maxima, or null
+  uint32_t* amax_out;           // non-null: only reduce |x| into *amax_out (the first pass of kDynamicTensor)
+  void* codes;
+  bool as_float;
+  int64_t ld_codes;
+  ScaleOut so;
+  int64_t real_groups;  // group modes: scales are written for groups < real_groups
+};
+
+// Grid (rows, chunks). Thread t of a block takes vectors t + j * blockDim.x (j < V) of its chunk.
+template <class T, int V>
+__global__ void __launch_bounds__(512) fp8_quant_kernel(Fp8QuantParams p) {
+  const int64_t row = blockIdx.x;
+  const T* xr = static_cast<const T*>(p.x) + row * p.ld_x;
+  const int64_t per_pass = int64_t{blockDim.x} * V * kVec;
+  Raw<T> r[V];
+  const auto col_of = [&](int64_t base, int j) { return base + (int64_t{j} * blockDim.x + threadIdx.x) * kVec; };
+  const auto load_pass = [&](int64_t base) {
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) a = fmaxf(a, fabsf(v[i]));
-  a = warp_max(a, kLanesPerGroup);  // groups are aligned to kLanesPerGroup lanes
-  if (!valid) return;
-  const int64_t g = col / G;
-  uint8_t q[kVec];
-  if constexpr (G == 128) {
-    const double s = static_cast<double>(static_cast<float>(fmax(static_cast<double>(a), kGroupAmaxFloor) / kFp8Max));
-    const float rcp = 1.0f / static_cast<float>(s);
+    for (int j = 0; j < V; ++j) r[j] = actvec::load_vec(xr, col_of(base, j), p.k, p.aligned);
+  };
+  const auto pass_max = [&]() {
+    float a = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) q[i] = codec::encode_e4m3_div(v[i], rcp, s);
-    if (col % G == 0 && g < real_groups) {
-      static_cast<float*>(so.scales)[r * so.m_stride + g * so.g_stride] = static_cast<float>(s);
-    }
-  } else {
-    int e = a == 0.0f ? -127 : ceil_log2_over_448(a);
-    e = e < -127 ? -127 : (e > 127 ? 127 : e);
+    for (int j = 0; j < V; ++j) a = fmaxf(a, actvec::abs_max(r[j]));
+    return a;
+  };
+
+  if (p.amax_out != nullptr) {  // per-tensor amax
+    load_pass(int64_t{blockIdx.y} * per_pass);
+    const float a = actvec::block_max(pass_max());
+    if (threadIdx.x == 0) atomicMax(p.amax_out, __float_as_uint(a));
+    return;
+  }
+
+  const bool group = p.mode == ActQuantMode::kDynamicGroup128 || p.mode == ActQuantMode::kMx32;
+  if (group) {
+    const int64_t base = int64_t{blockIdx.y} * per_pass;
+    load_pass(base);
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) q[i] = codec::encode_e4m3_pow2(v[i], e);
-    if (col % G == 0 && g < real_groups) {
-      const int64_t at = r * so.m_stride + g * so.g_stride;
-      if (so.mx_as_float) {
-        static_cast<float*>(so.scales)[at] = ldexpf(1.0f, e);
+    for (int j = 0; j < V; ++j) {
+      const int64_t col = col_of(base, j);
+      float f[kVec];
+      actvec::to_floats(r[j], f);
+      float a = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) a = fmaxf(a, fabsf(f[i]));
+      uint2 q;
+      if (p.mode == ActQuantMode::kDynamicGroup128) {
+        a = actvec::lanes_max(a, 128 / kVec);  // a group is 16 consecutive lanes
+        const double s = static_cast<double>(static_cast<float>(fmax(static_cast<double>(a), kGroupAmaxFloor) / kFp8Max));
+        q = encode8_div(f, quotient_rcp(s), s);
+        const int64_t g = col / 128;
+        if (col % 128 == 0 && g < p.real_groups) {
+          static_cast<float*>(p.so.scales)[row * p.so.m_stride + g * p.so.g_stride] = static_cast<float>(s);
+        }
       } else {
-        static_cast<uint8_t*>(so.scales)[at] = static_cast<uint8_t>(e + 127);
+        a = actvec::lanes_max(a, 32 / kVec);  // a group is 4 consecutive lanes
+        int e = a == 0.0f ? -127 : ceil_log2_over_448(a);
+        e = e < -127 ? -127 : (e > 127 ? 127 : e);
+        q = encode8_pow2(f, e);
+        const int64_t g = col / 32;
+        if (col % 32 == 0 && g < p.real_groups) {
+          const int64_t at = row * p.so.m_stride + g * p.so.g_stride;
+          if (p.so.mx_as_float) {
+            static_cast<float*>(p.so.scales)[at] = ldexpf(1.0f, e);
+          } else {
+            static_cast<uint8_t*>(p.so.scales)[at] = static_cast<uint8_t>(e + 127);
+          }
+        }
       }
+      if (col < p.ld_codes) store8(p.codes, p.as_float, row, p.ld_codes, col, q);
+    }
+    return;
+  }
+
+  // One scale for the row: per-tensor (static or dynamic) or per-token.
+  double s = p.static_scale;
+  const bool reduce = p.mode == ActQuantMode::kDynamicToken && p.row_amax == nullptr;
+  const bool one_pass = per_pass >= p.ld_codes;  // whole-row launches cover the row in one pass when it fits
+  const int64_t first = int64_t{blockIdx.y} * per_pass;
+  if (one_pass || !reduce) load_pass(first);
+  if (p.mode == ActQuantMode::kDynamicTensor) {
+    s = static_cast<double>(static_cast<float>(static_cast<double>(__uint_as_float(*p.amax_tensor)) / kFp8Max));
+    if (!(s > 0)) s = kMinScale;
+  } else if (p.mode == ActQuantMode::kDynamicToken) {
+    double amax;
+    if (!reduce) {
+      amax = p.row_amax[row];
+    } else {
+      float a = 0.0f;
+      if (one_pass) {
+        a = pass_max();
+      } else {
+        for (int64_t base = 0; base < p.ld_codes; base += per_pass) {
+          load_pass(base);
+          a = fmaxf(a, pass_max());
+        }
+      }
+      amax = actvec::block_max(a);
+    }
+    if (p.scale_ub > 0) amax = fmin(amax, static_cast<double>(p.scale_ub));
+    s = fmax(static_cast<double>(static_cast<float>(amax / kFp8Max)), kMinScale);
+  }
+  // Per-tensor scales too are written once per row when m_stride != 0 (cuBLASLt's OUTER_VEC wants [M]).
+  if (threadIdx.x == 0 && blockIdx.y == 0 && (p.so.m_stride != 0 || row == 0)) {
+    static_cast<float*>(p.so.scales)[row * p.so.m_stride] = static_cast<float>(s);
+  }
+  const float rcp = quotient_rcp(s);  // s is an f32 value
+  const auto quantize_pass = [&](int64_t base) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int64_t col = col_of(base, j);
+      if (col >= p.ld_codes) continue;
+      float f[kVec];
+      actvec::to_floats(r[j], f);
+      store8(p.codes, p.as_float, row, p.ld_codes, col, encode8_div(f, rcp, s));
+    }
+  };
+  if (one_pass || !reduce) {
+    quantize_pass(first);
+  } else {
+    for (int64_t base = 0; base < p.ld_codes; base += per_pass) {
+      load_pass(base);
+      quantize_pass(base);
     }
   }
-  store8(codes, as_float, r, ld_codes, col, q);
+}
+
+template <class T, int V>
+Status launch_fp8_quant(const Fp8QuantParams& p, int64_t m, const actvec::RowPlan& plan, Stream stream) {
+  fp8_quant_kernel<T, V><<<dim3(static_cast<unsigned>(m), plan.chunks), plan.threads, 0, stream>>>(p);
+  QL_CUDA_CHECK_LAUNCH("fp8_quant_kernel");
+  return Status::ok();
+}
+
+template <class T>
+Status launch_plan(const Fp8QuantParams& p, int64_t m, const actvec::RowPlan& plan, Stream stream) {
+  return plan.v == 8 ? launch_fp8_quant<T, 8>(p, m, plan, stream) : launch_fp8_quant<T, 4>(p, m, plan, stream);
 }
 
 template <class T>
 __global__ void row_amax_kernel(const T* __restrict__ x, int64_t k, int64_t ld_x, bool vec, float* __restrict__ out) {
   const T* row = x + blockIdx.x * ld_x;
   float a = 0.0f;
-  for (int64_t col = threadIdx.x * int64_t{kVec}; col < k; col += int64_t{kRowThreads} * kVec) {
-    float v[kVec];
-    load8(row, col, k, vec, v);
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) a = fmaxf(a, fabsf(v[i]));
+  for (int64_t col = threadIdx.x * int64_t{kVec}; col < k; col += int64_t{blockDim.x} * kVec) {
+    a = fmaxf(a, actvec::abs_max(actvec::load_vec(row, col, k, vec)));
   }
-  a = block_max(a);
+  a = actvec::block_max(a);
   if (threadIdx.x == 0) out[blockIdx.x] = a;
 }
 
@@ -244,9 +312,22 @@ unsigned grid_for(int64_t work) {
 
 template <class T>
 Status launch_typed(const ActQuantArgs& a, Stream stream) {
-  const T* x = static_cast<const T*>(a.x);
-  // 16-byte loads when every row starts 16-byte aligned.
-  const bool vec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && (a.ld_x * sizeof(T)) % 16 == 0;
+  Fp8QuantParams p{};
+  p.x = a.x;
+  p.k = a.k;
+  p.ld_x = a.ld_x;
+  p.aligned = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && (a.ld_x * sizeof(T)) % 16 == 0;
+  p.mode = a.mode;
+  p.static_scale = a.static_scale;
+  p.scale_ub = a.scale_ub;
+  p.amax_tensor = a.amax_scratch;
+  p.row_amax = a.row_amax;
+  p.codes = a.codes;
+  p.as_float = a.codes_as_float;
+  p.ld_codes = a.ld_codes;
+  p.so = a.scale;
+  if (a.ld_codes < a.k) return Status::error("act_quant: code rows shorter than K");
+  const int64_t vectors = (a.ld_codes + kVec - 1) / kVec;
   switch (a.mode) {
     case ActQuantMode::kStaticTensor:
     case ActQuantMode::kDynamicTensor:
@@ -254,33 +335,19 @@ Status launch_typed(const ActQuantArgs& a, Stream stream) {
       if (a.mode == ActQuantMode::kDynamicTensor) {
         if (a.amax_scratch == nullptr) return Status::error("act_quant: dynamic per-tensor needs amax scratch");
         QL_CUDA_CHECK(cudaMemsetAsync(a.amax_scratch, 0, sizeof(uint32_t), stream));
-        amax_kernel<T><<<grid_for(a.m * a.k), kThreads, 0, stream>>>(x, a.m, a.k, a.ld_x, a.amax_scratch);
-        QL_CUDA_CHECK_LAUNCH("amax_kernel");
+        Fp8QuantParams r = p;
+        r.amax_out = a.amax_scratch;
+        QL_RETURN_IF_ERROR(launch_plan<T>(r, a.m, actvec::plan_rows(vectors, false), stream));
       }
-      quant_row_kernel<T><<<static_cast<unsigned>(a.m), kRowThreads, 0, stream>>>(
-          x, a.k, a.ld_x, vec, a.mode, a.static_scale, a.scale_ub, a.amax_scratch, a.codes, a.codes_as_float,
-          a.ld_codes, a.scale, a.row_amax);
-      QL_CUDA_CHECK_LAUNCH("quant_row_kernel");
-      return Status::ok();
+      const bool whole_row = a.mode == ActQuantMode::kDynamicToken && a.row_amax == nullptr;
+      return launch_plan<T>(p, a.m, actvec::plan_rows(vectors, whole_row), stream);
     }
     case ActQuantMode::kDynamicGroup128:
     case ActQuantMode::kMx32: {
       const int group = a.mode == ActQuantMode::kMx32 ? 32 : 128;
       // Groups run over the padded row (zeros beyond K); scales are written for the real groups only.
-      const int64_t real_groups = (a.k + group - 1) / group;
-      const int64_t groups = (a.ld_codes + group - 1) / group;
-      if (a.ld_codes < a.k) return Status::error("act_quant: code rows shorter than K");
-      const int64_t threads = a.m * groups * (group / kVec);
-      const unsigned blocks = static_cast<unsigned>((threads + kThreads - 1) / kThreads);
-      if (group == 32) {
-        quant_group_kernel<T, 32><<<blocks, kThreads, 0, stream>>>(x, a.m, a.k, a.ld_x, vec, groups, real_groups, a.codes,
-                                                                   a.codes_as_float, a.ld_codes, a.scale);
-      } else {
-        quant_group_kernel<T, 128><<<blocks, kThreads, 0, stream>>>(x, a.m, a.k, a.ld_x, vec, groups, real_groups, a.codes,
-                                                                    a.codes_as_float, a.ld_codes, a.scale);
-      }
-      QL_CUDA_CHECK_LAUNCH("quant_group_kernel");
-      return Status::ok();
+      p.real_groups = (a.k + group - 1) / group;
+      return launch_plan<T>(p, a.m, actvec::plan_rows(vectors, false), stream);
     }
   }
   return Status::error("act_quant: unknown mode");
@@ -290,6 +357,7 @@ Status launch_typed(const ActQuantArgs& a, Stream stream) {
 
 Status launch_act_quant(const ActQuantArgs& a, Stream stream) {
   if (a.m == 0) return Status::ok();
+  if (a.mode == ActQuantMode::kDynamicGroup128) return launch_act_quant_simple(a, stream);  // measured faster
   switch (a.x_dtype) {
     case DType::kF32: return launch_typed<float>(a, stream);
     case DType::kBF16: return launch_typed<__nv_bfloat16>(a, stream);
@@ -303,8 +371,9 @@ Status launch_row_amax(const void* x, DType x_dtype, int64_t m, int64_t k, int64
   const auto launch = [&](auto* typed) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(typed)>>;
     const bool vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && (ld_x * sizeof(T)) % 16 == 0;
-    row_amax_kernel<T><<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(static_cast<const T*>(x), k, ld_x, vec,
-                                                                            out);
+    const actvec::RowPlan plan = actvec::plan_rows((k + kVec - 1) / kVec, true);
+    row_amax_kernel<T><<<static_cast<unsigned>(m), plan.threads, 0, stream>>>(static_cast<const T*>(x), k, ld_x, vec,
+                                                                             out);
   };
   switch (x_dtype) {
     case DType::kF32: launch(static_cast<const float*>(nullptr)); break;

@@ -1,96 +1,163 @@
-// INT8 activation quantization and the INT8 GEMM epilogue (int8_scaled_mm.hpp). Both memory-bound: one
-// block per activation row for the quantizer (the row's amax or min/max, then the codes), a grid-stride
-// loop over the INT32 accumulators for the epilogue.
+// INT8 activation quantization and the INT8 GEMM epilogue (int8_scaled_mm.hpp). Both memory-bound: the
+// quantizer reads rows with 16-byte vectors (act_vec.cuh; a dynamic row that fits one pass is read once and
+// quantized from registers), the epilogue takes 4 consecutive outputs per thread (16-byte INT32 loads).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
 
+#include "backends/cuda/act_quant_simple.hpp"
+#include "backends/cuda/act_vec.cuh"
 #include "backends/cuda/int8_scaled_mm.hpp"
 
 namespace qlinear::cuda {
 
 namespace {
 
-constexpr int kRowThreads = 256;
-
-__device__ __forceinline__ double load(const float* p) { return *p; }
-__device__ __forceinline__ double load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ double load(const __half* p) { return __half2float(*p); }
-
-// Max and min over the block (every thread gets them).
-__device__ void block_min_max(double& lo, double& hi) {
-  __shared__ double s_lo[kRowThreads / 32], s_hi[kRowThreads / 32];
-  for (int o = 16; o > 0; o /= 2) {
-    lo = fmin(lo, __shfl_xor_sync(0xFFFFFFFFu, lo, o));
-    hi = fmax(hi, __shfl_xor_sync(0xFFFFFFFFu, hi, o));
-  }
-  if (threadIdx.x % 32 == 0) {
-    s_lo[threadIdx.x / 32] = lo;
-    s_hi[threadIdx.x / 32] = hi;
-  }
-  __syncthreads();
-  lo = s_lo[0];
-  hi = s_hi[0];
-  for (int i = 1; i < kRowThreads / 32; ++i) {
-    lo = fmin(lo, s_lo[i]);
-    hi = fmax(hi, s_hi[i]);
-  }
-}
+using actvec::kVec;
+using actvec::Raw;
 
 __device__ __forceinline__ int8_t sat8(double v) { return static_cast<int8_t>(fmin(fmax(v, -128.0), 127.0)); }
 
-template <class T>
-__global__ void int8_quant_row_kernel(const T* __restrict__ x, int64_t k, int64_t ld_x, Int8ActMode mode,
-                                      float static_scale, int32_t static_zp, int8_t* __restrict__ codes,
-                                      int64_t ld_codes, float* __restrict__ scales, int32_t* __restrict__ zps,
-                                      const float* __restrict__ row_amax) {
-  const int64_t m = blockIdx.x;
-  const T* row = x + m * ld_x;
-  double s = static_scale;
-  double z = mode == Int8ActMode::kStaticAsym ? static_cast<double>(static_zp) : 0.0;
-  if (mode == Int8ActMode::kDynamicTokenSym || mode == Int8ActMode::kDynamicTokenAsym) {
-    const bool asym = mode == Int8ActMode::kDynamicTokenAsym;
-    // The reference starts min/max from the row's first element; 0 is a neutral start for the amax only.
-    double lo = k > 0 ? load(row) : 0.0, hi = lo;
-    for (int64_t c = threadIdx.x; c < k; c += kRowThreads) {
-      const double v = load(row + c);
-      if (asym) {
-        lo = fmin(lo, v);
-        hi = fmax(hi, v);
-      } else {
-        hi = fmax(hi, fabs(v));
-      }
-    }
-    if (!asym) lo = hi;
-    block_min_max(lo, hi);
-    if (row_amax != nullptr) hi = row_amax[m];
-    if (asym) {
-      if (hi == lo) {
-        lo = fmin(lo, 0.0);
-        hi = fmax(hi, 0.0);
-      }
-      s = static_cast<double>(static_cast<float>((hi - lo) / 255.0));
-      if (s == 0) s = 1.0;
-      // (hi - lo) / 255 of finite inputs is below FLT_MAX, so the reference's overflow refusal cannot trigger.
-      z = fmin(fmax(rint(-128.0 - lo / s), -2147483648.0), 2147483647.0);
-      if (threadIdx.x == 0) zps[m] = static_cast<int32_t>(z);
-    } else {
-      s = static_cast<double>(static_cast<float>(hi / 127.0));
-      if (!(s > 0)) s = 1.0;
-    }
-    if (threadIdx.x == 0) scales[m] = static_cast<float>(s);
-  }
-  for (int64_t c = threadIdx.x; c < ld_codes; c += kRowThreads) {
-    codes[m * ld_codes + c] = c < k ? sat8(rint(load(row + c) / s) + z) : int8_t{0};
-  }
+// The reference's arithmetic, out of line: sat8(rne(x / s) + z) with the quotient in double.
+__device__ __noinline__ uint32_t int8_code_exact(float x, double s, double z) {
+  return static_cast<uint8_t>(sat8(rint(static_cast<double>(x) / s) + z));
 }
 
-__device__ __forceinline__ void store_out(void* out, DType d, int64_t i, double v) {
-  switch (d) {
-    case DType::kBF16: static_cast<__nv_bfloat16*>(out)[i] = __double2bfloat16(v); break;
-    case DType::kF16: static_cast<__half*>(out)[i] = __double2half(v); break;
-    default: static_cast<float*>(out)[i] = static_cast<float>(v); break;
+// sat8(rne(x[i] / s) + z) for 8 elements, r = f32(1/s) (NaN when it is not a normal float, which sends
+// every element to the exact path), zc = z clamped to +-(2^22 + 256) (the same results, no overflow):
+// q = x * r is within 2 ulps of the exact quotient; where |q| < 2^22 and q is more than 4 ulps from a
+// half-integer, rne(q) is the rounding of the quotient (and of its double). The rest: the exact path.
+__device__ __forceinline__ uint2 int8_encode8(const float (&x)[kVec], float r, double s, double z, int32_t zc) {
+  uint32_t b[kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    const float q = x[i] * r;
+    const float t = fabsf(q);
+    const float tol = __uint_as_float(__float_as_uint(t) & 0x7F800000u) * 0x1p-21f;  // 4 ulps of t
+    const float d = fabsf(t - floorf(t) - 0.5f);
+    if (t < 0x1p22f && d > tol) {
+      const int32_t v = __float2int_rn(q) + zc;
+      b[i] = static_cast<uint8_t>(static_cast<int8_t>(v < -128 ? -128 : (v > 127 ? 127 : v)));
+    } else {
+      b[i] = int8_code_exact(x[i], s, z);
+    }
+  }
+  return make_uint2(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24, b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24);
+}
+
+struct Int8QuantParams {
+  const void* x;
+  int64_t k, ld_x;
+  bool aligned;
+  Int8ActMode mode;
+  float static_scale;
+  int32_t static_zp;
+  int8_t* codes;
+  int64_t ld_codes;
+  float* scales;
+  int32_t* zps;
+  const float* row_amax;
+};
+
+// Grid (rows, chunks); thread t takes vectors t + j * blockDim.x (j < V) of its chunk (act_vec.cuh).
+template <class T, int V>
+__global__ void __launch_bounds__(512) int8_quant_kernel(Int8QuantParams p) {
+  const int64_t row = blockIdx.x;
+  const T* xr = static_cast<const T*>(p.x) + row * p.ld_x;
+  const int64_t per_pass = int64_t{blockDim.x} * V * kVec;
+  Raw<T> r[V];
+  const auto col_of = [&](int64_t base, int j) { return base + (int64_t{j} * blockDim.x + threadIdx.x) * kVec; };
+  const auto load_pass = [&](int64_t base) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) r[j] = actvec::load_vec(xr, col_of(base, j), p.k, p.aligned);
+  };
+  const bool dynamic = p.mode == Int8ActMode::kDynamicTokenSym || p.mode == Int8ActMode::kDynamicTokenAsym;
+  const bool asym = p.mode == Int8ActMode::kDynamicTokenAsym;
+  const bool one_pass = per_pass >= p.ld_codes;
+  const int64_t first = int64_t{blockIdx.y} * per_pass;
+  if (one_pass || !dynamic) load_pass(first);
+  double s = p.static_scale;
+  double z = p.mode == Int8ActMode::kStaticAsym ? static_cast<double>(p.static_zp) : 0.0;
+  if (dynamic) {
+    // Min and max over the row's K elements (max |x| for the symmetric mode); the padding is not data.
+    float lo = INFINITY, hi = -INFINITY;
+    const auto reduce_pass = [&](int64_t base) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const int64_t col = col_of(base, j);
+        float f[kVec];
+        actvec::to_floats(r[j], f);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) {
+          if (col + i < p.k) {
+            lo = fminf(lo, asym ? f[i] : fabsf(f[i]));
+            hi = fmaxf(hi, asym ? f[i] : fabsf(f[i]));
+          }
+        }
+      }
+    };
+    if (one_pass) {
+      reduce_pass(first);
+    } else {
+      for (int64_t base = 0; base < p.ld_codes; base += per_pass) {
+        load_pass(base);
+        reduce_pass(base);
+      }
+    }
+    hi = actvec::block_max(hi);
+    lo = asym ? actvec::block_min(lo) : hi;
+    double dlo = p.k > 0 ? lo : 0.0, dhi = p.k > 0 ? hi : 0.0;
+    if (p.row_amax != nullptr) dhi = p.row_amax[row];
+    if (asym) {
+      if (dhi == dlo) {
+        dlo = fmin(dlo, 0.0);
+        dhi = fmax(dhi, 0.0);
+      }
+      s = static_cast<double>(static_cast<float>((dhi - dlo) / 255.0));
+      if (s == 0) s = 1.0;
+      // (hi - lo) / 255 of finite inputs is below FLT_MAX, so the reference's overflow refusal cannot trigger.
+      z = fmin(fmax(rint(-128.0 - dlo / s), -2147483648.0), 2147483647.0);
+      if (threadIdx.x == 0) p.zps[row] = static_cast<int32_t>(z);
+    } else {
+      s = static_cast<double>(static_cast<float>(dhi / 127.0));
+      if (!(s > 0)) s = 1.0;
+    }
+    if (threadIdx.x == 0) p.scales[row] = static_cast<float>(s);
+  }
+  float rcp = 1.0f / static_cast<float>(s);
+  if (!(rcp >= 0x1p-125f && rcp <= 0x1p125f)) rcp = __int_as_float(0x7FFFFFFF);
+  const int32_t zc = static_cast<int32_t>(fmin(fmax(z, -4194560.0), 4194560.0));
+  const auto quantize_pass = [&](int64_t base) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int64_t col = col_of(base, j);
+      if (col >= p.ld_codes) continue;
+      float f[kVec];
+      actvec::to_floats(r[j], f);
+      uint2 q = int8_encode8(f, rcp, s, z, zc);
+      if (col + kVec > p.k) {  // the padding columns are zero codes
+        for (int i = 0; i < kVec; ++i) {
+          if (col + i >= p.k) (i < 4 ? q.x : q.y) &= ~(0xFFu << (8 * (i % 4)));
+        }
+      }
+      int8_t* out = p.codes + row * p.ld_codes + col;
+      if (col + kVec <= p.ld_codes && p.ld_codes % kVec == 0) {
+        *reinterpret_cast<uint2*>(out) = q;
+      } else {
+        for (int i = 0; i < kVec && col + i < p.ld_codes; ++i) {
+          out[i] = static_cast<int8_t>(((i < 4 ? q.x : q.y) >> (8 * (i % 4))) & 0xFFu);
+        }
+      }
+    }
+  };
+  if (one_pass || !dynamic) {
+    quantize_pass(first);
+  } else {
+    for (int64_t base = 0; base < p.ld_codes; base += per_pass) {
+      load_pass(base);
+      quantize_pass(base);
+    }
   }
 }
 
@@ -102,28 +169,91 @@ __device__ __forceinline__ double load_bias(const void* bias, DType d, int64_t n
   }
 }
 
-__global__ void int8_epilogue_kernel(Int8EpilogueArgs a) {
-  const int64_t total = a.m * a.n;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t m = i / a.n, n = i % a.n;
-    int64_t acc = a.acc[i];
-    if (a.w_colsum != nullptr) {
-      const int64_t z = a.x_zero_point == nullptr ? a.x_zero_point_value : a.x_zero_point[a.x_zero_point_per_row ? m : 0];
-      acc -= z * a.w_colsum[n];
+// Grid (rows, column chunks of 4 * blockDim.x): 4 consecutive outputs per thread.
+__global__ void int8_epilogue_kernel(Int8EpilogueArgs a, bool vec) {
+  const int64_t m = blockIdx.x;
+  const int64_t n0 = (int64_t{blockIdx.y} * blockDim.x + threadIdx.x) * 4;
+  if (n0 >= a.n) return;
+  const int64_t z = a.w_colsum == nullptr ? 0
+                    : a.x_zero_point == nullptr ? a.x_zero_point_value
+                                                : a.x_zero_point[a.x_zero_point_per_row ? m : 0];
+  const double sx = a.x_scale == nullptr ? a.x_scale_value : a.x_scale[a.x_scale_per_row ? m : 0];
+  int32_t acc[4];
+  const int32_t* arow = a.acc + m * a.n;
+  const bool full = vec && n0 + 4 <= a.n;
+  if (full) {
+    const int4 v = *reinterpret_cast<const int4*>(arow + n0);
+    acc[0] = v.x;
+    acc[1] = v.y;
+    acc[2] = v.z;
+    acc[3] = v.w;
+  } else {
+    for (int i = 0; i < 4; ++i) acc[i] = n0 + i < a.n ? arow[n0 + i] : 0;
+  }
+  double y[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t n = n0 + i < a.n ? n0 + i : a.n - 1;
+    int64_t v = acc[i];
+    if (z != 0) v -= z * a.w_colsum[n];
+    y[i] = static_cast<double>(v) * (sx * static_cast<double>(a.w_scale[n]));
+    if (a.bias != nullptr) y[i] += load_bias(a.bias, a.bias_dtype, n);
+  }
+  const int64_t at = m * (a.ld_out > 0 ? a.ld_out : a.n) + n0;
+  switch (a.out_dtype) {
+    case DType::kBF16:
+    case DType::kF16: {
+      uint16_t h[4];
+      for (int i = 0; i < 4; ++i) {
+        h[i] = a.out_dtype == DType::kBF16 ? __bfloat16_as_ushort(__double2bfloat16(y[i]))
+                                           : __half_as_ushort(__double2half(y[i]));
+      }
+      uint16_t* out = static_cast<uint16_t*>(a.out) + at;
+      if (full) {
+        *reinterpret_cast<uint2*>(out) = make_uint2(h[0] | uint32_t{h[1]} << 16, h[2] | uint32_t{h[3]} << 16);
+      } else {
+        for (int i = 0; i < 4 && n0 + i < a.n; ++i) out[i] = h[i];
+      }
+      break;
     }
-    const double sx = a.x_scale == nullptr ? a.x_scale_value : a.x_scale[a.x_scale_per_row ? m : 0];
-    double y = static_cast<double>(acc) * (sx * static_cast<double>(a.w_scale[n]));
-    if (a.bias != nullptr) y += load_bias(a.bias, a.bias_dtype, n);
-    store_out(a.out, a.out_dtype, i, y);
+    default: {
+      float* out = static_cast<float*>(a.out) + at;
+      if (full) {
+        *reinterpret_cast<float4*>(out) =
+            make_float4(static_cast<float>(y[0]), static_cast<float>(y[1]), static_cast<float>(y[2]),
+                        static_cast<float>(y[3]));
+      } else {
+        for (int i = 0; i < 4 && n0 + i < a.n; ++i) out[i] = static_cast<float>(y[i]);
+      }
+      break;
+    }
   }
 }
 
 template <class T>
 Status launch_quant_typed(const Int8QuantArgs& a, Stream stream) {
-  int8_quant_row_kernel<T><<<static_cast<unsigned>(a.m), kRowThreads, 0, stream>>>(
-      static_cast<const T*>(a.x), a.k, a.ld_x, a.mode, a.static_scale, a.static_zero_point, a.codes, a.ld_codes,
-      a.scales, a.zero_points, a.row_amax);
-  QL_CUDA_CHECK_LAUNCH("int8_quant_row_kernel");
+  Int8QuantParams p{};
+  p.x = a.x;
+  p.k = a.k;
+  p.ld_x = a.ld_x;
+  p.aligned = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && (a.ld_x * sizeof(T)) % 16 == 0;
+  p.mode = a.mode;
+  p.static_scale = a.static_scale;
+  p.static_zp = a.static_zero_point;
+  p.codes = a.codes;
+  p.ld_codes = a.ld_codes;
+  p.scales = a.scales;
+  p.zps = a.zero_points;
+  p.row_amax = a.row_amax;
+  const bool dynamic = a.mode == Int8ActMode::kDynamicTokenSym || a.mode == Int8ActMode::kDynamicTokenAsym;
+  const actvec::RowPlan plan = actvec::plan_rows((a.ld_codes + kVec - 1) / kVec, dynamic);
+  const dim3 grid(static_cast<unsigned>(a.m), plan.chunks);
+  if (plan.v == 8) {
+    int8_quant_kernel<T, 8><<<grid, plan.threads, 0, stream>>>(p);
+  } else {
+    int8_quant_kernel<T, 4><<<grid, plan.threads, 0, stream>>>(p);
+  }
+  QL_CUDA_CHECK_LAUNCH("int8_quant_kernel");
   return Status::ok();
 }
 
@@ -137,6 +267,8 @@ Status launch_int8_act_quant(const Int8QuantArgs& a, Stream stream) {
   if (a.mode == Int8ActMode::kDynamicTokenAsym && a.zero_points == nullptr) {
     return Status::error("int8 act_quant: dynamic asymmetric mode needs a zero-point buffer");
   }
+  // Long per-token rows: the simple kernel measured faster (act_quant_simple.hpp).
+  if (dynamic && a.k > 8192 && a.m >= 256) return launch_int8_act_quant_simple(a, stream);
   switch (a.x_dtype) {
     case DType::kF32: return launch_quant_typed<float>(a, stream);
     case DType::kBF16: return launch_quant_typed<__nv_bfloat16>(a, stream);
@@ -148,8 +280,12 @@ Status launch_int8_act_quant(const Int8QuantArgs& a, Stream stream) {
 
 Status launch_int8_epilogue(const Int8EpilogueArgs& a, Stream stream) {
   if (a.m * a.n == 0) return Status::ok();
-  const int64_t blocks = std::min<int64_t>((a.m * a.n + 255) / 256, 132 * 16);
-  int8_epilogue_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(a);
+  constexpr int kThreads = 256;
+  const int64_t ld_out = a.ld_out > 0 ? a.ld_out : a.n;
+  const bool vec = a.n % 4 == 0 && ld_out % 4 == 0 && reinterpret_cast<uintptr_t>(a.acc) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+  const dim3 grid(static_cast<unsigned>(a.m), static_cast<unsigned>((a.n + 4 * kThreads - 1) / (4 * kThreads)));
+  int8_epilogue_kernel<<<grid, kThreads, 0, stream>>>(a, vec);
   QL_CUDA_CHECK_LAUNCH("int8_epilogue_kernel");
   return Status::ok();
 }

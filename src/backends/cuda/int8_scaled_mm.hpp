@@ -42,6 +42,7 @@ Status launch_int8_act_quant(const Int8QuantArgs& args, Stream stream);
 struct Int8EpilogueArgs {
   const int32_t* acc = nullptr;  // [m, n] row-major
   int64_t m = 0, n = 0;
+  int64_t ld_out = 0;  // elements between output rows; 0: n (a column block of a wider output otherwise)
   const float* x_scale = nullptr;        // [m], or one value when x_scale_per_row is false
   bool x_scale_per_row = false;
   float x_scale_value = 1.0f;            // used when x_scale is null
