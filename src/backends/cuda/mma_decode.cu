@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backends/cuda/mma_decode.cuh"
+#include <mutex>
+
+#include "backends/cuda/mma_decode_regs.cuh"
 
 namespace qlinear::cuda {
 
@@ -61,45 +63,85 @@ void mma_fold_range(MmaCode code, int& lo, int& hi) {
   }
 }
 
-// Split K over blocks when the N blocks alone leave SMs idle or a ragged last wave: the count that best
-// fills whole waves of the GPU's block slots, with at least 4 steps (1024 K) per split and the FP32
-// partial sums at most a quarter of the weight bytes.
 namespace {
-std::atomic<int> forced_splits{0};
-std::atomic<int> forced_small_m_stages{0};
+std::mutex forced_mutex;
+MmaDecodeForce forced;
 }  // namespace
 
-void mma_decode_force_splits(int splits) { forced_splits.store(splits < 0 ? 0 : splits); }
-void mma_decode_force_small_m_stages(int stages) { forced_small_m_stages.store(stages == 3 || stages == 4 ? stages : 0); }
+void mma_decode_force(const MmaDecodeForce& f) {
+  std::lock_guard<std::mutex> lock(forced_mutex);
+  forced = f;
+}
+const MmaDecodeForce& mma_decode_forced() { return forced; }
 
 MmaTileConfig mma_config_for(const MmaDecodeArgs& a) {
   if (a.layout.scale == MmaScale::kMx32 && !a.fold) return kTileTable[std::size(kTileTable) - 1];  // promoted
   MmaTileConfig t = mma_tile_config(a.m);
-  if (t.token_tiles <= 2 && forced_small_m_stages.load() != 0) t.stages = forced_small_m_stages.load();
+  if (t.token_tiles <= 2) {
+    if (forced.stages != 0) t.stages = forced.stages;
+    if (forced.n16_per_warp != 0) t.n16_per_warp = forced.n16_per_warp;
+  } else if (forced.large_m_config == 1) {
+    t = {t.max_m, 8, 2, 3};
+  } else if (forced.large_m_config == 2) {
+    t = {t.max_m, 16, 1, 2};
+  }
   return t;
 }
 
-int mma_decode_splits(const MmaDecodeArgs& a) {
+bool mma_takes_registers_kernel(const MmaDecodeArgs& a) {
+  if (a.m > 16 || (a.layout.scale == MmaScale::kMx32 && !a.fold)) return false;
+  return forced.small_m == MmaSmallMKernel::kRegisters;
+}
+
+namespace {
+
+int register_depth(const MmaDecodeArgs& a) {
+  if (forced.register_depth != 0) return forced.register_depth;
+  return a.layout.code == MmaCode::kE4M3 ? 2 : 4;
+}
+
+// The work split of a launch: what each block covers, how many blocks an SM holds, the K steps to split.
+struct SplitShape {
+  int64_t tiles_per_block, tokens_per_block, per_sm, steps, min_steps_per_split, max_splits;
+};
+
+SplitShape split_shape(const MmaDecodeArgs& a) {
+  if (mma_takes_registers_kernel(a)) {
+    // 512 K per split at least; at most a cluster's worth of splits when they add up in the cluster.
+    return {mma_detail::kRegWarps, a.m <= 8 ? 8 : 16, mma_detail::reg_blocks_per_sm(a.layout.code, register_depth(a)),
+            a.layout.k_slabs(), 4,
+            forced.no_cluster_reduce ? 16 : kMmaMaxClusterSplits};
+  }
   const MmaTileConfig t = mma_config_for(a);
   const int64_t smem = t.stages * stage_bytes(a.layout, t);
   // Blocks per SM: the kernel's __launch_bounds__ minimum (3 for small token tiles with 3 stages, 2 with 4,
   // 1 for 64 tokens), capped by shared memory.
   const int64_t by_regs = t.token_tiles <= 2 ? (t.stages <= 3 ? 3 : 2) : 1;
   const int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(by_regs, (228 << 10) / (smem + 1024)));
-  const double slots = static_cast<double>(per_sm * a.sm_count);
-  const int64_t tiles = mma_detail::kWarpsN * t.n16_per_warp;
-  const int64_t rows = 8 * t.token_tiles;
-  const int64_t blocks = (a.layout.n_tiles() + tiles - 1) / tiles * ((a.m + rows - 1) / rows);
-  const int64_t steps = a.layout.k_slabs() / mma_detail::kWarpsK;
+  return {mma_detail::kWarpsN * t.n16_per_warp, 8 * t.token_tiles, per_sm, a.layout.k_slabs() / mma_detail::kWarpsK, 4,
+          16};
+}
+
+}  // namespace
+
+// Split K over blocks when the N blocks alone leave SMs idle or a ragged last wave: the count that best
+// fills whole waves of the GPU's block slots, with a minimum of K per split (1024 for the pipelined kernel)
+// and the FP32 partial sums at most a quarter of the weight bytes.
+int mma_decode_splits(const MmaDecodeArgs& a) {
+  const SplitShape sh = split_shape(a);
+  const double slots = static_cast<double>(sh.per_sm * a.sm_count);
+  const int64_t blocks = (a.layout.n_tiles() + sh.tiles_per_block - 1) / sh.tiles_per_block *
+                         ((a.m + sh.tokens_per_block - 1) / sh.tokens_per_block);
+  const int64_t steps = sh.steps;
   auto efficiency = [&](int64_t s) {
     const double waves = static_cast<double>(blocks * s) / slots;
     return waves / std::ceil(waves);
   };
   int64_t best = 1;
-  if (forced_splits.load() > 0) {
-    best = std::min<int64_t>(forced_splits.load(), steps);
+  if (forced.splits > 0) {
+    best = std::min<int64_t>(forced.splits, steps);
   } else {
-    for (int64_t s = 2; s <= 16 && steps / s >= 4; ++s) {
+    for (int64_t s = 2; s <= sh.max_splits && steps / s >= sh.min_steps_per_split; ++s) {
       if (s * a.m * a.layout.n * 4 > a.layout.weight_bytes() / 4) break;
       if (efficiency(s) > efficiency(best) + 0.05) best = s;
     }
@@ -109,7 +151,8 @@ int mma_decode_splits(const MmaDecodeArgs& a) {
 }
 
 bool mma_takes_widen_route(const MmaDecodeArgs& a) {
-  return a.m > kMmaWidenAboveM && (a.layout.scale != MmaScale::kMx32 || a.fold);
+  const int64_t above = forced.widen_above_m != 0 ? forced.widen_above_m : kMmaWidenAboveM;
+  return above >= 0 && a.m > above && (a.layout.scale != MmaScale::kMx32 || a.fold);
 }
 
 Status launch_mma_decode(const MmaDecodeArgs& a, Stream stream) {
@@ -117,18 +160,30 @@ Status launch_mma_decode(const MmaDecodeArgs& a, Stream stream) {
   if (mma_takes_widen_route(a)) return launch_mma_widen_gemm(a, stream);
   const MmaTileConfig t = mma_config_for(a);
   const int splits = mma_decode_splits(a);
+  const bool regs = mma_takes_registers_kernel(a);
+  const bool cluster = regs && splits > 1 && splits <= kMmaMaxClusterSplits && !forced.no_cluster_reduce;
   Scratch partial;
-  if (splits > 1) {
+  if (splits > 1 && !cluster) {
     QL_ASSIGN_OR_RETURN(partial, Scratch::make(sizeof(float) * splits * a.m * a.layout.n, stream));
   }
-  float* p = splits > 1 ? partial.as<float>() : nullptr;
-  switch (a.layout.code) {
-    case MmaCode::kE4M3: QL_RETURN_IF_ERROR(mma_detail::launch_e4m3(a, t, splits, p, stream)); break;
-    case MmaCode::kE2M3:
-    case MmaCode::kE3M2: QL_RETURN_IF_ERROR(mma_detail::launch_fp6(a, t, splits, p, stream)); break;
-    case MmaCode::kE2M1: QL_RETURN_IF_ERROR(mma_detail::launch_e2m1(a, t, splits, p, stream)); break;
+  float* p = splits > 1 && !cluster ? partial.as<float>() : nullptr;
+  if (regs) {
+    const int tn = a.m <= 8 ? 1 : 2, depth = register_depth(a);
+    switch (a.layout.code) {
+      case MmaCode::kE4M3: QL_RETURN_IF_ERROR(mma_detail::launch_regs_e4m3(a, tn, depth, splits, p, stream)); break;
+      case MmaCode::kE2M3:
+      case MmaCode::kE3M2: QL_RETURN_IF_ERROR(mma_detail::launch_regs_fp6(a, tn, depth, splits, p, stream)); break;
+      case MmaCode::kE2M1: QL_RETURN_IF_ERROR(mma_detail::launch_regs_e2m1(a, tn, depth, splits, p, stream)); break;
+    }
+  } else {
+    switch (a.layout.code) {
+      case MmaCode::kE4M3: QL_RETURN_IF_ERROR(mma_detail::launch_e4m3(a, t, splits, p, stream)); break;
+      case MmaCode::kE2M3:
+      case MmaCode::kE3M2: QL_RETURN_IF_ERROR(mma_detail::launch_fp6(a, t, splits, p, stream)); break;
+      case MmaCode::kE2M1: QL_RETURN_IF_ERROR(mma_detail::launch_e2m1(a, t, splits, p, stream)); break;
+    }
   }
-  if (splits > 1) {
+  if (p != nullptr) {
     const int64_t total = a.m * a.layout.n;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 4 * a.sm_count));
     mma_detail::mma_decode_reduce_kernel<<<blocks, 256, 0, stream>>>(a, splits, p);
