@@ -42,10 +42,9 @@ struct BenchLayer {
   const char* name;
   int64_t n, k;
 };
-const BenchLayer kLayers[] = {
-    {"70b.down", 8192, 28672}, {"70b.gate_up", 57344, 8192}, {"70b.qkv", 10240, 8192},
-    {"70b.o", 8192, 8192},     {"8b.qkv", 6144, 4096},       {"8b.gate_up", 28672, 4096},
-    {"8b.o", 4096, 4096},         {"8b.down", 4096, 14336},
+const BenchLayer kLayers[] = {  // 70B and 8B interleaved: a run cut short still has both
+    {"70b.down", 8192, 28672}, {"8b.qkv", 6144, 4096},   {"70b.qkv", 10240, 8192},      {"8b.gate_up", 28672, 4096},
+    {"70b.o", 8192, 8192},     {"8b.down", 4096, 14336}, {"70b.gate_up", 57344, 8192}, {"8b.o", 4096, 4096},
 };
 std::vector<int64_t> bench_ms() {
   const char* env = std::getenv("QL_MMA_BENCH_MS");
