@@ -155,6 +155,28 @@ bool mma_takes_widen_route(const MmaDecodeArgs& a) {
   return above >= 0 && a.m > above && (a.layout.scale != MmaScale::kMx32 || a.fold);
 }
 
+std::vector<int64_t> mma_route_bucket_ends() { return {8, 16, kMmaDecodeMaxM, kMmaWidenAboveM}; }
+
+std::string mma_route_description(const MmaDecodeArgs& a) {
+  if (mma_takes_widen_route(a)) {
+    return "weights widened to BF16 per call (fragment decode) in row blocks + cuBLASLt BF16 GEMM per block";
+  }
+  const int splits = mma_decode_splits(a);
+  if (mma_takes_registers_kernel(a)) {
+    const bool cluster = splits > 1 && splits <= kMmaMaxClusterSplits && !forced.no_cluster_reduce;
+    return "registers kernel: " + std::to_string(a.m <= 8 ? 8 : 16) + " tokens x 128 rows per block, " +
+           std::to_string(register_depth(a)) + " K slabs in flight per warp, split-K " + std::to_string(splits) +
+           (splits > 1 ? (cluster ? " added in a thread-block cluster" : " through partial sums") : "");
+  }
+  const MmaTileConfig t = mma_config_for(a);
+  std::string why = "pipelined kernel: " + std::to_string(8 * t.token_tiles) + " tokens x " +
+                    std::to_string(64 * t.n16_per_warp) + " rows per block, " + std::to_string(t.stages) +
+                    " cp.async stages, split-K " + std::to_string(splits);
+  if (a.m > 8 * t.token_tiles) why += ", M tiles decode the weights again each";
+  if (a.layout.scale == MmaScale::kMx32 && !a.fold) why += ", E8M0 scales promoted per 32 in FP32";
+  return why;
+}
+
 Status launch_mma_decode(const MmaDecodeArgs& a, Stream stream) {
   if (a.m == 0 || a.layout.n == 0) return Status::ok();
   if (mma_takes_widen_route(a)) return launch_mma_widen_gemm(a, stream);

@@ -12,6 +12,8 @@
 // BF16 when `fold` holds, else the block scale multiplies the FP32 partial sum of its 32-wide group; the
 // products in the tensor core are exact and summed in FP32; bias is added in FP32 before one rounding.
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "backends/cuda/cuda_util.hpp"
 #include "backends/cuda/layout/mma_layout.hpp"
@@ -80,6 +82,12 @@ struct MmaDecodeForce {
 };
 void mma_decode_force(const MmaDecodeForce& f);
 const MmaDecodeForce& mma_decode_forced();
+
+// What launch_mma_decode runs for these arguments (M included), in words, for explain: the kernel, its tile,
+// the split of K and how the splits add up, or the widen route.
+std::string mma_route_description(const MmaDecodeArgs& a);
+// The upper ends of the M buckets where that description can change (the last bucket is open).
+std::vector<int64_t> mma_route_bucket_ends();
 
 // Whether launch_mma_decode takes the widening route for these arguments.
 bool mma_takes_widen_route(const MmaDecodeArgs& a);
