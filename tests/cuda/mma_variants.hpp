@@ -26,7 +26,12 @@ inline std::vector<MmaVariant> mma_variants() {
   };
   // M <= 16: the pipelined kernel's knobs, then the registers kernel.
   add("pipe", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kPipelined; });
-  add("st3", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kPipelined; f.stages = 3; });
+  add("st3", 1, 16, [](MmaDecodeForce& f) {  // 3 stages exist for 64-row blocks only
+    f.small_m = MmaSmallMKernel::kPipelined;
+    f.stages = 3;
+    f.n16_per_warp = 1;
+  });
+  add("nt1", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kPipelined; f.n16_per_warp = 1; });
   add("nt2", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kPipelined; f.n16_per_warp = 2; });
   add("pipe_s1", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kPipelined; f.splits = 1; });
   add("reg2", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kRegisters; f.register_depth = 2; });
@@ -43,11 +48,20 @@ inline std::vector<MmaVariant> mma_variants() {
   });
   // 17 <= M: larger tiles of the pipelined kernel (the widen route off so that they run at every M).
   add("mma64", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; });
-  add("t64x128", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.large_m_config = 1; });
-  add("t128x64", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.large_m_config = 2; });
-  // The widen route from M = 65: fragments or gathered elements, row blocks or the whole weight.
-  add("wfrag32", 65, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = 64; f.widen = MmaWidenKind::kFragments; });
-  add("wgather32", 65, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = 64; f.widen = MmaWidenKind::kGather; });
+  add("t64x64", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.large_m_config = 1; });
+  add("t64x128", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.large_m_config = 2; });
+  // The widen route from M = 65: fragments or gathered elements, row blocks or the whole weight (the table:
+  // whole up to 1 GiB of BF16).
+  add("wfrag32", 65, 1 << 20, [](MmaDecodeForce& f) {
+    f.widen_above_m = 64;
+    f.widen = MmaWidenKind::kFragments;
+    f.widen_block_mib = 32;
+  });
+  add("wgather32", 65, 1 << 20, [](MmaDecodeForce& f) {
+    f.widen_above_m = 64;
+    f.widen = MmaWidenKind::kGather;
+    f.widen_block_mib = 32;
+  });
   add("wfrag8", 65, 1 << 20, [](MmaDecodeForce& f) {
     f.widen_above_m = 64;
     f.widen = MmaWidenKind::kFragments;

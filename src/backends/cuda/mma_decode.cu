@@ -12,8 +12,9 @@ namespace qlinear::cuda {
 namespace {
 
 // The tile configuration per M bucket (H200). Up to 16 tokens the GEMM streams weights, so small token
-// tiles keep two blocks (and 3 stages of 256 K each) in flight per SM; from 17 tokens one block of 128
-// weight rows x 64 tokens halves the activation traffic per weight byte.
+// tiles keep two blocks (and 4 stages of 256 K each) in flight per SM (3 stages and three blocks measured
+// within noise of it); from 17 tokens one block of 64 tokens (mma_config_for widens the block to 128 weight
+// rows where that pays).
 constexpr MmaTileConfig kTileTable[] = {
     {8, 1, 1, 4},
     {16, 2, 1, 4},
@@ -74,17 +75,25 @@ void mma_decode_force(const MmaDecodeForce& f) {
 }
 const MmaDecodeForce& mma_decode_forced() { return forced; }
 
+// Layers with long rows or many of them (K >= 16384 or N >= 32768: 70B down_proj and gate_up) run 17..128
+// tokens with 128 weight rows per block: half the activation reads per weight byte; measured 8-14% faster
+// there at M = 64, while smaller layers lose the blocks they need to fill the GPU.
+bool wide_large_m_tiles(const MmaLayout& l) { return l.k >= 16384 || l.n >= 32768; }
+
 MmaTileConfig mma_config_for(const MmaDecodeArgs& a) {
   if (a.layout.scale == MmaScale::kMx32 && !a.fold) return kTileTable[std::size(kTileTable) - 1];  // promoted
   MmaTileConfig t = mma_tile_config(a.m);
   if (t.token_tiles <= 2) {
+    // E2M1 stages are half as many bytes as E4M3: 128 rows per block keep as many bytes in flight (measured
+    // up to 20% faster for MXFP4 at M = 1..16 on the Llama shapes, while E4M3/FP6 lost on some).
+    if (a.layout.code == MmaCode::kE2M1) t.n16_per_warp = 2;
     if (forced.stages != 0) t.stages = forced.stages;
     if (forced.n16_per_warp != 0) t.n16_per_warp = forced.n16_per_warp;
-  } else if (forced.large_m_config == 1) {
-    t = {t.max_m, 8, 2, 3};
-  } else if (forced.large_m_config == 2) {
-    t = {t.max_m, 16, 1, 2};
+    return t;
   }
+  if (wide_large_m_tiles(a.layout)) t.n16_per_warp = 2;
+  if (forced.large_m_config == 1) t.n16_per_warp = 1;
+  if (forced.large_m_config == 2) t.n16_per_warp = 2;
   return t;
 }
 
@@ -137,10 +146,18 @@ int mma_decode_splits(const MmaDecodeArgs& a) {
     const double waves = static_cast<double>(blocks * s) / slots;
     return waves / std::ceil(waves);
   };
+  // The pipelined kernel at M <= 16 with E4M3 / FP6 weights splits only layers whose blocks leave SMs
+  // idle, and of those only the ones with few blocks or long rows: elsewhere the extra reduction launch and
+  // the partial sums cost more than the idle SMs (measured: 70B qkv/o, 8B qkv and gate_up faster unsplit,
+  // 70B down and 8B down faster split). E2M1 blocks carry half the bytes and keep the wave rule (70B qkv
+  // measured 16% slower unsplit).
+  const bool small_pipelined = !mma_takes_registers_kernel(a) && a.m <= 16 && a.layout.code != MmaCode::kE2M1;
+  const bool worth_splitting =
+      !small_pipelined || (blocks < a.sm_count && (2 * blocks <= a.sm_count || a.layout.k >= 16384));
   int64_t best = 1;
   if (forced.splits > 0) {
     best = std::min<int64_t>(forced.splits, steps);
-  } else {
+  } else if (worth_splitting) {
     for (int64_t s = 2; s <= sh.max_splits && steps / s >= sh.min_steps_per_split; ++s) {
       if (s * a.m * a.layout.n * 4 > a.layout.weight_bytes() / 4) break;
       if (efficiency(s) > efficiency(best) + 0.05) best = s;

@@ -65,7 +65,7 @@ struct Shape {
   static_assert(kWBytes % (16 * kThreads) == 0 || kWBytes < 16 * kThreads, "weight chunks per thread");
   static_assert(kRedBytes <= kSmem, "the reduction reuses the pipeline's shared memory");
   static_assert(kSmem <= 227 * 1024, "shared memory per block");
-  static_assert(TN == 1 || TN == 2 || TN == 4 || TN == 8 || TN == 16, "token tiles");
+  static_assert(TN == 1 || TN == 2 || TN == 4 || TN == 8, "token tiles");
 };
 
 // ---- PTX wrappers ----------------------------------------------------------------------------------------
@@ -460,7 +460,6 @@ Status launch_scale(const MmaDecodeArgs& a, const MmaTileConfig& t, int splits, 
   QL_MMA_CONFIG(1, 2, 4)
   QL_MMA_CONFIG(2, 2, 4)
   QL_MMA_CONFIG(8, 2, 3)
-  QL_MMA_CONFIG(16, 1, 2)
 #undef QL_MMA_CONFIG
   return Status::error("mma_decode: tile configuration (" + std::to_string(t.token_tiles) + " token tiles, " +
                        std::to_string(t.n16_per_warp) + " A tiles per warp, " + std::to_string(t.stages) +

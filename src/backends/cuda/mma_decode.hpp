@@ -52,7 +52,7 @@ const MmaTileConfig& mma_tile_config(int64_t m);
 inline constexpr int64_t kMmaDecodeMaxM = 64;  // the M range the kernel is built for
 // Above this M a layer whose weights widen exactly (every scale kind but promoted MX) is widened to BF16 per
 // call and multiplied by cuBLASLt (mma_widen.cu): the MMA kernel's 64-token tiles re-decode the weights per
-// tile and lose to it there (H200: 70B down_proj at M = 256, 740-910 us against ~2x the BF16 GEMM).
+// tile and lose to it there (H200, M = 256: 70B down_proj W8 522 us in 64-token tiles, 361 us widened).
 inline constexpr int64_t kMmaWidenAboveM = 128;
 
 // Range of E8M0 scale bytes for which the folded BF16 weight (code * 2^(s - 127)) is a normal BF16 number
@@ -70,15 +70,15 @@ enum class MmaSmallMKernel : uint8_t { kTable, kPipelined, kRegisters };
 enum class MmaWidenKind : uint8_t { kTable, kFragments, kGather };
 struct MmaDecodeForce {
   int splits = 0;                                         // split-K count
-  int stages = 0;                                         // pipelined kernel, M <= 16: 3 (three blocks/SM) or 4
+  int stages = 0;                                         // pipelined kernel, M <= 16: 4, or 3 (64-row blocks)
   int n16_per_warp = 0;                                   // pipelined kernel, M <= 16: 1 or 2
   MmaSmallMKernel small_m = MmaSmallMKernel::kTable;      // M <= 16: cp.async pipeline or registers
   int register_depth = 0;                                 // registers kernel: slabs in flight per warp (2, 4)
   bool no_cluster_reduce = false;                         // registers kernel: split-K through partial sums
   int64_t widen_above_m = 0;                              // the M above which the widen route runs; -1: never
   MmaWidenKind widen = MmaWidenKind::kTable;              // how the widen route makes BF16
-  int64_t widen_block_mib = 0;                            // BF16 row-block size; -1: the whole weight at once
-  int large_m_config = 0;                                 // M > 16: 1 = 64 tokens x 128 rows, 2 = 128 x 64
+  int64_t widen_block_mib = 0;                            // BF16 row-block size in MiB; -1: the whole weight
+  int large_m_config = 0;                                 // M > 16: 1 = 64 tokens x 64 rows, 2 = 64 x 128
 };
 void mma_decode_force(const MmaDecodeForce& f);
 const MmaDecodeForce& mma_decode_forced();

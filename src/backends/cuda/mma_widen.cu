@@ -168,9 +168,11 @@ Status widen(const MmaDecodeArgs& a, int64_t row0, int64_t rows, __nv_bfloat16* 
 
 }  // namespace mma_detail
 
-// Row blocks of at most kWidenBlockMiB of BF16 weights (a multiple of 128 rows; the fragment widen needs
-// 16): widen, GEMM into the output's column block (or an FP32 block + epilogue).
-constexpr int64_t kWidenBlockMiB = 32;
+// The weight widened at once into one stream-ordered BF16 scratch, up to kWidenBlockMiB (row blocks of that
+// size beyond): each cuBLASLt GEMM must cover enough output tiles to fill the GPU. Measured on the H200 at
+// M = 256: 32 MiB row blocks (70B down_proj: 512 rows per block, 8 output tiles of 128 x 128 per GEMM)
+// took 1.7x the whole-weight time, 8 MiB blocks (meant to stay in L2) 2.5x.
+constexpr int64_t kWidenBlockMiB = 1024;
 
 Status launch_mma_widen_gemm(const MmaDecodeArgs& a, Stream stream) {
   const int64_t n = a.layout.n, k = a.layout.k;
