@@ -176,7 +176,8 @@ std::vector<int64_t> mma_route_bucket_ends() { return {8, 16, kMmaDecodeMaxM, kM
 
 std::string mma_route_description(const MmaDecodeArgs& a) {
   if (mma_takes_widen_route(a)) {
-    return "weights widened to BF16 per call (fragment decode) in row blocks + cuBLASLt BF16 GEMM per block";
+    return "weights widened to BF16 per call (fragment decode; the whole weight at once up to 1 GiB of scratch, "
+           "row blocks of 1 GiB beyond) + cuBLASLt BF16 GEMM";
   }
   const int splits = mma_decode_splits(a);
   if (mma_takes_registers_kernel(a)) {
