@@ -4,7 +4,10 @@
 // default (needs an H200 and a few minutes):
 //   QL_MMA_BENCH_CSV=out.csv test_cuda --gtest_also_run_disabled_tests --gtest_filter='*MmaDecodeBench*'
 // prints one line per (layer, M, scheme) and writes the CSV the device script joins with torch's times.
-// QL_MMA_BENCH_ONLY="70b.down,w4a16-mxfp4" keeps the layers and schemes named there (for a profiler run).
+// QL_MMA_BENCH_ONLY="70b.down,w4a16-mxfp4" keeps the layers and schemes named there (for a profiler run);
+// QL_MMA_BENCH_MS="1,16,256" the token counts. Beside the table's choice, every forced variant of
+// cuda_test::mma_variants() for the M (rows "scheme/variant"), and the older BF16 route kernel of the
+// family (sm90_*_bf16: row-major codes widened in row blocks + cuBLASLt; rows "scheme/oldbf16") from M = 65.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "qlinear/platform.hpp"
+#include "qlinear/registry.hpp"
 
 #if QLINEAR_WITH_CUDA
 #include <cuda_runtime.h>
@@ -25,6 +29,7 @@
 #include "backends/cuda/cuda_util.hpp"
 #include "backends/cuda/mma_decode.hpp"
 #include "backends/cuda/mma_decode_kernels.hpp"
+#include "cuda/mma_variants.hpp"
 #include "qlinear/cuda.hpp"
 #endif
 
@@ -37,17 +42,30 @@ struct BenchLayer {
   const char* name;
   int64_t n, k;
 };
-const BenchLayer kLayers[] = {
-    {"70b.down", 8192, 28672}, {"70b.gate_up", 57344, 8192}, {"70b.qkv", 10240, 8192},
-    {"70b.o", 8192, 8192},     {"8b.qkv", 6144, 4096},       {"8b.gate_up", 28672, 4096},
+const BenchLayer kLayers[] = {  // 70B and 8B interleaved: a run cut short still has both
+    {"70b.down", 8192, 28672}, {"8b.qkv", 6144, 4096},   {"70b.qkv", 10240, 8192},      {"8b.gate_up", 28672, 4096},
+    {"70b.o", 8192, 8192},     {"8b.down", 4096, 14336}, {"70b.gate_up", 57344, 8192}, {"8b.o", 4096, 4096},
 };
-const int64_t kBenchMs[] = {1, 16, 64, 256, 1024};
+std::vector<int64_t> bench_ms() {
+  const char* env = std::getenv("QL_MMA_BENCH_MS");
+  std::vector<int64_t> ms;
+  for (const char* p = env; p != nullptr && *p != '\0';) {
+    char* end = nullptr;
+    const long long v = std::strtoll(p, &end, 10);
+    if (end == p) break;
+    if (v > 0) ms.push_back(v);
+    p = *end == ',' ? end + 1 : end;
+  }
+  if (ms.empty()) ms = {1, 16, 64, 256, 1024};
+  return ms;
+}
 
 struct BenchScheme {
   const char* name;
   const cuda::MmaDecodeLinearKernel* kernel;
   QuantKey key;
   std::optional<QuantKey> activation_key;
+  const char* old_bf16_kernel;  // the family's older BF16 route (row-major codes), or null
 };
 
 // Whether a name passes QL_MMA_BENCH_ONLY (a comma list of layer and scheme names; unset: everything). A
@@ -145,13 +163,15 @@ TEST(CudaMmaDecodeBench, DISABLED_VersusCublasLtBf16) {
   auto platform = Platform::cuda_device(0);
   if (!platform || platform->cuda->compute_capability != 90) GTEST_SKIP() << "needs an sm_90 GPU";
   const BenchScheme schemes[] = {
-      {"w8a16-fp8", &cuda::kSm90MmaDecodeFp8WeightOnly, kFp8StaticChannelSym},
-      {"w8a16-mxfp8", &cuda::kSm90MmaDecodeMxfp8, kMxfp8Static},
-      {"w8a8-mxfp8", &cuda::kSm90MmaDecodeMxfp8, kMxfp8Static, kMxfp8Dynamic},
-      {"w6a16-mxfp6-e2m3", &cuda::kSm90MmaDecodeMxfp6, kMxfp6E2M3Static},
-      {"w4a16-mxfp4", &cuda::kSm90MmaDecodeMxfp4, kMxfp4Static},
-      {"w4a16-nvfp4", &cuda::kSm90MmaDecodeNvfp4, kNvfp4Static},
+      {"w8a16-fp8", &cuda::kSm90MmaDecodeFp8WeightOnly, kFp8StaticChannelSym, std::nullopt, "sm90_fp8_weight_only_bf16"},
+      {"w8a16-mxfp8", &cuda::kSm90MmaDecodeMxfp8, kMxfp8Static, std::nullopt, "sm90_mxfp8_bf16"},
+      {"w8a8-mxfp8", &cuda::kSm90MmaDecodeMxfp8, kMxfp8Static, kMxfp8Dynamic, nullptr},
+      {"w6a16-mxfp6-e2m3", &cuda::kSm90MmaDecodeMxfp6, kMxfp6E2M3Static, std::nullopt, "sm90_mxfp6_bf16"},
+      {"w4a16-mxfp4", &cuda::kSm90MmaDecodeMxfp4, kMxfp4Static, std::nullopt, "sm90_mxfp4_bf16"},
+      {"w4a16-nvfp4", &cuda::kSm90MmaDecodeNvfp4, kNvfp4Static, std::nullopt, nullptr},
   };
+  const std::vector<int64_t> kBenchMs = bench_ms();
+  const std::vector<cuda_test::MmaVariant> variants = cuda_test::mma_variants();
   const char* csv_path = std::getenv("QL_MMA_BENCH_CSV");
   FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
   if (csv) std::fprintf(csv, "layer,n,k,m,scheme,us,bf16_lt_us,splits,weight_gbps\n");
@@ -189,51 +209,57 @@ TEST(CudaMmaDecodeBench, DISABLED_VersusCublasLtBf16) {
     for (const BenchScheme& s : schemes) {
       if (!selected(s.name, false)) continue;
       LinearLayer layer = synthetic_layer(s, bl.n, bl.k);
+      // The older BF16 route processes its own copy of the checkpoint tensors (row-major codes).
+      const LinearKernel* old_kernel = s.old_bf16_kernel ? find_kernel(s.old_bf16_kernel) : nullptr;
+      LinearLayer old_layer;
+      if (old_kernel != nullptr && kBenchMs.back() > 64) {
+        old_layer = layer;
+        if (!old_kernel->process_weights_after_loading(old_layer).is_ok()) old_kernel = nullptr;
+        old_layer.params.clear();
+      }
       const Status ps = s.kernel->process_weights_after_loading(layer);
       if (!ps.is_ok()) {
         std::printf("[ bench ] %s %s: %s\n", bl.name, s.name, ps.message().c_str());
         continue;
       }
       layer.params.clear();  // host copies are not needed for timing
-      for (size_t mi = 0; mi < std::size(kBenchMs); ++mi) {
+      const double bytes = static_cast<double>(cuda::mma_decode_weight_bytes(layer));
+      for (size_t mi = 0; mi < kBenchMs.size(); ++mi) {
         const int64_t m = kBenchMs[mi];
         auto x = cuda::empty(DType::kBF16, {m, bl.k}).value();
         ASSERT_TRUE(cuda::fill_bytes(x, 0x3C).is_ok());
         auto y = cuda::empty(DType::kBF16, {m, bl.n}).value();
-        Status st = Status::ok();
-        const double us = median_us(
-            [&] {
-              const Status r = s.kernel->apply(layer, Activation::dense(x), nullptr, y);
-              if (!r.is_ok()) st = r;
-            },
-            flush, sink_p, stream);
-        ASSERT_TRUE(st.is_ok()) << st.message();
-        const int splits = cuda::mma_decode_splits_for(layer, m);
-        const double gbps = static_cast<double>(cuda::mma_decode_weight_bytes(layer)) / (us * 1e3);
-        std::printf("[ bench ] %-12s M=%-5lld %-18s %9.1f us   cuBLASLt bf16 %9.1f us   x%.2f   splits %d   %6.0f GB/s\n",
-                    bl.name, static_cast<long long>(m), s.name, us, lt_us[mi], lt_us[mi] / us, splits, gbps);
-        if (csv) {
-          std::fprintf(csv, "%s,%lld,%lld,%lld,%s,%.2f,%.2f,%d,%.0f\n", bl.name, static_cast<long long>(bl.n),
-                       static_cast<long long>(bl.k), static_cast<long long>(m), s.name, us, lt_us[mi], splits, gbps);
-          std::fflush(csv);
+        auto row = [&](const std::string& name, const LinearKernel& kernel, const LinearLayer& l) {
+          Status st = Status::ok();
+          const double us = median_us(
+              [&] {
+                const Status r = kernel.apply(l, Activation::dense(x), nullptr, y);
+                if (!r.is_ok()) st = r;
+              },
+              flush, sink_p, stream);
+          if (!st.is_ok()) {
+            std::printf("[ bench ] %s M=%lld %s: %s\n", bl.name, static_cast<long long>(m), name.c_str(),
+                        st.message().c_str());
+            return;
+          }
+          const int splits = cuda::mma_decode_splits_for(layer, m);
+          const double gbps = bytes / (us * 1e3);
+          std::printf("[ bench ] %-12s M=%-5lld %-28s %9.1f us   cuBLASLt bf16 %9.1f us   x%.2f   splits %d   %6.0f GB/s\n",
+                      bl.name, static_cast<long long>(m), name.c_str(), us, lt_us[mi], lt_us[mi] / us, splits, gbps);
+          if (csv) {
+            std::fprintf(csv, "%s,%lld,%lld,%lld,%s,%.2f,%.2f,%d,%.0f\n", bl.name, static_cast<long long>(bl.n),
+                         static_cast<long long>(bl.k), static_cast<long long>(m), name.c_str(), us, lt_us[mi], splits,
+                         gbps);
+            std::fflush(csv);
+          }
+        };
+        row(s.name, *s.kernel, layer);
+        for (const cuda_test::MmaVariant& v : variants) {
+          if (m < v.min_m || m > v.max_m) continue;
+          cuda_test::ForceScope force(v.force);
+          row(std::string(s.name) + "/" + v.name, *s.kernel, layer);
         }
-      }
-      // The small-M buckets with 3 stages (three blocks per SM) instead of the table's 4 (two).
-      for (size_t mi = 0; mi < 2; ++mi) {
-        const int64_t m = kBenchMs[mi];
-        auto x = cuda::empty(DType::kBF16, {m, bl.k}).value();
-        ASSERT_TRUE(cuda::fill_bytes(x, 0x3C).is_ok());
-        auto y = cuda::empty(DType::kBF16, {m, bl.n}).value();
-        cuda::mma_decode_force_small_m_stages(3);
-        const double us = median_us([&] { (void)s.kernel->apply(layer, Activation::dense(x), nullptr, y); }, flush,
-                                    sink_p, stream);
-        cuda::mma_decode_force_small_m_stages(0);
-        const int splits = cuda::mma_decode_splits_for(layer, m);
-        const double gbps = static_cast<double>(cuda::mma_decode_weight_bytes(layer)) / (us * 1e3);
-        if (csv) {
-          std::fprintf(csv, "%s,%lld,%lld,%lld,%s/st3,%.2f,%.2f,%d,%.0f\n", bl.name, static_cast<long long>(bl.n),
-                       static_cast<long long>(bl.k), static_cast<long long>(m), s.name, us, lt_us[mi], splits, gbps);
-        }
+        if (old_kernel != nullptr && m > 64) row(std::string(s.name) + "/oldbf16", *old_kernel, old_layer);
       }
     }
   }

@@ -24,6 +24,7 @@
 #include "backends/reference/reference_kernels.hpp"
 #include "qlinear/cuda.hpp"
 #include "cuda/cuda_test_util.hpp"
+#include "cuda/mma_variants.hpp"
 #endif
 
 namespace qlinear {
@@ -224,6 +225,31 @@ TEST(CudaMmaDecode, SplitKBiasOutputDtypesAndShards) {
   // FP8 per-channel: K only a multiple of 8.
   check({&cuda::kSm90MmaDecodeFp8WeightOnly, scheme_named("w8a16-fp8"), 3, 75, 1000});
   check({&cuda::kSm90MmaDecodeFp8WeightOnly, scheme_named("w8a16-fp8"), 33, 75, 1000});
+}
+
+// Every variant the benchmark times (cuda_test::mma_variants: kernels, tiles, splits, widen routes, forced)
+// passes the same check in its M range, on shapes with several N blocks, split K and ragged edges.
+TEST(CudaMmaDecode, EveryForcedVariantMatchesTheReference) {
+  QL_REQUIRE_SM90();
+  std::vector<cuda_test::MmaVariant> variants = cuda_test::mma_variants();
+  cuda_test::MmaVariant small_blocks = variants.back();  // the widen route in 1 MiB row blocks: several blocks
+  small_blocks.name = "wfrag1";
+  small_blocks.force.widen_block_mib = 1;
+  variants.push_back(small_blocks);
+  for (const cuda_test::MmaVariant& v : variants) {
+    SCOPED_TRACE("variant " + v.name);
+    cuda_test::ForceScope force(v.force);
+    const bool small = v.max_m <= 16;
+    for (const KernelScheme& ks : kAll) {
+      const Scheme s = scheme_of(ks);
+      for (int64_t m : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{17}, int64_t{65}, int64_t{256}}) {
+        if (m < v.min_m || m > v.max_m) continue;
+        check({ks.kernel, s, m, 200, 800});
+        if (m != 7 && m < 256) check({ks.kernel, s, m, 1040, 1024});  // several N blocks
+        if (small) check({ks.kernel, s, m, 128, 8192});               // split K
+      }
+    }
+  }
 }
 
 // Captured once into a CUDA graph (after a warm-up call outside capture) and replayed on new inputs

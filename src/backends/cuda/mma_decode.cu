@@ -3,15 +3,18 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backends/cuda/mma_decode.cuh"
+#include <mutex>
+
+#include "backends/cuda/mma_decode_regs.cuh"
 
 namespace qlinear::cuda {
 
 namespace {
 
 // The tile configuration per M bucket (H200). Up to 16 tokens the GEMM streams weights, so small token
-// tiles keep two blocks (and 3 stages of 256 K each) in flight per SM; from 17 tokens one block of 128
-// weight rows x 64 tokens halves the activation traffic per weight byte.
+// tiles keep two blocks (and 4 stages of 256 K each) in flight per SM (3 stages and three blocks measured
+// within noise of it); from 17 tokens one block of 64 tokens (mma_config_for widens the block to 128 weight
+// rows where that pays).
 constexpr MmaTileConfig kTileTable[] = {
     {8, 1, 1, 4},
     {16, 2, 1, 4},
@@ -61,45 +64,101 @@ void mma_fold_range(MmaCode code, int& lo, int& hi) {
   }
 }
 
-// Split K over blocks when the N blocks alone leave SMs idle or a ragged last wave: the count that best
-// fills whole waves of the GPU's block slots, with at least 4 steps (1024 K) per split and the FP32
-// partial sums at most a quarter of the weight bytes.
 namespace {
-std::atomic<int> forced_splits{0};
-std::atomic<int> forced_small_m_stages{0};
+std::mutex forced_mutex;
+MmaDecodeForce forced;
 }  // namespace
 
-void mma_decode_force_splits(int splits) { forced_splits.store(splits < 0 ? 0 : splits); }
-void mma_decode_force_small_m_stages(int stages) { forced_small_m_stages.store(stages == 3 || stages == 4 ? stages : 0); }
+void mma_decode_force(const MmaDecodeForce& f) {
+  std::lock_guard<std::mutex> lock(forced_mutex);
+  forced = f;
+}
+const MmaDecodeForce& mma_decode_forced() { return forced; }
+
+// Layers with long rows or many of them (K >= 16384 or N >= 32768: 70B down_proj and gate_up) run 17..128
+// tokens with 128 weight rows per block: half the activation reads per weight byte; measured 8-14% faster
+// there at M = 64, while smaller layers lose the blocks they need to fill the GPU.
+bool wide_large_m_tiles(const MmaLayout& l) { return l.k >= 16384 || l.n >= 32768; }
 
 MmaTileConfig mma_config_for(const MmaDecodeArgs& a) {
   if (a.layout.scale == MmaScale::kMx32 && !a.fold) return kTileTable[std::size(kTileTable) - 1];  // promoted
   MmaTileConfig t = mma_tile_config(a.m);
-  if (t.token_tiles <= 2 && forced_small_m_stages.load() != 0) t.stages = forced_small_m_stages.load();
+  if (t.token_tiles <= 2) {
+    // E2M1 stages are half as many bytes as E4M3: 128 rows per block keep as many bytes in flight (measured
+    // up to 20% faster for MXFP4 at M = 1..16 on the Llama shapes, while E4M3/FP6 lost on some).
+    if (a.layout.code == MmaCode::kE2M1) t.n16_per_warp = 2;
+    if (forced.stages != 0) t.stages = forced.stages;
+    if (forced.n16_per_warp != 0) t.n16_per_warp = forced.n16_per_warp;
+    return t;
+  }
+  if (wide_large_m_tiles(a.layout)) t.n16_per_warp = 2;
+  if (forced.large_m_config == 1) t.n16_per_warp = 1;
+  if (forced.large_m_config == 2) t.n16_per_warp = 2;
   return t;
 }
 
-int mma_decode_splits(const MmaDecodeArgs& a) {
+bool mma_takes_registers_kernel(const MmaDecodeArgs& a) {
+  if (a.m > 16 || (a.layout.scale == MmaScale::kMx32 && !a.fold)) return false;
+  return forced.small_m == MmaSmallMKernel::kRegisters;
+}
+
+namespace {
+
+int register_depth(const MmaDecodeArgs& a) {
+  if (forced.register_depth != 0) return forced.register_depth;
+  return a.layout.code == MmaCode::kE4M3 ? 2 : 4;
+}
+
+// The work split of a launch: what each block covers, how many blocks an SM holds, the K steps to split.
+struct SplitShape {
+  int64_t tiles_per_block, tokens_per_block, per_sm, steps, min_steps_per_split, max_splits;
+};
+
+SplitShape split_shape(const MmaDecodeArgs& a) {
+  if (mma_takes_registers_kernel(a)) {
+    // 512 K per split at least; at most a cluster's worth of splits when they add up in the cluster.
+    return {mma_detail::kRegWarps, a.m <= 8 ? 8 : 16, mma_detail::reg_blocks_per_sm(a.layout.code, register_depth(a)),
+            a.layout.k_slabs(), 4,
+            forced.no_cluster_reduce ? 16 : kMmaMaxClusterSplits};
+  }
   const MmaTileConfig t = mma_config_for(a);
   const int64_t smem = t.stages * stage_bytes(a.layout, t);
   // Blocks per SM: the kernel's __launch_bounds__ minimum (3 for small token tiles with 3 stages, 2 with 4,
   // 1 for 64 tokens), capped by shared memory.
   const int64_t by_regs = t.token_tiles <= 2 ? (t.stages <= 3 ? 3 : 2) : 1;
   const int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(by_regs, (228 << 10) / (smem + 1024)));
-  const double slots = static_cast<double>(per_sm * a.sm_count);
-  const int64_t tiles = mma_detail::kWarpsN * t.n16_per_warp;
-  const int64_t rows = 8 * t.token_tiles;
-  const int64_t blocks = (a.layout.n_tiles() + tiles - 1) / tiles * ((a.m + rows - 1) / rows);
-  const int64_t steps = a.layout.k_slabs() / mma_detail::kWarpsK;
+  return {mma_detail::kWarpsN * t.n16_per_warp, 8 * t.token_tiles, per_sm, a.layout.k_slabs() / mma_detail::kWarpsK, 4,
+          16};
+}
+
+}  // namespace
+
+// Split K over blocks when the N blocks alone leave SMs idle or a ragged last wave: the count that best
+// fills whole waves of the GPU's block slots, with a minimum of K per split (1024 for the pipelined kernel)
+// and the FP32 partial sums at most a quarter of the weight bytes.
+int mma_decode_splits(const MmaDecodeArgs& a) {
+  const SplitShape sh = split_shape(a);
+  const double slots = static_cast<double>(sh.per_sm * a.sm_count);
+  const int64_t blocks = (a.layout.n_tiles() + sh.tiles_per_block - 1) / sh.tiles_per_block *
+                         ((a.m + sh.tokens_per_block - 1) / sh.tokens_per_block);
+  const int64_t steps = sh.steps;
   auto efficiency = [&](int64_t s) {
     const double waves = static_cast<double>(blocks * s) / slots;
     return waves / std::ceil(waves);
   };
+  // The pipelined kernel at M <= 16 with E4M3 / FP6 weights splits only layers whose blocks leave SMs
+  // idle, and of those only the ones with few blocks or long rows: elsewhere the extra reduction launch and
+  // the partial sums cost more than the idle SMs (measured: 70B qkv/o, 8B qkv and gate_up faster unsplit,
+  // 70B down and 8B down faster split). E2M1 blocks carry half the bytes and keep the wave rule (70B qkv
+  // measured 16% slower unsplit).
+  const bool small_pipelined = !mma_takes_registers_kernel(a) && a.m <= 16 && a.layout.code != MmaCode::kE2M1;
+  const bool worth_splitting =
+      !small_pipelined || (blocks < a.sm_count && (2 * blocks <= a.sm_count || a.layout.k >= 16384));
   int64_t best = 1;
-  if (forced_splits.load() > 0) {
-    best = std::min<int64_t>(forced_splits.load(), steps);
-  } else {
-    for (int64_t s = 2; s <= 16 && steps / s >= 4; ++s) {
+  if (forced.splits > 0) {
+    best = std::min<int64_t>(forced.splits, steps);
+  } else if (worth_splitting) {
+    for (int64_t s = 2; s <= sh.max_splits && steps / s >= sh.min_steps_per_split; ++s) {
       if (s * a.m * a.layout.n * 4 > a.layout.weight_bytes() / 4) break;
       if (efficiency(s) > efficiency(best) + 0.05) best = s;
     }
@@ -109,7 +168,31 @@ int mma_decode_splits(const MmaDecodeArgs& a) {
 }
 
 bool mma_takes_widen_route(const MmaDecodeArgs& a) {
-  return a.m > kMmaWidenAboveM && (a.layout.scale != MmaScale::kMx32 || a.fold);
+  const int64_t above = forced.widen_above_m != 0 ? forced.widen_above_m : kMmaWidenAboveM;
+  return above >= 0 && a.m > above && (a.layout.scale != MmaScale::kMx32 || a.fold);
+}
+
+std::vector<int64_t> mma_route_bucket_ends() { return {8, 16, kMmaDecodeMaxM, kMmaWidenAboveM}; }
+
+std::string mma_route_description(const MmaDecodeArgs& a) {
+  if (mma_takes_widen_route(a)) {
+    return "weights widened to BF16 per call (fragment decode; the whole weight at once up to 1 GiB of scratch, "
+           "row blocks of 1 GiB beyond) + cuBLASLt BF16 GEMM";
+  }
+  const int splits = mma_decode_splits(a);
+  if (mma_takes_registers_kernel(a)) {
+    const bool cluster = splits > 1 && splits <= kMmaMaxClusterSplits && !forced.no_cluster_reduce;
+    return "registers kernel: " + std::to_string(a.m <= 8 ? 8 : 16) + " tokens x 128 rows per block, " +
+           std::to_string(register_depth(a)) + " K slabs in flight per warp, split-K " + std::to_string(splits) +
+           (splits > 1 ? (cluster ? " added in a thread-block cluster" : " through partial sums") : "");
+  }
+  const MmaTileConfig t = mma_config_for(a);
+  std::string why = "pipelined kernel: " + std::to_string(8 * t.token_tiles) + " tokens x " +
+                    std::to_string(64 * t.n16_per_warp) + " rows per block, " + std::to_string(t.stages) +
+                    " cp.async stages, split-K " + std::to_string(splits);
+  if (a.m > 8 * t.token_tiles) why += ", M tiles decode the weights again each";
+  if (a.layout.scale == MmaScale::kMx32 && !a.fold) why += ", E8M0 scales promoted per 32 in FP32";
+  return why;
 }
 
 Status launch_mma_decode(const MmaDecodeArgs& a, Stream stream) {
@@ -117,18 +200,30 @@ Status launch_mma_decode(const MmaDecodeArgs& a, Stream stream) {
   if (mma_takes_widen_route(a)) return launch_mma_widen_gemm(a, stream);
   const MmaTileConfig t = mma_config_for(a);
   const int splits = mma_decode_splits(a);
+  const bool regs = mma_takes_registers_kernel(a);
+  const bool cluster = regs && splits > 1 && splits <= kMmaMaxClusterSplits && !forced.no_cluster_reduce;
   Scratch partial;
-  if (splits > 1) {
+  if (splits > 1 && !cluster) {
     QL_ASSIGN_OR_RETURN(partial, Scratch::make(sizeof(float) * splits * a.m * a.layout.n, stream));
   }
-  float* p = splits > 1 ? partial.as<float>() : nullptr;
-  switch (a.layout.code) {
-    case MmaCode::kE4M3: QL_RETURN_IF_ERROR(mma_detail::launch_e4m3(a, t, splits, p, stream)); break;
-    case MmaCode::kE2M3:
-    case MmaCode::kE3M2: QL_RETURN_IF_ERROR(mma_detail::launch_fp6(a, t, splits, p, stream)); break;
-    case MmaCode::kE2M1: QL_RETURN_IF_ERROR(mma_detail::launch_e2m1(a, t, splits, p, stream)); break;
+  float* p = splits > 1 && !cluster ? partial.as<float>() : nullptr;
+  if (regs) {
+    const int tn = a.m <= 8 ? 1 : 2, depth = register_depth(a);
+    switch (a.layout.code) {
+      case MmaCode::kE4M3: QL_RETURN_IF_ERROR(mma_detail::launch_regs_e4m3(a, tn, depth, splits, p, stream)); break;
+      case MmaCode::kE2M3:
+      case MmaCode::kE3M2: QL_RETURN_IF_ERROR(mma_detail::launch_regs_fp6(a, tn, depth, splits, p, stream)); break;
+      case MmaCode::kE2M1: QL_RETURN_IF_ERROR(mma_detail::launch_regs_e2m1(a, tn, depth, splits, p, stream)); break;
+    }
+  } else {
+    switch (a.layout.code) {
+      case MmaCode::kE4M3: QL_RETURN_IF_ERROR(mma_detail::launch_e4m3(a, t, splits, p, stream)); break;
+      case MmaCode::kE2M3:
+      case MmaCode::kE3M2: QL_RETURN_IF_ERROR(mma_detail::launch_fp6(a, t, splits, p, stream)); break;
+      case MmaCode::kE2M1: QL_RETURN_IF_ERROR(mma_detail::launch_e2m1(a, t, splits, p, stream)); break;
+    }
   }
-  if (splits > 1) {
+  if (p != nullptr) {
     const int64_t total = a.m * a.layout.n;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 4 * a.sm_count));
     mma_detail::mma_decode_reduce_kernel<<<blocks, 256, 0, stream>>>(a, splits, p);

@@ -215,13 +215,18 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
     const int64_t tile = min(tile0 + i / kTileChunks, n_tiles - 1);
     wsrc[j] = a.w + (tile * k_slabs + static_cast<int64_t>(step0) * kWarpsK) * Sh::kUnitBytes + (i % kTileChunks) * 16;
   }
-  const uint8_t* ssrc = nullptr;
+  constexpr int kSPerThread = (kSChunks + kThreads - 1) / kThreads;
+  const uint8_t* ssrc[kSPerThread > 0 ? kSPerThread : 1] = {};
   if constexpr (Sh::kRec > 0) {
-    const int i = threadIdx.x < kSChunks ? threadIdx.x : 0;
-    const int64_t tile = min(tile0 + i / kSTileChunks, n_tiles - 1);
-    ssrc = a.w_scale + (tile * k_slabs + static_cast<int64_t>(step0) * kWarpsK) * 32 * Sh::kRec + (i % kSTileChunks) * 16;
+#pragma unroll
+    for (int j = 0; j < kSPerThread; ++j) {
+      const int i0 = threadIdx.x + j * kThreads, i = i0 < kSChunks ? i0 : 0;
+      const int64_t tile = min(tile0 + i / kSTileChunks, n_tiles - 1);
+      ssrc[j] = a.w_scale + (tile * k_slabs + static_cast<int64_t>(step0) * kWarpsK) * 32 * Sh::kRec +
+                (i % kSTileChunks) * 16;
+    }
   }
-  static_assert(kSChunks <= kThreads, "one scale chunk per thread at most");
+  static_assert(kSChunks % kThreads == 0 || kSChunks < kThreads, "scale chunks per thread");
   const __nv_bfloat16* xsrc[kXPerThread];
   bool xrow_ok[kXPerThread];
 #pragma unroll
@@ -241,8 +246,12 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
       if (kWChunks % kThreads == 0 || i < kWChunks) cp_async16(st + i * 16, wsrc[j] + wstep);
     }
     if constexpr (Sh::kRec > 0) {
-      if (threadIdx.x < kSChunks) {
-        cp_async16(st + Sh::kWBytes + threadIdx.x * 16, ssrc + static_cast<int64_t>(step) * kWarpsK * 32 * Sh::kRec);
+#pragma unroll
+      for (int j = 0; j < kSPerThread; ++j) {
+        const int i = threadIdx.x + j * kThreads;
+        if (i < kSChunks) {
+          cp_async16(st + Sh::kWBytes + i * 16, ssrc[j] + static_cast<int64_t>(step) * kWarpsK * 32 * Sh::kRec);
+        }
       }
     }
     const int64_t kcol0 = (step0 + step) * static_cast<int64_t>(kStageK);
@@ -455,6 +464,9 @@ Status launch_scale(const MmaDecodeArgs& a, const MmaTileConfig& t, int splits, 
   QL_MMA_CONFIG(2, 1, 4)
   QL_MMA_CONFIG(2, 1, 3)
   QL_MMA_CONFIG(8, 1, 3)
+  QL_MMA_CONFIG(1, 2, 4)
+  QL_MMA_CONFIG(2, 2, 4)
+  QL_MMA_CONFIG(8, 2, 3)
 #undef QL_MMA_CONFIG
   return Status::error("mma_decode: tile configuration (" + std::to_string(t.token_tiles) + " token tiles, " +
                        std::to_string(t.n16_per_warp) + " A tiles per warp, " + std::to_string(t.stages) +

@@ -15,6 +15,8 @@
 // BF16 when `fold` holds, else the block scale multiplies the FP32 partial sum of its 32-wide group; the
 // products in the tensor core are exact and summed in FP32; bias is added in FP32 before one rounding.
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "backends/cuda/cuda_util.hpp"
 #include "backends/cuda/layout/mma_layout.hpp"
@@ -55,7 +57,7 @@ const MmaTileConfig& mma_tile_config(int64_t m);
 inline constexpr int64_t kMmaDecodeMaxM = 64;  // the M range the kernel is built for
 // Above this M a layer whose weights widen exactly (every scale kind but promoted MX) is widened to BF16 per
 // call and multiplied by cuBLASLt (mma_widen.cu): the MMA kernel's 64-token tiles re-decode the weights per
-// tile and lose to it there (H200: 70B down_proj at M = 256, 740-910 us against ~2x the BF16 GEMM).
+// tile and lose to it there (H200, M = 256: 70B down_proj W8 522 us in 64-token tiles, 361 us widened).
 inline constexpr int64_t kMmaWidenAboveM = 128;
 
 // Range of E8M0 scale bytes for which the folded BF16 weight (code * 2^(s - 127)) is a normal BF16 number
@@ -67,24 +69,53 @@ int mma_decode_splits(const MmaDecodeArgs& a);
 // The configuration a launch uses: the table's bucket for M, or the 64-token one for MX layers whose scales
 // are promoted (the only configuration instantiated for them).
 MmaTileConfig mma_config_for(const MmaDecodeArgs& a);
-// Benchmarks only (not thread-safe against running applies): force the split count, or the stage count of
-// the small-M buckets (3: three blocks per SM, 4: two); 0 restores the table.
-void mma_decode_force_splits(int splits);
-void mma_decode_force_small_m_stages(int stages);
+// Benchmark and test overrides of the choices launch_mma_decode makes (not thread-safe against running
+// applies; every field 0 = the table / heuristic). One process times the variants side by side with them.
+enum class MmaSmallMKernel : uint8_t { kTable, kPipelined, kRegisters };
+enum class MmaWidenKind : uint8_t { kTable, kFragments, kGather };
+struct MmaDecodeForce {
+  int splits = 0;                                         // split-K count
+  int stages = 0;                                         // pipelined kernel, M <= 16: 4, or 3 (64-row blocks)
+  int n16_per_warp = 0;                                   // pipelined kernel, M <= 16: 1 or 2
+  MmaSmallMKernel small_m = MmaSmallMKernel::kTable;      // M <= 16: cp.async pipeline or registers
+  int register_depth = 0;                                 // registers kernel: slabs in flight per warp (2, 4)
+  bool no_cluster_reduce = false;                         // registers kernel: split-K through partial sums
+  int64_t widen_above_m = 0;                              // the M above which the widen route runs; -1: never
+  MmaWidenKind widen = MmaWidenKind::kTable;              // how the widen route makes BF16
+  int64_t widen_block_mib = 0;                            // BF16 row-block size in MiB; -1: the whole weight
+  int large_m_config = 0;                                 // M > 16: 1 = 64 tokens x 64 rows, 2 = 64 x 128
+};
+void mma_decode_force(const MmaDecodeForce& f);
+const MmaDecodeForce& mma_decode_forced();
+
+// What launch_mma_decode runs for these arguments (M included), in words, for explain: the kernel, its tile,
+// the split of K and how the splits add up, or the widen route.
+std::string mma_route_description(const MmaDecodeArgs& a);
+// The upper ends of the M buckets where that description can change (the last bucket is open).
+std::vector<int64_t> mma_route_bucket_ends();
 
 // Whether launch_mma_decode takes the widening route for these arguments.
 bool mma_takes_widen_route(const MmaDecodeArgs& a);
 Status launch_mma_widen_gemm(const MmaDecodeArgs& a, Stream stream);
+// Whether M <= 16 runs the registers kernel (weights loaded straight into registers, mma_decode_regs.cuh).
+bool mma_takes_registers_kernel(const MmaDecodeArgs& a);
 
 // Runs the GEMM on `stream`: no synchronization; split-K partial sums go to stream-ordered scratch
 // (cudaMallocAsync, which a CUDA graph captures as an allocation node) and are summed in a fixed order.
 Status launch_mma_decode(const MmaDecodeArgs& a, Stream stream);
+
+inline constexpr int kMmaMaxClusterSplits = 8;
 
 namespace mma_detail {
 // One instantiation family per weight code (one .cu file each).
 Status launch_e4m3(const MmaDecodeArgs& a, const MmaTileConfig& t, int splits, float* partial, Stream stream);
 Status launch_fp6(const MmaDecodeArgs& a, const MmaTileConfig& t, int splits, float* partial, Stream stream);
 Status launch_e2m1(const MmaDecodeArgs& a, const MmaTileConfig& t, int splits, float* partial, Stream stream);
+// The registers kernel: token tiles 1 or 2, `depth` slabs in flight; partial null with splits > 1: the
+// splits add up inside a thread-block cluster (splits <= kMmaMaxClusterSplits).
+Status launch_regs_e4m3(const MmaDecodeArgs& a, int token_tiles, int depth, int splits, float* partial, Stream stream);
+Status launch_regs_fp6(const MmaDecodeArgs& a, int token_tiles, int depth, int splits, float* partial, Stream stream);
+Status launch_regs_e2m1(const MmaDecodeArgs& a, int token_tiles, int depth, int splits, float* partial, Stream stream);
 }  // namespace mma_detail
 
 }  // namespace qlinear::cuda

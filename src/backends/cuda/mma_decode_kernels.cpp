@@ -241,12 +241,8 @@ std::vector<MRoute> MmaDecodeLinearKernel::m_routes(const LinearConfig& config) 
   MmaDecodeArgs a;
   a.layout = layout_of(config);
   const std::string self(name());
-  // MX layers whose E8M0 scales do not fold exactly into BF16 (decided at process) run 64-token tiles with
-  // per-32 FP32 promotion at every M.
-  const std::string unfolded = config.family != Family::kFp8WeightOnly && config.family != Family::kNvfp4
-                                   ? "; MX layers whose E8M0 scales do not fold exactly into BF16: 64-token tiles "
-                                     "with per-32 FP32 promotion"
-                                   : "";
+  // MX layers whose E8M0 scales do not fold exactly into BF16 (decided at process) take the promoted path.
+  const bool mx = config.family != Family::kFp8WeightOnly && config.family != Family::kNvfp4;
   // Quantized activations: the same routes after one pass that writes their exact BF16 values.
   std::string act;
   if (config.activation_key) {
@@ -254,19 +250,19 @@ std::vector<MRoute> MmaDecodeLinearKernel::m_routes(const LinearConfig& config) 
   }
   std::vector<MRoute> routes;
   int64_t lo = 1;
-  for (int64_t m : {int64_t{8}, int64_t{16}, kMmaDecodeMaxM}) {
-    const MmaTileConfig& t = mma_tile_config(m);
-    a.m = m;
-    routes.push_back({lo, m, self,
-                      std::to_string(8 * t.token_tiles) + " tokens x " + std::to_string(64 * t.n16_per_warp) +
-                          " rows, " + std::to_string(t.stages) + " stages, split-K " +
-                          std::to_string(mma_decode_splits(a)) + " (132 SMs)" + unfolded + act});
-    lo = m + 1;
+  const std::vector<int64_t> ends = mma_route_bucket_ends();
+  for (size_t i = 0; i <= ends.size(); ++i) {
+    const int64_t hi = i < ends.size() ? ends[i] : MRoute::kNoLimit;
+    a.m = i < ends.size() ? hi : lo;
+    a.fold = true;
+    std::string why = mma_route_description(a);
+    if (mx) {
+      a.fold = false;
+      why += "; MX layers whose scales do not fold: " + mma_route_description(a);
+    }
+    routes.push_back({lo, hi, self, why + act});
+    lo = hi + 1;
   }
-  routes.push_back({kMmaDecodeMaxM + 1, kMmaWidenAboveM, self,
-                    "64-token tiles (each decodes the weights again)" + unfolded + act});
-  routes.push_back({kMmaWidenAboveM + 1, MRoute::kNoLimit, self,
-                    "weights widened to BF16 per call in row blocks + cuBLASLt BF16 GEMM" + unfolded + act});
   return routes;
 }
 

@@ -1,0 +1,87 @@
+#pragma once
+// The forced variants of the tensor-core decode GEMM (cuda::MmaDecodeForce) that the tests check against the
+// reference and the benchmark times side by side with the table's choice, by the M range each applies to.
+#include <string>
+#include <vector>
+
+#include "backends/cuda/mma_decode.hpp"
+
+namespace qlinear::cuda_test {
+
+struct MmaVariant {
+  std::string name;
+  int64_t min_m, max_m;  // the M range where it changes what runs
+  cuda::MmaDecodeForce force;
+};
+
+inline std::vector<MmaVariant> mma_variants() {
+  using cuda::MmaDecodeForce;
+  using cuda::MmaSmallMKernel;
+  using cuda::MmaWidenKind;
+  std::vector<MmaVariant> v;
+  auto add = [&](const char* name, int64_t lo, int64_t hi, auto&& set) {
+    MmaDecodeForce f;
+    set(f);
+    v.push_back({name, lo, hi, f});
+  };
+  // M <= 16: the pipelined kernel's knobs, then the registers kernel.
+  add("pipe", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kPipelined; });
+  add("st3", 1, 16, [](MmaDecodeForce& f) {  // 3 stages exist for 64-row blocks only
+    f.small_m = MmaSmallMKernel::kPipelined;
+    f.stages = 3;
+    f.n16_per_warp = 1;
+  });
+  add("nt1", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kPipelined; f.n16_per_warp = 1; });
+  add("nt2", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kPipelined; f.n16_per_warp = 2; });
+  add("pipe_s1", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kPipelined; f.splits = 1; });
+  add("reg2", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kRegisters; f.register_depth = 2; });
+  add("reg4", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kRegisters; f.register_depth = 4; });
+  add("reg4_nocl", 1, 16, [](MmaDecodeForce& f) {
+    f.small_m = MmaSmallMKernel::kRegisters;
+    f.register_depth = 4;
+    f.no_cluster_reduce = true;
+  });
+  add("reg4_s1", 1, 16, [](MmaDecodeForce& f) {
+    f.small_m = MmaSmallMKernel::kRegisters;
+    f.register_depth = 4;
+    f.splits = 1;
+  });
+  // 17 <= M: larger tiles of the pipelined kernel (the widen route off so that they run at every M).
+  add("mma64", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; });
+  add("t64x64", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.large_m_config = 1; });
+  add("t64x128", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.large_m_config = 2; });
+  // The widen route from M = 65: fragments or gathered elements, row blocks or the whole weight (the table:
+  // whole up to 1 GiB of BF16).
+  add("wfrag32", 65, 1 << 20, [](MmaDecodeForce& f) {
+    f.widen_above_m = 64;
+    f.widen = MmaWidenKind::kFragments;
+    f.widen_block_mib = 32;
+  });
+  add("wgather32", 65, 1 << 20, [](MmaDecodeForce& f) {
+    f.widen_above_m = 64;
+    f.widen = MmaWidenKind::kGather;
+    f.widen_block_mib = 32;
+  });
+  add("wfrag8", 65, 1 << 20, [](MmaDecodeForce& f) {
+    f.widen_above_m = 64;
+    f.widen = MmaWidenKind::kFragments;
+    f.widen_block_mib = 8;
+  });
+  add("wfrag_all", 65, 1 << 20, [](MmaDecodeForce& f) {
+    f.widen_above_m = 64;
+    f.widen = MmaWidenKind::kFragments;
+    f.widen_block_mib = -1;
+  });
+  return v;
+}
+
+// Sets a variant for its scope, restores the table's choices after.
+class ForceScope {
+ public:
+  explicit ForceScope(const cuda::MmaDecodeForce& f) { cuda::mma_decode_force(f); }
+  ~ForceScope() { cuda::mma_decode_force({}); }
+  ForceScope(const ForceScope&) = delete;
+  ForceScope& operator=(const ForceScope&) = delete;
+};
+
+}  // namespace qlinear::cuda_test
