@@ -16,10 +16,10 @@
 //   kQuadE4M3   w8a16_isa.hpp's panels, already in quad order                     p * 16 * k_pad + q * 64
 //   kQuadE2M1   the same, two E2M1 codes per byte (low nibbles, then high)          p * 8 * k_pad + q * 32
 //   kRecordE4M3 fp_isa.hpp's code panels: a 16-byte record (byte j: column j) per k p * 16 * k_pad + q * 64
-//   kRecordE2M1 8-byte records: byte i holds column i (low nibble) and i + 8 (high), stored code ^ 0xF
+//   kRecordE2M1 fp_isa.hpp's FP4 quad records (32 bytes per 4 k; codes stored as they are)
 //                                                                                   p * 8 * k_pad + q * 32
-//   kRecordE2M3 / kRecordE3M2  12-byte records: bytes 0..7 low nibbles (byte i: column 2i low, 2i + 1 high),
-//               bytes 8..11 the top two bits (byte b, bits 2s..2s+1: column 4s + b)   p * 12 * k_pad + q * 48
+//   kRecordE2M3 / kRecordE3M2  fp_isa.hpp's FP6 quad records (48 bytes per 4 k: low nibbles in bytes 0..31,
+//               the top two bits in bytes 32..47)                                   p * 12 * k_pad + q * 48
 // The record layouts are regathered into quad order by one vpermb per source field; vpmultishiftqb then moves
 // each code's bits to the bottom of its byte (a nibble's shift, or a 2-bit field's shift, differs by column).
 // Lookups: E4M3 -> two 128-entry vpermi2b tables (the sign OR-ed back); E2M1 in kQuadE2M1 -> 16-entry vpshufb
@@ -71,9 +71,9 @@ constexpr uint16_t float_code_bf16(int code, int e_bits, int m_bits) {
 struct DecodeTables {
   alignas(64) uint8_t e4m3_hi[128], e4m3_lo[128];  // magnitude codes 0..127
   alignas(64) uint8_t e2m1_hi[64], e2m1_lo[64];    // kQuadE2M1: code i % 16 (vpshufb, per lane)
-  alignas(64) uint8_t rec_e2m1_hi[64], rec_e2m1_lo[64];  // kRecordE2M1: stored (i % 16) = code ^ 0xF
+  alignas(64) uint8_t rec_e2m1_hi[64], rec_e2m1_lo[64];  // kRecordE2M1: code i % 16 (as kQuadE2M1's, by vpermb)
   alignas(64) uint8_t e2m3_hi[64], e2m3_lo[64], e3m2_hi[64], e3m2_lo[64];
-  // NVFP4, by index (m << 4) | stored (stored = E2M1 code ^ 0xF, m = a block scale's 3 mantissa bits): the BF16
+  // NVFP4, by index (m << 4) | code (the E2M1 code, m = a block scale's 3 mantissa bits): the BF16
   // bytes of value(code) * (1 + m / 8) (exact: at most 6 significant bits, normal).
   alignas(64) uint8_t nv_hi[128], nv_lo[128];
   // By E4M3 block-scale magnitude code: its mantissa bits m << 4 and the BF16 exponent offset e << 7 (as an int16's
@@ -96,7 +96,7 @@ struct DecodeTables {
       sc_m[c] = static_cast<uint8_t>(sig == 0 ? 0 : (sig - 8) << 4);
       sc_e_hi[c] = static_cast<uint8_t>((off >> 8) & 0xFF);
       sc_e_lo[c] = static_cast<uint8_t>(off & 0xFF);
-      const int ms = c >> 4, stored = c & 0xF, code = stored ^ 0xF;
+      const int ms = c >> 4, code = c & 0xF;  // the quad records store E2M1 codes as they are
       // value(code) = v2 / 2 with v2 in {0, 1, 2, 3, 4, 6, 8, 12}; times (8 + ms) / 8
       const int v2[8] = {0, 1, 2, 3, 4, 6, 8, 12};
       const uint16_t w = bf16_bits((code & 8) != 0, v2[code & 7] * (8 + ms), -4);
@@ -104,7 +104,7 @@ struct DecodeTables {
       nv_lo[c] = static_cast<uint8_t>(w & 0xFF);
     }
     for (int i = 0; i < 64; ++i) {
-      const uint16_t f4 = float_code_bf16(i % 16, 2, 1), r4 = float_code_bf16((i % 16) ^ 0xF, 2, 1);
+      const uint16_t f4 = float_code_bf16(i % 16, 2, 1), r4 = f4;
       const uint16_t f6a = float_code_bf16(i, 2, 3), f6b = float_code_bf16(i, 3, 2);
       e2m1_hi[i] = static_cast<uint8_t>(f4 >> 8);
       e2m1_lo[i] = static_cast<uint8_t>(f4 & 0xFF);
@@ -124,10 +124,10 @@ static_assert(float_code_bf16(0x01, 4, 3) == 0x3B00, "E4M3 2^-9");
 static_assert(float_code_bf16(0x7, 2, 1) == 0x40C0 && float_code_bf16(0x9, 2, 1) == 0xBF00, "E2M1 6, -0.5");
 static_assert(float_code_bf16(0x1F, 2, 3) == 0x40F0 && float_code_bf16(0x01, 2, 3) == 0x3E00, "E2M3 7.5, 0.125");
 static_assert(float_code_bf16(0x1F, 3, 2) == 0x41E0 && float_code_bf16(0x21, 3, 2) == 0xBD80, "E3M2 28, -1/16");
-static_assert(kDecodeTables.nv_hi[(0 << 4) | (0x7 ^ 0xF)] == 0x40 && kDecodeTables.nv_lo[(0 << 4) | (0x7 ^ 0xF)] == 0xC0, "6");
-static_assert(kDecodeTables.nv_hi[(7 << 4) | (0xF ^ 0xF)] == 0xC1 && kDecodeTables.nv_lo[(7 << 4) | (0xF ^ 0xF)] == 0x34,
+static_assert(kDecodeTables.nv_hi[(0 << 4) | 0x7] == 0x40 && kDecodeTables.nv_lo[(0 << 4) | 0x7] == 0xC0, "6");
+static_assert(kDecodeTables.nv_hi[(7 << 4) | 0xF] == 0xC1 && kDecodeTables.nv_lo[(7 << 4) | 0xF] == 0x34,
               "-6 * 1.875 = -11.25");
-static_assert(kDecodeTables.nv_hi[(3 << 4) | (0x8 ^ 0xF)] == 0x80 && kDecodeTables.nv_lo[(3 << 4) | (0x8 ^ 0xF)] == 0x00, "-0");
+static_assert(kDecodeTables.nv_hi[(3 << 4) | 0x8] == 0x80 && kDecodeTables.nv_lo[(3 << 4) | 0x8] == 0x00, "-0");
 static_assert(kDecodeTables.sc_m[0x7E] == (6 << 4) && kDecodeTables.sc_e_hi[0x7E] == 0x04 && kDecodeTables.sc_e_lo[0x7E] == 0x00,
               "448 = 1.75 * 2^8");
 static_assert(kDecodeTables.sc_m[0x03] == (4 << 4) && kDecodeTables.sc_e_hi[0x03] == 0xFC && kDecodeTables.sc_e_lo[0x03] == 0x00,
@@ -136,9 +136,9 @@ static_assert(kDecodeTables.sc_m[0x03] == (4 << 4) && kDecodeTables.sc_e_hi[0x03
 // vpermb / vpmultishiftqb controls that bring the record layouts into quad order. For quad byte Q = 16l + 8h + i:
 // column c = 4l + i/2, record kk = 2h + i%2.
 struct GatherTables {
-  alignas(64) uint8_t e2m1_idx[64], e2m1_shift[64];        // byte kk*8 + c%8, nibble c/8
-  alignas(64) uint8_t fp6_nib_idx[64], fp6_nib_shift[64];  // byte kk*12 + c/2, nibble c%2
-  alignas(64) uint8_t fp6_top_idx[64], fp6_top_shift[64];  // byte kk*12 + 8 + c%4, bits 2(c/4) -> bits 4..5
+  alignas(64) uint8_t e2m1_idx[64], e2m1_shift[64];        // quad-record byte and nibble of (c, kk)
+  alignas(64) uint8_t fp6_nib_idx[64], fp6_nib_shift[64];  // the same for FP6's low nibbles
+  alignas(64) uint8_t fp6_top_idx[64], fp6_top_shift[64];  // FP6's top two bits -> bits 4..5
   alignas(64) uint8_t e4m3_idx[64];                        // byte kk*16 + c
   alignas(64) uint16_t scale_idx[32];  // NVFP4 scales: word 2j + t <- column j (j < 8: word j, else 32 + j - 8)
   alignas(64) uint8_t column[64];      // NVFP4 scales: quad byte Q <- column c
@@ -149,12 +149,14 @@ struct GatherTables {
       const int l = q / 16, h = (q / 8) % 2, i = q % 8;
       const int c = 4 * l + i / 2, kk = 2 * h + i % 2;
       const int base = 8 * (q % 8);  // the byte's own bit offset in its qword
-      e2m1_idx[q] = static_cast<uint8_t>(kk * 8 + c % 8);
-      e2m1_shift[q] = static_cast<uint8_t>(base + 4 * (c / 8));
-      fp6_nib_idx[q] = static_cast<uint8_t>(kk * 12 + c / 2);
-      fp6_nib_shift[q] = static_cast<uint8_t>(base + 4 * (c % 2));
-      fp6_top_idx[q] = static_cast<uint8_t>(kk * 12 + 8 + c % 4);
-      fp6_top_shift[q] = static_cast<uint8_t>((base + 2 * (c / 4) + 60) % 64);  // bit 2(c/4) lands at bit 4
+      // fp_isa.hpp's quad records: nibble of (c, kk) low for kk < 2, high for kk >= 2.
+      e2m1_idx[q] = static_cast<uint8_t>(16 * ((c % 8) / 4) + 8 * (c / 8) + 2 * (c % 4) + kk % 2);
+      e2m1_shift[q] = static_cast<uint8_t>(base + 4 * (kk / 2));
+      fp6_nib_idx[q] = static_cast<uint8_t>(16 * (c / 8) + 8 * (kk % 2) + c % 8);
+      fp6_nib_shift[q] = static_cast<uint8_t>(base + 4 * (kk / 2));
+      fp6_top_idx[q] = static_cast<uint8_t>(32 + 8 * (kk % 2) + c % 8);
+      // the top two bits sit at bit 2 (2 (kk / 2) + c / 8) of their byte and land at bit 4
+      fp6_top_shift[q] = static_cast<uint8_t>((base + 2 * (2 * (kk / 2) + c / 8) + 60) % 64);
       e4m3_idx[q] = static_cast<uint8_t>(kk * 16 + c);
       column[q] = static_cast<uint8_t>(c);
     }
