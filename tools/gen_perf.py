@@ -29,7 +29,9 @@ def fmt_time(ms):
 def machine_title(run):
     m = run["machine"]
     if "gpu" in m:
-        return m["gpu"].split(",")[0]
+        # A machine may have several runs (say, every scheme on one model's shapes, decode on another's).
+        shapes = re.search(r"--shapes (\S+)", run.get("command", ""))
+        return m["gpu"].split(",")[0] + (f", {shapes.group(1)} shapes" if shapes else "")
     return m.get("cpu", "unknown machine").split(",")[0] + f" ({run['backend']})"
 
 
