@@ -267,8 +267,8 @@ Status launch_int8_act_quant(const Int8QuantArgs& a, Stream stream) {
   if (a.mode == Int8ActMode::kDynamicTokenAsym && a.zero_points == nullptr) {
     return Status::error("int8 act_quant: dynamic asymmetric mode needs a zero-point buffer");
   }
-  // Long per-token rows: the simple kernel measured faster (act_quant_simple.hpp).
-  if (dynamic && a.k > 8192 && a.m >= 256) return launch_int8_act_quant_simple(a, stream);
+  // Long per-token rows and decode sizes: the simple kernel measured faster (act_quant_simple.hpp).
+  if ((dynamic && a.k > 8192 && a.m >= 256) || a.m <= kActQuantSimpleMaxM) return launch_int8_act_quant_simple(a, stream);
   switch (a.x_dtype) {
     case DType::kF32: return launch_quant_typed<float>(a, stream);
     case DType::kBF16: return launch_quant_typed<__nv_bfloat16>(a, stream);
