@@ -9,50 +9,19 @@
 #include <type_traits>
 
 #include "backends/cuda/act_quant_bf16.hpp"
+#include "backends/cuda/act_vec.cuh"
 
 namespace qlinear::cuda {
 
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kVec = 8;
+using actvec::kVec;
 
-__device__ __forceinline__ float load1(const float* p) { return *p; }
-__device__ __forceinline__ float load1(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ float load1(const __half* p) { return __half2float(*p); }
-
-// Elements col .. col+7 of a row as floats (exact: every input dtype widens exactly to f32).
+// Elements col .. col+7 of a row (K is a multiple of 8 here) as floats, exact (act_vec.cuh).
 template <class T>
 __device__ __forceinline__ void load8(const T* __restrict__ row, int64_t col, bool vec, float (&v)[kVec]) {
-  if (vec) {
-    if constexpr (sizeof(T) == 2) {
-      const uint4 u = *reinterpret_cast<const uint4*>(row + col);
-      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if constexpr (std::is_same_v<T, __half>) {
-          v[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[i] & 0xFFFFu)));
-          v[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[i] >> 16)));
-        } else {
-          v[2 * i] = __uint_as_float(w[i] << 16);
-          v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-        }
-      }
-    } else {
-      const float4 a = *reinterpret_cast<const float4*>(row + col);
-      const float4 b = *reinterpret_cast<const float4*>(row + col + 4);
-      v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-      v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) v[i] = load1(row + col + i);
-  }
-}
-
-__device__ __forceinline__ float group_max(float v, int lanes) {
-  for (int o = lanes / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  return v;
+  actvec::to_floats(actvec::load_vec(row, col, col + kVec, vec), v);
 }
 
 struct Params {
@@ -81,7 +50,7 @@ __global__ void __launch_bounds__(kThreads) act_quant_bf16_kernel(const T* __res
   for (int i = 0; i < kVec; ++i) a = fmaxf(a, fabsf(v[i]));
   // Every lane takes part in the shuffles; lanes past the end carry zeros.
   const int lanes = p.mode == ActBf16Mode::kMx32 ? 4 : (p.mode == ActBf16Mode::kNvfp4 ? 2 : 1);
-  a = group_max(a, lanes);
+  a = actvec::lanes_max(a, lanes);
   double g = p.global_scale;
   if (p.mode == ActBf16Mode::kNvfp4 && p.dynamic_amax != nullptr) {
     g = act_nvfp4_dynamic_global(__uint_as_float(*p.dynamic_amax));
@@ -125,7 +94,7 @@ __global__ void __launch_bounds__(kThreads) act_amax_kernel(const T* __restrict_
 #pragma unroll
     for (int i = 0; i < kVec; ++i) a = fmaxf(a, fabsf(v[i]));
   }
-  a = group_max(a, 32);
+  a = actvec::lanes_max(a, 32);
   if (threadIdx.x % 32 == 0) atomicMax(amax, __float_as_uint(a));
 }
 

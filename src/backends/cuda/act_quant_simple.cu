@@ -7,6 +7,7 @@
 
 #include "backends/cuda/act_quant.hpp"
 #include "backends/cuda/act_quant_simple.hpp"
+#include "backends/cuda/act_vec.cuh"
 #include "backends/cuda/fp_codec.cuh"
 #include "backends/cuda/int8_scaled_mm.hpp"
 #include "qlinear/quantize.hpp"
@@ -20,39 +21,12 @@ constexpr double kFp8Max = kFp8E4M3Max;
 constexpr double kMinScale = kFp8MinScalingFactor;    // f32 constant widened, as the reference does
 constexpr double kGroupAmaxFloor = static_cast<double>(1e-10f);
 
-__device__ __forceinline__ float load(const float* p) { return *p; }
-__device__ __forceinline__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ float load(const __half* p) { return __half2float(*p); }
+using actvec::kVec;  // elements per thread and chunk
 
-constexpr int kVec = 8;  // elements per thread and chunk
-
-// Elements col .. col+7 of a row as floats, zeros at and beyond k.
+// Elements col .. col+7 of a row as floats, zeros at and beyond k (act_vec.cuh).
 template <class T>
 __device__ __forceinline__ void load8(const T* __restrict__ row, int64_t col, int64_t k, bool vec, float (&v)[kVec]) {
-  if (vec && col + kVec <= k) {
-    if constexpr (sizeof(T) == 2) {
-      const uint4 u = *reinterpret_cast<const uint4*>(row + col);
-      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if constexpr (std::is_same_v<T, __half>) {
-          v[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[i] & 0xFFFFu)));
-          v[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[i] >> 16)));
-        } else {
-          v[2 * i] = __uint_as_float(w[i] << 16);
-          v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-        }
-      }
-    } else {
-      const float4 a = *reinterpret_cast<const float4*>(row + col);
-      const float4 b = *reinterpret_cast<const float4*>(row + col + 4);
-      v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-      v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) v[i] = col + i < k ? load(row + col + i) : 0.0f;
-  }
+  actvec::to_floats(actvec::load_vec(row, col, k, vec), v);
 }
 
 // Codes col .. col+7 of output row `r` (bytes, or their exact float values), those below ld_codes.
@@ -108,7 +82,7 @@ __global__ void amax_kernel(const T* x, int64_t m, int64_t k, int64_t ld, uint32
   float v = 0.0f;
   const int64_t total = m * k;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kThreads) {
-    v = fmaxf(v, fabsf(load(x + (i / k) * ld + i % k)));
+    v = fmaxf(v, fabsf(actvec::scalar_load(x + (i / k) * ld + i % k)));
   }
   v = warp_max(v);
   if (threadIdx.x % 32 == 0) atomicMax(amax, __float_as_uint(v));
