@@ -21,27 +21,6 @@ namespace qlinear::x86 {
 
 namespace {
 
-// Palette 1 tile configuration (Intel SDM, LDTILECFG), 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// All 8 tiles as 16 rows x 64 bytes.
-void configure_tiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  // GCC 12 does not see that ldtilecfg reads cfg and may drop the stores above: make them observable.
-  __asm__ __volatile__("" : : "r"(&cfg) : "memory");
-  _tile_loadconfig(&cfg);
-}
-
 constexpr int64_t kBlockCols = 32;
 constexpr int64_t kBlockRows = 32;
 

@@ -52,25 +52,6 @@ struct Job {
   int threads = 1;
 };
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-void configure_tiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  // GCC 12 does not see that ldtilecfg reads cfg and may drop the stores above: make them observable.
-  __asm__ __volatile__("" : : "r"(&cfg) : "memory");
-  _tile_loadconfig(&cfg);
-}
-
 // Word offsets (e - 127) << 7 of the 16 columns of one MX block, each repeated for the two k of a pair.
 __m512i mx_offsets(const uint8_t* e16) {
   const __m512i w = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e16))));
