@@ -12,6 +12,11 @@ run made with another L2 flush (QLINEAR_BENCH_L2_FLUSH=clean) beside it. Prints 
 the pairs as JSON (--out, read by tools/gen_perf.py as RUN.crosscheck.json); a pair more than --tolerance
 apart is flagged.
 
+do_bench warms up for 25 ms and repeats for 200 ms of back-to-back calls, which holds an H200 at its
+power-limited clock; run the bench the same way (`--sustain-ms 200`) so that both sides see that clock:
+
+    qlinear bench --backend cuda --sustain-ms 200 --compare bf16 --shapes llama3-8b --m 1,16,256,1024,4096 \
+        --scheme w8a16-fp8,w4a16-mxfp4 --json > h200.json
     python3 tools/bench_crosscheck.py --bench h200.json [--other h200-clean.json] --out h200.crosscheck.json
 """
 import argparse
@@ -56,6 +61,9 @@ def main():
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop timing QuantLinear after this many seconds")
     args = ap.parse_args()
     run = json.load(open(args.bench))
+    if "back-to-back" not in method_of(run):
+        print("note: the bench ran without --sustain-ms: its large-M figures are at a burst clock that do_bench's "
+              "200 ms of repetitions does not hold", flush=True)
     other_rows, other_bf16, other_method = {}, {}, None
     if args.other:
         other = json.load(open(args.other))

@@ -11,6 +11,11 @@
 //         repetitions after kDeviceWarmup warm-up calls; median and min. The host-side cost of one call
 //         (launches, argument checks: what a CUDA graph removes) is the median host time of enqueuing it,
 //         reported apart from the device time.
+//         Sustained (QLINEAR_BENCH_SUSTAIN_MS=T, `qlinear bench --sustain-ms T`): back-to-back flushed calls
+//         for T ms before the timed ones, which then go on until T ms have passed (as do_bench's warm-up and
+//         rep times do). Under such continuous load an H200 holds a lower, power-limited SM clock than a short
+//         burst finds: large GEMMs take up to ~15% longer. Both are true figures of different workloads; the
+//         default is the burst, the sustained mode is what a long prefill-heavy run sees.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -58,6 +63,8 @@ std::string host_method();
 // ---- CUDA -----------------------------------------------------------------------------------------------
 inline constexpr int kMinDeviceReps = 20;
 inline constexpr int kDeviceWarmup = 3;
+inline constexpr double kMaxSustainMs = 10000;  // QLINEAR_BENCH_SUSTAIN_MS accepts 0 .. this
+inline constexpr int kMaxSustainReps = 100000;  // timed calls of one sustained measurement at most
 
 class DeviceTimer {
  public:

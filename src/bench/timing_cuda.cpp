@@ -38,6 +38,15 @@ class CudaDeviceTimer final : public DeviceTimer {
     sink_ = reinterpret_cast<float*>(static_cast<char*>(flush_) + flush_bytes_);
     const char* mode = std::getenv("QLINEAR_BENCH_L2_FLUSH");
     clean_ = mode != nullptr && std::string(mode) == "clean";
+    if (const char* sustain = std::getenv("QLINEAR_BENCH_SUSTAIN_MS")) {
+      char* end = nullptr;
+      const double ms = std::strtod(sustain, &end);
+      if (end == sustain || *end != '\0' || !(ms >= 0) || ms > kMaxSustainMs) {
+        return Status::error("QLINEAR_BENCH_SUSTAIN_MS=" + std::string(sustain) +
+                                        ": expected milliseconds from 0 to " + std::to_string(int(kMaxSustainMs)));
+      }
+      sustain_ms_ = ms;
+    }
     return Status::ok();
   }
 
@@ -46,8 +55,12 @@ class CudaDeviceTimer final : public DeviceTimer {
   std::string method() const override {
     return "CUDA events around each call, L2 flushed before each repetition by writing " +
            std::to_string(flush_bytes_ >> 20) + " MiB" + (clean_ ? " and reading it back" : "") +
-           ", at least " + std::to_string(kMinDeviceReps) + " repetitions after " + std::to_string(kDeviceWarmup) +
-           " warm-ups, median";
+           (sustain_ms_ > 0
+                ? ", back-to-back warm-up calls for " + std::to_string(int(sustain_ms_)) +
+                      " ms, then repetitions for at least " + std::to_string(int(sustain_ms_)) + " ms (and " +
+                      std::to_string(kMinDeviceReps) + "), median"
+                : ", at least " + std::to_string(kMinDeviceReps) + " repetitions after " +
+                      std::to_string(kDeviceWarmup) + " warm-ups, median");
   }
 
   std::string describe() const override {
@@ -93,8 +106,33 @@ class CudaDeviceTimer final : public DeviceTimer {
     if (slow) reps = std::max(1, static_cast<int>(kBudgetSeconds / std::max(first, 1e-9)));
     for (int i = 1; i < (slow ? 1 : kDeviceWarmup); ++i) QL_RETURN_IF_ERROR(call(i));
     QL_CUDA_CHECK(cudaStreamSynchronize(s));
+    // Sustained mode: the clock the GPU settles at under continuous load (power-limited) is lower than the
+    // one a short burst of calls finds; warming up for as long as the repetitions then take measures that
+    // steady state, as do_bench's time-based warm-up and repetitions do.
+    const bool sustain = sustain_ms_ > 0 && !slow;
+    if (sustain) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(sustain_ms_);
+      for (int i = 0; std::chrono::steady_clock::now() < until; ++i) {
+        QL_RETURN_IF_ERROR(flush(i, s));
+        QL_RETURN_IF_ERROR(call(kDeviceWarmup + i));
+        if (i % 8 == 7) QL_CUDA_CHECK(cudaStreamSynchronize(s));  // keep the host within a few calls
+      }
+      QL_CUDA_CHECK(cudaStreamSynchronize(s));
+    }
+    const auto timed_from = std::chrono::steady_clock::now();
+    auto more = [&](int i) {
+      if (i < reps) return true;
+      if (!sustain || i >= kMaxSustainReps) return false;
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - timed_from).count() <
+             sustain_ms_;
+    };
     std::vector<double> host_us, device_ms;
-    for (int i = 0; i < reps; ++i) {
+    for (int i = 0; more(i); ++i) {
+      while (events_.size() < 2 * static_cast<size_t>(i + 1)) {
+        cudaEvent_t e = nullptr;
+        QL_CUDA_CHECK(cudaEventCreate(&e));
+        events_.push_back(e);
+      }
       // The flush is queued first, so the GPU is busy while the host enqueues the call: the events then
       // bracket the call's device work, not the host's launch latency.
       QL_RETURN_IF_ERROR(flush(i, s));
@@ -110,6 +148,7 @@ class CudaDeviceTimer final : public DeviceTimer {
       // One repetition in flight at a time: the next flush must not overlap this call.
       QL_CUDA_CHECK(cudaEventSynchronize(events_[2 * i + 1]));
     }
+    reps = static_cast<int>(host_us.size());
     for (int i = 0; i < reps; ++i) {
       float ms = 0;
       QL_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[2 * i], events_[2 * i + 1]));
@@ -132,6 +171,7 @@ class CudaDeviceTimer final : public DeviceTimer {
   float* sink_ = nullptr;
   bool clean_ = false;
   size_t flush_bytes_ = 0;
+  double sustain_ms_ = 0;  // QLINEAR_BENCH_SUSTAIN_MS (timing.hpp)
   std::vector<cudaEvent_t> events_;
 };
 

@@ -7,11 +7,13 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "bench/shapes.hpp"
+#include "bench/timing.hpp"
 #include "cli/args.hpp"
 #include "cli/bench_anchor.hpp"
 #include "cli/bench_layer.hpp"
@@ -35,6 +37,8 @@ const std::vector<OptionSpec> kSpecs = {
     {"--shapes", "SET", "a model's qkv, o, gate_up and down shapes: llama3-8b, llama3-70b or qwen2.5-7b"},
     {"--compare", "LIST", "anchors measured in the same run: bf16, vendor, reference (comma-separated)"},
     {"--reps", "N", "timed repetitions (default 20; at least 20 on CUDA)"},
+    {"--sustain-ms", "T", "CUDA: warm up back to back for T ms, then time for at least T ms (the clock under "
+                          "continuous load; as QLINEAR_BENCH_SUSTAIN_MS)"},
     {"--check", "", "also compare each output with the reference kernel"},
     {"--roofline", "", "measure and print this machine's roofline (with no --scheme: only that)"},
     {"--load", "N", "run N busy processes for the duration (a machine that is not idle)"},
@@ -207,8 +211,8 @@ int cmd_bench(int argc, char** argv) {
   if (!args) return usage_error(args.message());
   if (args->flag("--help")) {
     std::printf("Usage: qlinear bench --scheme A[,B...] [--backend B] [--m LIST] [--n N --k K | --shapes SET]\n"
-                "                     [--compare bf16,vendor,reference] [--load N] [--json] [--roofline]\n"
-                "                     [--plot FILE.svg] [--report FILE.html]\n\n%s",
+                "                     [--compare bf16,vendor,reference] [--load N] [--sustain-ms T] [--json]\n"
+                "                     [--roofline] [--plot FILE.svg] [--report FILE.html]\n\n%s",
                 options_help(kSpecs).c_str());
     return 0;
   }
@@ -224,9 +228,12 @@ int cmd_bench(int argc, char** argv) {
   auto k = args->get_int("--k", 4096, 1, kMaxDimension);
   auto reps = args->get_int("--reps", 20, 1, kMaxReps);
   auto load = args->get_int("--load", 0, 0, 1024);
-  for (const Status& s : {ms.status(), n.status(), k.status(), reps.status(), load.status()}) {
+  auto sustain = args->get_int("--sustain-ms", 0, 0, static_cast<int64_t>(bench::kMaxSustainMs));
+  for (const Status& s : {ms.status(), n.status(), k.status(), reps.status(), load.status(), sustain.status()}) {
     if (!s) return usage_error(s.message());
   }
+  // Every device timer of this run (ours and the anchors') reads it, so they all measure the same way.
+  if (args->get("--sustain-ms")) setenv("QLINEAR_BENCH_SUSTAIN_MS", std::to_string(*sustain).c_str(), 1);
   std::vector<const Scheme*> schemes;
   if (auto list = args->get("--scheme")) {
     for (const std::string& name : split_commas(*list)) {

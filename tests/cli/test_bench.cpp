@@ -106,6 +106,14 @@ TEST(Bench, UnknownAnchorOrShapeSetIsAUsageError) {
   EXPECT_NE(s.out.find("qwen2.5-7b"), std::string::npos) << s.out;
 }
 
+TEST(Bench, SustainOutsideItsRangeIsAUsageError) {
+  CliRun r = run("bench --scheme w8a16-fp8 --sustain-ms 20000");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("--sustain-ms: 20000 is above the maximum 10000"), std::string::npos) << r.out;
+  CliRun n = run("bench --scheme w8a16-fp8 --sustain-ms -1");
+  EXPECT_EQ(n.code, 2) << n.out;
+}
+
 TEST(Bench, LoadStartsBusyProcessesAndStopsThemAfter) {
   CliRun r = run("bench --scheme w8a16-fp8 --n 64 --k 64 --m 1 --reps 2 --load 2 --json");
   ASSERT_EQ(r.code, 0) << r.out;
