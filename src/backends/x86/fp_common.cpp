@@ -134,18 +134,6 @@ float max_of(const Tensor& t) {
   return *std::max_element(c.data<float>(), c.data<float>() + c.numel());
 }
 
-// Smallest M the AMX variant of a family runs on tiles; below it the AVX2 code on the same panels (amx_isa.hpp).
-// MXFP6 / MXFP4 records decode to tiles faster than the AVX2 code streams them even at M = 1 (2-core Xeon,
-// 4096 x 4096, one thread, CPU time per call: MXFP6 1.6 vs 2.5 ms, MXFP4 with MX activations 1.1 vs 1.5 ms);
-// NVFP4's per-16 scale makes its tile decode slower than the AVX2 code at M = 1 (1.9 vs 1.5 ms).
-int64_t amx_min_m(Family f) {
-  switch (f) {
-    case Family::kMxfp6:
-    case Family::kMxfp4: return 1;
-    default: return kAmxBf16MinM;
-  }
-}
-
 // Smallest and largest nonzero magnitude of an element format.
 double min_nonzero(DType d) { return traits(d).min_subnormal; }
 
@@ -169,10 +157,12 @@ std::string_view FpAvx2Kernel::summary() const {
     switch (family_) {
       case Family::kFp8ScaledMM:
         return "FP8 W8A8 (per-tensor/channel weights, activations quantized as the reference), AMX-BF16 tdpbf16ps "
-               "on E4M3 decoded to BF16 tiles (products exact), f32 accumulation; M = 1: the AVX2 code";
+               "on E4M3 decoded to BF16 tiles (products exact), f32 accumulation; M = 1: the same decode through "
+               "vdpbf16ps";
       case Family::kMxfp8:
         return "MXFP8 weights x MXFP8 (quantized as the reference) or BF16 activations, AMX-BF16 tdpbf16ps on E4M3 "
-               "decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation; M = 1: the AVX2 code";
+               "decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation; M = 1: the same decode "
+               "through vdpbf16ps";
       case Family::kMxfp6:
         return "MXFP6 E2M3/E3M2 weights x BF16 or MX activations (quantized as the reference), AMX-BF16 tdpbf16ps "
                "on FP6 decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation";
@@ -417,15 +407,11 @@ std::vector<MRoute> FpAvx2Kernel::m_routes(const LinearConfig&) const {
       std::string(reference_kernel().name()) + " instead, as does a call whose MX / NVFP4 activation scales leave "
       "f32's range";
   if (isa_ != Isa::kAmxBf16) return {MRoute{1, MRoute::kNoLimit, self, exact_path}};
-  const int64_t min_m = amx_min_m(family_);
-  std::vector<MRoute> routes;
-  if (min_m > 1) {
-    routes.push_back({1, min_m - 1, self, "the AVX2 code on the same code panels: a 16-row tile would waste its rows"});
-  }
-  routes.push_back({min_m, MRoute::kNoLimit, self,
-                    "AMX-BF16 tiles (activations with a value that is not a normal BF16 take the AVX2 code); " +
-                        exact_path});
-  return routes;
+  const std::string fallback = "activations with a value that is not a normal BF16 take the AVX2 code; " + exact_path;
+  return {MRoute{1, kAmxBf16MinM - 1, self,
+                 "AVX-512 VBMI + BF16 weight streaming (the tile path's decode, vdpbf16ps): a 16-row tile would waste "
+                 "its rows; " + fallback},
+          MRoute{kAmxBf16MinM, MRoute::kNoLimit, self, "AMX-BF16 tiles; " + fallback}};
 }
 
 std::string_view FpAvx2Kernel::apply_route(const LinearLayer& layer, const Activation&) const {
@@ -540,7 +526,7 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   q.k_pad = st.k_pad;
   q.row_scale = row_scale.data();
   // AMX: the OS grant is asked here too (cached), so a kernel applied without is_supported never faults.
-  const bool amx = isa_ == Isa::kAmxBf16 && m >= amx_min_m(family_) && amx_tile_permission_refusal().empty();
+  const bool amx = isa_ == Isa::kAmxBf16 && amx_tile_permission_refusal().empty();
   if (amx && !x.is_quantized()) {  // BF16 rows or quantized activations made straight into the tiles' BF16 rows
     AlignedBytes act16 = aligned_bytes(round_up(m, 16) * st.k_pad * 2);
     uint16_t* a16 = reinterpret_cast<uint16_t*>(act16.get());
