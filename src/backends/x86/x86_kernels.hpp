@@ -8,17 +8,17 @@
 //   x86_amx_int8                  int8_scaled_mm    AMX-INT8 (M >= 8) + the AVX-512 VNNI kernel  amx_int8_gemm.cpp
 //   x86_avx512vnni_int8           int8_scaled_mm    AVX-512 F/BW/VL + VNNI (+AVX2 quantizer)  int8_gemm_avx512.cpp
 //   x86_avx2_int8                 int8_scaled_mm    AVX2 + FMA + F16C                      int8_gemm_avx2.cpp, int8_tiled_avx2.cpp
-//   x86_amx_bf16_fp8_w8a16        fp8_weight_only   AMX-BF16 M >= 2, VBMI stream M = 1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
-//   x86_amx_bf16_mxfp8_w8a16      mxfp8 (A16)       AMX-BF16 M >= 2, VBMI stream M = 1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
-//   x86_amx_bf16_mxfp4_w4a16      mxfp4 (A16)       AMX-BF16 M >= 2, VBMI stream M = 1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
+//   x86_amx_bf16_fp8_w8a16        fp8_weight_only   AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
+//   x86_amx_bf16_mxfp8_w8a16      mxfp8 (A16)       AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
+//   x86_amx_bf16_mxfp4_w4a16      mxfp4 (A16)       AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
 //   x86_avx512bf16_fp8_w8a16      fp8_weight_only   AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
 //   x86_avx512bf16_mxfp8_w8a16    mxfp8 (A16)       AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
 //   x86_avx512bf16_mxfp4_w4a16    mxfp4 (A16)       AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
-//   x86_amx_bf16_fp8_scaled_mm    fp8_scaled_mm     AMX-BF16 M >= 2, VBMI stream M = 1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
-//   x86_amx_bf16_mxfp8            mxfp8 (A8, A16)   AMX-BF16 M >= 2, VBMI stream M = 1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
-//   x86_amx_bf16_mxfp6            mxfp6 (A16, A*)   AMX-BF16 M >= 2, VBMI stream M = 1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
-//   x86_amx_bf16_mxfp4            mxfp4 (A*, A16)   AMX-BF16 M >= 2, VBMI stream M = 1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
-//   x86_amx_bf16_nvfp4            nvfp4 (A16, A4)   AMX-BF16 M >= 2, VBMI stream M = 1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
+//   x86_amx_bf16_fp8_scaled_mm    fp8_scaled_mm     AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
+//   x86_amx_bf16_mxfp8            mxfp8 (A8, A16)   AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
+//   x86_amx_bf16_mxfp6            mxfp6 (A16, A*)   AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
+//   x86_amx_bf16_mxfp4            mxfp4 (A*, A16)   AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
+//   x86_amx_bf16_nvfp4            nvfp4 (A16, A4)   AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
 //     (the FP engine's AMX kernels hand activations that are not exact BF16 values to the AVX2 code below)
 //   x86_avx2_fp8_scaled_mm        fp8_scaled_mm     AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
 //   x86_avx2_fp8_block_scaled     fp8_block_scaled  AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
