@@ -163,12 +163,11 @@ TEST(X86Amx, WeightOnlyThreadsAndRoundTrip) {
   x86_test::expect_round_trip(x86::kAmxBf16Mxfp8W8A16, *find_scheme("w8a16-mxfp8"), {1, 35, 160}, 79);
 }
 
-// Below the tile range (M = 1) every AMX-BF16 kernel streams its weights (amx_bf16_stream.cpp): each weight
-// layout and group scale, N off the 16-column panels and the 4-panel groups, K off the tile step, against the
+// Below the tile range (M = 1) the AMX-BF16 kernels stream their weights (amx_bf16_stream.cpp; NVFP4 runs the
+// AVX2 code there, test_amx_fp.cpp): each weight layout and MX scale, N off the 16-column panels and the 4-panel groups, K off the tile step, against the
 // reference; the weight-only FP8 / MXFP8 / MXFP4 rows also bit for bit against the AVX-512 BF16 kernel (same
 // decoded words, same order of vdpbf16ps).
 TEST(X86Amx, StreamBelowTheTileRangeMatchesReference) {
-  const Scheme nvfp4_a16{"nvfp4-a16", Family::kNvfp4, kNvfp4Static, std::nullopt, ""};
   const std::pair<const LinearKernel*, const Scheme*> cases[] = {
       {&x86::kAmxBf16Fp8W8A16, find_scheme("w8a16-fp8")},
       {&x86::kAmxBf16Fp8W8A16, &kFp8Tensor},
@@ -180,8 +179,6 @@ TEST(X86Amx, StreamBelowTheTileRangeMatchesReference) {
       {&x86::kAmxBf16Mxfp6, find_scheme("w6a16-mxfp6-e2m3")},
       {&x86::kAmxBf16Mxfp6, find_scheme("w6a6-mxfp6-e3m2")},
       {&x86::kAmxBf16Mxfp4, find_scheme("w4a4-mxfp4")},
-      {&x86::kAmxBf16Nvfp4, find_scheme("w4a4-nvfp4")},
-      {&x86::kAmxBf16Nvfp4, &nvfp4_a16},
   };
   const int64_t shapes[][2] = {{67, 96}, {33, 544}, {129, 32}, {200, 1056}, {16, 160}};
   uint64_t seed = 7500;
@@ -191,9 +188,7 @@ TEST(X86Amx, StreamBelowTheTileRangeMatchesReference) {
     if (!v) GTEST_SKIP() << kernel->name() << " does not run on this CPU: " << v.reason;
     int i = 0;
     for (const auto& [n, k] : shapes) {
-      // NVFP4 takes K off the multiples of 32 (its blocks are 16 wide)
-      const int64_t kk = scheme->family == Family::kNvfp4 ? k + 16 : k;
-      const Case c{1, n, kk, DType::kBF16, i % 2 ? DType::kF32 : DType::kBF16, i % 2 == 0};
+      const Case c{1, n, k, DType::kBF16, i % 2 ? DType::kF32 : DType::kBF16, i % 2 == 0};
       ++i;
       const int64_t tiles = x86::amx_bf16_gemms_on_this_thread(), streams = x86::amx_bf16_streams_on_this_thread();
       x86_test::expect_matches_reference(*kernel, *scheme, c, seed += 7, f32_sum_rel(c.k));

@@ -240,7 +240,6 @@ class QuadDecoder {
   struct NvScale {
     __m512i off;        // word 2j + t: column j's (e << 7) + (negative ? 0x8000 : 0)
     __mmask32 nonzero;  // words of columns whose scale is not zero
-    __m512i m;          // quad byte Q <- (mantissa bits of column c(Q)'s scale) << 4
   };
   NvScale nv_scale(const uint8_t* codes16) {
     const DecodeTables& t = kDecodeTables;
@@ -251,7 +250,6 @@ class QuadDecoder {
                                                 _mm512_set1_epi8(static_cast<char>(0x80)), 0x78);  // ^ (x & 0x80)
     const __m512i l = _mm512_permutex2var_epi8(ld(t.sc_e_lo), x, ld(t.sc_e_lo + 64));
     NvScale r;
-    r.m = nv_m_;
     // lane 0 of unpacklo: columns 0..7, of unpackhi: 8..15; word 2j + t <- column j
     r.off = _mm512_permutex2var_epi16(_mm512_unpacklo_epi8(l, h), ld(kGather.scale_idx), _mm512_unpackhi_epi8(l, h));
     uint32_t m = _mm512_test_epi8_mask(x, _mm512_set1_epi8(0x7F)) & 0xFFFFu;  // column j -> bits 2j, 2j + 1
@@ -262,8 +260,6 @@ class QuadDecoder {
     r.nonzero = static_cast<__mmask32>(m | (m << 1));
     return r;
   }
-  // Makes the next quads look up with these scales (nv_scale does it for the scales it returns).
-  void use(const NvScale& sc) { nv_m_ = sc.m; }
   static __m512i nvfp4(__m512i w, const NvScale& sc) {
     const __mmask32 nz = _mm512_mask_test_epi16_mask(sc.nonzero, w, _mm512_set1_epi16(0x7FFF));
     return _mm512_maskz_add_epi16(nz, w, sc.off);

@@ -1,7 +1,7 @@
 // The AMX-BF16 kernels' route below their tile range (g.m < kAmxBf16MinM, amx_isa.hpp): weight streaming on AVX-512
 // BF16 + VBMI, no tiles. Compiled with the AMX translation units' flags for VBMI, reached only through the AMX
-// kernels (their is_supported requires VBMI). Every weight layout and group scale of the tile path, decoded by
-// the same QuadDecoder (amx_bf16_decode.hpp: vpermb / vpermi2b lookups, 2 BF16 rows per 64 codes), so the
+// kernels (their is_supported requires VBMI). Every weight layout and MX scale of the tile path (not NVFP4's:
+// its AMX kernel runs M = 1 on the AVX2 code), decoded by the same QuadDecoder (amx_bf16_decode.hpp: vpermb / vpermi2b lookups, 2 BF16 rows per 64 codes), so the
 // decoded words are the tile path's, bit for bit.
 //
 // Per item of kPanelsPerItem panels (16 columns each), kNv panels side by side over the whole K:
@@ -40,7 +40,7 @@ constexpr int kNv = 4;
 template <Layout L, int NV>
 void stream_panels(const Bf16Job& g, QuadDecoder<L>& dec, int64_t p0, float* c) {
   constexpr int64_t bpk = layout_bytes_per_k(L);
-  const int64_t quads = g.k_pad / 4;  // k_pad % 32 == 0: whole MX and NVFP4 blocks
+  const int64_t quads = g.k_pad / 4;  // k_pad % 32 == 0: whole MX blocks
   const uint8_t* src[NV];
   __m512 acc[NV];
   for (int v = 0; v < NV; ++v) {
@@ -49,7 +49,6 @@ void stream_panels(const Bf16Job& g, QuadDecoder<L>& dec, int64_t p0, float* c) 
   }
   const bool mx = g.mx_scale != nullptr;
   __m512i off[NV];
-  [[maybe_unused]] typename QuadDecoder<L>::NvScale sc[NV];
   for (int64_t q = 0; q < quads; ++q) {
     for (int v = 0; v < NV; ++v) {
       _mm_prefetch(reinterpret_cast<const char*>(src[v] + q * 4 * bpk + kDecodePrefetchBytes), _MM_HINT_T0);
@@ -58,28 +57,15 @@ void stream_panels(const Bf16Job& g, QuadDecoder<L>& dec, int64_t p0, float* c) 
     const __m512i x23 = _mm512_set1_epi32(load_pair(g.act + 4 * q + 2));
     for (int v = 0; v < NV; ++v) {
       __m512i a, b;
-      if constexpr (L == Layout::kRecordE2M1Nv) {
-        if (q % 4 == 0) {
-          const uint8_t* codes = g.nv_scale + ((p0 + v) * (g.k_pad / 16) + q / 4) * 16;
+      dec.quad(src[v] + q * 4 * bpk, a, b);
+      if (mx) {
+        if (q % 8 == 0) {
+          const uint8_t* codes = g.mx_scale + ((p0 + v) * (g.k_pad / 32) + q / 8) * 16;
           _mm_prefetch(reinterpret_cast<const char*>(codes + 256), _MM_HINT_T0);
-          sc[v] = dec.nv_scale(codes);
-        } else {
-          dec.use(sc[v]);
+          off[v] = mx_offsets(codes);
         }
-        dec.quad(src[v] + q * 4 * bpk, a, b);
-        a = QuadDecoder<L>::nvfp4(a, sc[v]);
-        b = QuadDecoder<L>::nvfp4(b, sc[v]);
-      } else {
-        dec.quad(src[v] + q * 4 * bpk, a, b);
-        if (mx) {
-          if (q % 8 == 0) {
-            const uint8_t* codes = g.mx_scale + ((p0 + v) * (g.k_pad / 32) + q / 8) * 16;
-            _mm_prefetch(reinterpret_cast<const char*>(codes + 256), _MM_HINT_T0);
-            off[v] = mx_offsets(codes);
-          }
-          a = add_exponent(a, off[v]);
-          b = add_exponent(b, off[v]);
-        }
+        a = add_exponent(a, off[v]);
+        b = add_exponent(b, off[v]);
       }
       acc[v] = _mm512_dpbf16_ps(acc[v], (__m512bh)x01, (__m512bh)a);
       acc[v] = _mm512_dpbf16_ps(acc[v], (__m512bh)x23, (__m512bh)b);
@@ -117,10 +103,10 @@ StreamItem stream_of(Layout l) {
     case Layout::kRecordE4M3: return stream_item<Layout::kRecordE4M3>;
     case Layout::kRecordE2M1: return stream_item<Layout::kRecordE2M1>;
     case Layout::kRecordE2M3: return stream_item<Layout::kRecordE2M3>;
-    case Layout::kRecordE3M2: return stream_item<Layout::kRecordE3M2>;
-    case Layout::kRecordE2M1Nv: break;
+    case Layout::kRecordE3M2: break;
+    case Layout::kRecordE2M1Nv: return nullptr;  // NVFP4 runs M = 1 on the AVX2 code (fp_common.cpp says why)
   }
-  return stream_item<Layout::kRecordE2M1Nv>;
+  return stream_item<Layout::kRecordE3M2>;
 }
 
 }  // namespace
