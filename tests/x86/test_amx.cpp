@@ -163,6 +163,46 @@ TEST(X86Amx, WeightOnlyThreadsAndRoundTrip) {
   x86_test::expect_round_trip(x86::kAmxBf16Mxfp8W8A16, *find_scheme("w8a16-mxfp8"), {1, 35, 160}, 79);
 }
 
+// Below the tile range (M = 1) the AMX-BF16 kernels stream their weights (amx_bf16_stream.cpp; NVFP4 runs the
+// AVX2 code there, test_amx_fp.cpp): each weight layout and MX scale, N off the 16-column panels and the 4-panel groups, K off the tile step, against the
+// reference; the weight-only FP8 / MXFP8 / MXFP4 rows also bit for bit against the AVX-512 BF16 kernel (same
+// decoded words, same order of vdpbf16ps).
+TEST(X86Amx, StreamBelowTheTileRangeMatchesReference) {
+  const std::pair<const LinearKernel*, const Scheme*> cases[] = {
+      {&x86::kAmxBf16Fp8W8A16, find_scheme("w8a16-fp8")},
+      {&x86::kAmxBf16Fp8W8A16, &kFp8Tensor},
+      {&x86::kAmxBf16Mxfp8W8A16, find_scheme("w8a16-mxfp8")},
+      {&x86::kAmxBf16Mxfp4W4A16, find_scheme("w4a16-mxfp4")},
+      {&x86::kAmxBf16Fp8ScaledMM, find_scheme("w8a8-fp8-channel")},
+      {&x86::kAmxBf16Fp8ScaledMM, find_scheme("w8a8-fp8-tensor")},
+      {&x86::kAmxBf16Mxfp8, find_scheme("w8a8-mxfp8")},
+      {&x86::kAmxBf16Mxfp6, find_scheme("w6a16-mxfp6-e2m3")},
+      {&x86::kAmxBf16Mxfp6, find_scheme("w6a6-mxfp6-e3m2")},
+      {&x86::kAmxBf16Mxfp4, find_scheme("w4a4-mxfp4")},
+  };
+  const int64_t shapes[][2] = {{67, 96}, {33, 544}, {129, 32}, {200, 1056}, {16, 160}};
+  uint64_t seed = 7500;
+  for (const auto& [kernel, scheme] : cases) {
+    ASSERT_NE(scheme, nullptr);
+    const Verdict v = kernel->is_supported(Platform::host_cpu());
+    if (!v) GTEST_SKIP() << kernel->name() << " does not run on this CPU: " << v.reason;
+    int i = 0;
+    for (const auto& [n, k] : shapes) {
+      const Case c{1, n, k, DType::kBF16, i % 2 ? DType::kF32 : DType::kBF16, i % 2 == 0};
+      ++i;
+      const int64_t tiles = x86::amx_bf16_gemms_on_this_thread(), streams = x86::amx_bf16_streams_on_this_thread();
+      x86_test::expect_matches_reference(*kernel, *scheme, c, seed += 7, f32_sum_rel(c.k));
+      EXPECT_EQ(x86::amx_bf16_streams_on_this_thread() - streams, 1) << kernel->name() << " " << scheme->name;
+      EXPECT_EQ(x86::amx_bf16_gemms_on_this_thread() - tiles, 0) << kernel->name() << " " << scheme->name;
+    }
+  }
+  expect_bitwise_equal(x86::kAmxBf16Fp8W8A16, x86::kAvx512Bf16Fp8W8A16, *find_scheme("w8a16-fp8"), {1, 200, 1056}, 7590);
+  expect_bitwise_equal(x86::kAmxBf16Mxfp8W8A16, x86::kAvx512Bf16Mxfp8W8A16, *find_scheme("w8a16-mxfp8"), {1, 67, 544},
+                       7591);
+  expect_bitwise_equal(x86::kAmxBf16Mxfp4W4A16, x86::kAvx512Bf16Mxfp4W4A16, *find_scheme("w4a16-mxfp4"), {1, 129, 96},
+                       7592);
+}
+
 TEST(X86Amx, RefusesFloatActivationsAndBlockScales) {
   LinearLayer f32_in = x86_test::make_layer(*find_scheme("w8a16-fp8"), {16, 32, 64, DType::kF32, DType::kF32}, 80);
   const Verdict v = x86::kAmxBf16Fp8W8A16.can_implement(f32_in.config);

@@ -2,8 +2,8 @@
 // and quantized activations decoded to BF16 tiles, against the reference on the same quantized layer, at M
 // around the 16-row tile and 32-row block edges, N off the 16-column panels and K off the 32-wide tile step
 // (NVFP4: K a multiple of 16 only); every family's scheme with BF16 and with quantized activations. Each case
-// also checks that the tile path ran (a fallback to the AVX2 code gives the same numbers). Skipped, with the
-// reason, where the CPU or the OS gives no AMX.
+// also checks that the tile path (or below its M range the weight stream) ran: a fallback to the AVX2 code gives
+// the same numbers. Skipped, with the reason, where the CPU or the OS gives no AMX.
 #include <cstring>
 
 #include "backends/x86/amx_isa.hpp"
@@ -59,15 +59,20 @@ std::vector<Case> sweep(bool k16) {
   return cases;
 }
 
-// Matches the reference, and ran on tiles when M reaches the kernel's AMX range.
+// Matches the reference, and ran on tiles when M reaches the kernel's tile range, else the weight stream.
 void expect_amx_matches(const LinearKernel& k, const Scheme& s, const Case& c, uint64_t seed) {
-  const int64_t before = x86::amx_bf16_gemms_on_this_thread();
+  const int64_t tiles_before = x86::amx_bf16_gemms_on_this_thread();
+  const int64_t streams_before = x86::amx_bf16_streams_on_this_thread();
   x86_test::expect_matches_reference(k, s, c, seed, f32_sum_rel(c.k));
   const std::vector<MRoute> routes = k.m_routes(x86_test::make_layer(s, c, seed).config);
   const bool tiles = c.m >= routes.back().m_min;
-  EXPECT_EQ(x86::amx_bf16_gemms_on_this_thread() - before, tiles ? 1 : 0)
+  EXPECT_EQ(x86::amx_bf16_gemms_on_this_thread() - tiles_before, tiles ? 1 : 0)
       << k.name() << " " << s.name << " " << x86_test::describe(c) << ": the AMX tile path "
       << (tiles ? "did not run" : "ran below its M range");
+  const bool stream = !tiles && k.family() != Family::kNvfp4;  // NVFP4 runs M = 1 on the AVX2 code
+  EXPECT_EQ(x86::amx_bf16_streams_on_this_thread() - streams_before, stream ? 1 : 0)
+      << k.name() << " " << s.name << " " << x86_test::describe(c) << ": the weight stream "
+      << (stream ? "did not run" : "ran where it should not");
 }
 
 class AmxFp : public ::testing::TestWithParam<int> {};

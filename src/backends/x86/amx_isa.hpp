@@ -28,11 +28,11 @@
 
 namespace qlinear::x86 {
 
-// Smallest M each AMX kernel takes; below it the layer runs the AVX-512 kernel on the same packed weights
-// (a 16-row tile at M = 1 wastes 15/16 of its work; the streaming kernels reach the memory rate there).
-// Measured on a 2-core Xeon (4096 x 4096, one thread, CPU time per call): INT8 AMX ties VNNI at M = 2-4
-// and is 1.3x faster at M = 8; the BF16 decode-to-tiles path is faster than the AVX-512 kernels from M = 2
-// (1.1-1.3x at M = 2, 2-3x at M = 8), slower at M = 1.
+// Smallest M each AMX kernel runs on tiles (a 16-row tile at M = 1 wastes 15/16 of its work). Below it, INT8
+// runs the AVX-512 VNNI kernel on the same packed weights, and the BF16 kernels stream their weights through
+// vdpbf16ps with the tile path's decoders (amx_bf16_stream.cpp). Measured on a 2-core Xeon (4096 x 4096, one
+// thread, CPU time per call): INT8 AMX ties VNNI at M = 2-4 and is 1.3x faster at M = 8; the BF16 decode-to-tiles
+// path is faster than the AVX-512 kernels from M = 2 (1.1-1.3x at M = 2, 2-3x at M = 8), slower at M = 1.
 constexpr int64_t kAmxInt8MinM = 8;
 constexpr int64_t kAmxBf16MinM = 2;
 
@@ -41,7 +41,8 @@ constexpr int64_t kAmxBf16MinM = 2;
 void int8_gemm_amx(const Int8Gemm& g);
 
 // FP8 / FP4 weights x BF16 activations on AMX-BF16 (per-column or MX scales; not 128x128 blocks).
-// g.act: BF16 [round_up(m, 16), lda], lda >= k_pad, zeros in columns k .. k_pad - 1.
+// g.act: BF16 [m, lda] (tiles, m >= kAmxBf16MinM: [round_up(m, 16), lda]), lda >= k_pad, zeros in columns
+// k .. k_pad - 1.
 void w8a16_gemm_amx(const W8A16Gemm& g);
 
 // The FP engine's families on AMX-BF16 (x86_amx_bf16_{fp8_scaled_mm, mxfp8, mxfp6, mxfp4, nvfp4}): fp_isa.hpp's
@@ -62,8 +63,10 @@ void fp_records_gemm_amx_bf16(const FpGemm& g, const uint16_t* act);
 // caller takes fp_prepare_activations_avx2's path (which reports bad input, or hands the layer to the reference).
 bool amx_prepare_bf16_activations(const FpActQuant& q, uint16_t* act);
 
-// Test hook: how many BF16 tile GEMMs (w8a16_gemm_amx, fp_records_gemm_amx that ran) this thread has started,
-// so that a test can tell the AMX path from the fallback that gives the same result.
+// Test hook: how many BF16 tile GEMMs (w8a16_gemm_amx, fp_records_gemm_amx that ran with m >= kAmxBf16MinM) and
+// weight streams (m below it) this thread has started, so that a test can tell these paths from the fallbacks
+// that give the same result.
 int64_t amx_bf16_gemms_on_this_thread();
+int64_t amx_bf16_streams_on_this_thread();
 
 }  // namespace qlinear::x86

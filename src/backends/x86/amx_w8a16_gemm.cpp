@@ -3,6 +3,7 @@
 // quad panels, BF16 activations) and x86_amx_bf16_{fp8_scaled_mm, mxfp8, mxfp6, mxfp4, nvfp4} (fp_isa.hpp's
 // code panels; activations BF16, or quantized as the reference does and handed over as their exact values).
 //
+// M below kAmxBf16MinM streams the weights through vdpbf16ps instead (amx_bf16_stream.cpp, same decoders).
 // Per thread, for each block of 2 panels (32 output columns) of its share:
 //   decode the block's codes to BF16 VNNI-2 rows (the B tile layout, amx_isa.hpp; amx_bf16_decode.hpp) in a
 //   per-thread scratch:
@@ -25,6 +26,7 @@
 #include <cstring>
 
 #include "backends/x86/amx_bf16_decode.hpp"
+#include "backends/x86/amx_bf16_job.hpp"
 #include "backends/x86/amx_isa.hpp"
 #include "backends/x86/amx_share.hpp"
 #include "core/threads.hpp"
@@ -33,37 +35,7 @@ namespace qlinear::x86 {
 
 namespace {
 
-// What the entry points describe: the weight layout (amx_bf16_decode.hpp), scales, activations and output.
-struct Job {
-  const uint8_t* packed = nullptr;
-  Layout layout = Layout::kQuadE4M3;
-  int64_t n = 0, n_pad = 0, k_pad = 0;
-  const uint8_t* mx_scale = nullptr;   // [n_pad/16][k_pad/32][16] E8M0 codes, folded; or null
-  const uint8_t* nv_scale = nullptr;   // [n_pad/16][k_pad/16][16] E4M3 codes (NVFP4), multiplied in; or null
-  const float* col_scale = nullptr;    // [n_pad] or null (1)
-  const float* row_scale = nullptr;    // [m] or null (1)
-  const float* bias = nullptr;         // [n] or null
-  const float* col_nan = nullptr;      // [n_pad] 0 or NaN, or null
-  const uint16_t* act = nullptr;       // BF16 [round_up(m, 16), lda], zeros past k
-  int64_t lda = 0;
-  int64_t m = 0;
-  void* out = nullptr;
-  FloatKind out_kind = FloatKind::kBF16;
-  int threads = 1;
-};
-
-// Word offsets (e - 127) << 7 of the 16 columns of one MX block, each repeated for the two k of a pair.
-__m512i mx_offsets(const uint8_t* e16) {
-  const __m512i w = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e16))));
-  const __m512i dup = _mm512_setr_epi32(0x00000000, 0x00010001, 0x00020002, 0x00030003, 0x00040004, 0x00050005,
-                                        0x00060006, 0x00070007, 0x00080008, 0x00090009, 0x000A000A, 0x000B000B,
-                                        0x000C000C, 0x000D000D, 0x000E000E, 0x000F000F);
-  return _mm512_slli_epi16(_mm512_sub_epi16(_mm512_permutexvar_epi16(dup, w), _mm512_set1_epi16(127)), 7);
-}
-
-__m512i add_exponent(__m512i w, __m512i off) {
-  return _mm512_mask_add_epi16(w, _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x7FFF)), w, off);
-}
+using Job = Bf16Job;
 
 // Quads [q0, q1) of panel p into dst[(q - q0) * 2 + {0, 1}][32 words].
 template <Layout L>
@@ -74,7 +46,12 @@ void decode_panel(const Job& g, int64_t p, int64_t q0, int64_t q1, uint16_t* dst
   if constexpr (L == Layout::kRecordE2M1Nv) {  // NVFP4: E4M3 scale per 16 k (4 quads) and column
     typename QuadDecoder<L>::NvScale sc{};
     for (int64_t q = q0; q < q1; ++q) {
-      if (q % 4 == 0 || q == q0) sc = dec.nv_scale(g.nv_scale + (p * (g.k_pad / 16) + q / 4) * 16);
+      _mm_prefetch(reinterpret_cast<const char*>(src + q * 4 * bpk + kDecodePrefetchBytes), _MM_HINT_T0);
+      if (q % 4 == 0 || q == q0) {
+        const uint8_t* codes = g.nv_scale + (p * (g.k_pad / 16) + q / 4) * 16;
+        _mm_prefetch(reinterpret_cast<const char*>(codes + 256), _MM_HINT_T0);
+        sc = dec.nv_scale(codes);
+      }
       __m512i a, b;
       dec.quad(src + q * 4 * bpk, a, b);
       _mm512_store_si512(dst + (q - q0) * 64, QuadDecoder<L>::nvfp4(a, sc));
@@ -84,7 +61,12 @@ void decode_panel(const Job& g, int64_t p, int64_t q0, int64_t q1, uint16_t* dst
     const bool mx = g.mx_scale != nullptr;
     __m512i off = _mm512_setzero_si512();
     for (int64_t q = q0; q < q1; ++q) {
-      if (mx && (q % 8 == 0 || q == q0)) off = mx_offsets(g.mx_scale + (p * (g.k_pad / 32) + q / 8) * 16);
+      _mm_prefetch(reinterpret_cast<const char*>(src + q * 4 * bpk + kDecodePrefetchBytes), _MM_HINT_T0);
+      if (mx && (q % 8 == 0 || q == q0)) {
+        const uint8_t* codes = g.mx_scale + (p * (g.k_pad / 32) + q / 8) * 16;
+        _mm_prefetch(reinterpret_cast<const char*>(codes + 256), _MM_HINT_T0);
+        off = mx_offsets(codes);
+      }
       __m512i a, b;
       dec.quad(src + q * 4 * bpk, a, b);
       if (mx) {
@@ -162,39 +144,6 @@ void load_tiles(const float* c, int64_t ldc) {
   _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
 }
 
-// Sums c (row stride ldc) -> y = c * (row_scale[m] * col_scale[n]) + bias[n] (+ col_nan[n]) for rows m0..
-// (rows) and columns n0.. (cols).
-void epilogue(const Job& g, const float* c, int64_t ldc, int64_t m0, int64_t rows, int64_t n0, int64_t cols) {
-  const float* col_scale = g.col_scale;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < cols; j += 16) {
-      const int64_t len = cols - j < 16 ? cols - j : 16;
-      const __mmask16 mask = static_cast<__mmask16>((1u << len) - 1);
-      __m512 y = _mm512_load_ps(c + r * ldc + j);
-      const __m512 b = g.bias ? _mm512_maskz_loadu_ps(mask, g.bias + n0 + j) : _mm512_setzero_ps();
-      if (g.row_scale != nullptr) {
-        const __m512 rs = _mm512_set1_ps(g.row_scale[m0 + r]);
-        const __m512 s = col_scale ? _mm512_mul_ps(rs, _mm512_maskz_loadu_ps(mask, col_scale + n0 + j)) : rs;
-        y = _mm512_fmadd_ps(y, s, b);
-      } else {
-        y = col_scale ? _mm512_fmadd_ps(y, _mm512_maskz_loadu_ps(mask, col_scale + n0 + j), b) : _mm512_add_ps(y, b);
-      }
-      if (g.col_nan != nullptr) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mask, g.col_nan + n0 + j));
-      const int64_t o = (m0 + r) * g.n + n0 + j;
-      switch (g.out_kind) {
-        case FloatKind::kF32: _mm512_mask_storeu_ps(static_cast<float*>(g.out) + o, mask, y); break;
-        case FloatKind::kBF16:
-          _mm256_mask_storeu_epi16(static_cast<uint16_t*>(g.out) + o, mask, (__m256i)_mm512_cvtneps_pbh(y));
-          break;
-        case FloatKind::kF16:
-          _mm256_mask_storeu_epi16(static_cast<uint16_t*>(g.out) + o, mask,
-                                   _mm512_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-          break;
-      }
-    }
-  }
-}
-
 // Rows [m_begin, m_end) (m_begin a multiple of 16) x column blocks [b_begin, b_end); scratch holds 2 panels
 // of K words (whole-K path) or of kChunkK (one-M-block path).
 void run_range(const Job& g, uint16_t* scratch, float* c, int64_t m_begin, int64_t m_end, int64_t b_begin,
@@ -219,7 +168,7 @@ void run_range(const Job& g, uint16_t* scratch, float* c, int64_t m_begin, int64
         mul(g.act + m_begin * g.lda + q0 * 4, g.lda, scratch, w1, (q1 - q0) * 4);
       }
       store_tiles(c, kBlock);
-      epilogue(g, c, kBlock, m_begin, rows, n0, cols);
+      bf16_job_epilogue(g, c, kBlock, m_begin, rows, n0, cols);
       continue;
     }
     uint16_t* w1 = scratch + g.k_pad * 16;
@@ -230,7 +179,7 @@ void run_range(const Job& g, uint16_t* scratch, float* c, int64_t m_begin, int64
       zero_tiles();
       pick(rows > 16, two_cols)(g.act + m0 * g.lda, g.lda, scratch, w1, g.k_pad);
       store_tiles(c, kBlock);
-      epilogue(g, c, kBlock, m0, rows, n0, cols);
+      bf16_job_epilogue(g, c, kBlock, m0, rows, n0, cols);
     }
   }
 }
@@ -268,14 +217,20 @@ void run_k_outer(const Job& g, uint16_t* scratch, float* sums, int64_t m_begin, 
     const int64_t cols = g.n - n0 < kBlock ? g.n - n0 : kBlock;
     for (int64_t m0 = m_begin; m0 < m_end; m0 += kBlock) {
       const int64_t rows = m_end - m0 < kBlock ? m_end - m0 : kBlock;
-      epilogue(g, sums + (m0 - m_begin) * ldsum + (blk - b_begin) * kBlock, ldsum, m0, rows, n0, cols);
+      bf16_job_epilogue(g, sums + (m0 - m_begin) * ldsum + (blk - b_begin) * kBlock, ldsum, m0, rows, n0, cols);
     }
   }
 }
 
-thread_local int64_t tl_gemms = 0;
+thread_local int64_t tl_gemms = 0, tl_streams = 0;
 
 void run(const Job& g) {
+  // A 16-row tile would waste its rows. NVFP4 has no stream (its kernel runs M = 1 on the AVX2 code): tiles.
+  if (g.m < kAmxBf16MinM && g.layout != Layout::kRecordE2M1Nv) {
+    ++tl_streams;
+    bf16_job_stream(g);
+    return;
+  }
   ++tl_gemms;
   const int64_t blocks = (g.n_pad / 16 + 1) / 2;
   const int64_t work = g.m * g.n_pad * g.k_pad;
@@ -310,7 +265,40 @@ void run(const Job& g) {
 
 }  // namespace
 
+void bf16_job_epilogue(const Bf16Job& g, const float* c, int64_t ldc, int64_t m0, int64_t rows, int64_t n0,
+                       int64_t cols) {
+  const float* col_scale = g.col_scale;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < cols; j += 16) {
+      const int64_t len = cols - j < 16 ? cols - j : 16;
+      const __mmask16 mask = static_cast<__mmask16>((1u << len) - 1);
+      __m512 y = _mm512_load_ps(c + r * ldc + j);
+      const __m512 b = g.bias ? _mm512_maskz_loadu_ps(mask, g.bias + n0 + j) : _mm512_setzero_ps();
+      if (g.row_scale != nullptr) {
+        const __m512 rs = _mm512_set1_ps(g.row_scale[m0 + r]);
+        const __m512 s = col_scale ? _mm512_mul_ps(rs, _mm512_maskz_loadu_ps(mask, col_scale + n0 + j)) : rs;
+        y = _mm512_fmadd_ps(y, s, b);
+      } else {
+        y = col_scale ? _mm512_fmadd_ps(y, _mm512_maskz_loadu_ps(mask, col_scale + n0 + j), b) : _mm512_add_ps(y, b);
+      }
+      if (g.col_nan != nullptr) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mask, g.col_nan + n0 + j));
+      const int64_t o = (m0 + r) * g.n + n0 + j;
+      switch (g.out_kind) {
+        case FloatKind::kF32: _mm512_mask_storeu_ps(static_cast<float*>(g.out) + o, mask, y); break;
+        case FloatKind::kBF16:
+          _mm256_mask_storeu_epi16(static_cast<uint16_t*>(g.out) + o, mask, (__m256i)_mm512_cvtneps_pbh(y));
+          break;
+        case FloatKind::kF16:
+          _mm256_mask_storeu_epi16(static_cast<uint16_t*>(g.out) + o, mask,
+                                   _mm512_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+          break;
+      }
+    }
+  }
+}
+
 int64_t amx_bf16_gemms_on_this_thread() { return tl_gemms; }
+int64_t amx_bf16_streams_on_this_thread() { return tl_streams; }
 
 void w8a16_gemm_amx(const W8A16Gemm& w) {
   Job g;

@@ -134,17 +134,12 @@ float max_of(const Tensor& t) {
   return *std::max_element(c.data<float>(), c.data<float>() + c.numel());
 }
 
-// Smallest M the AMX variant of a family runs on tiles; below it the AVX2 code on the same panels (amx_isa.hpp).
-// MXFP6 / MXFP4 records decode to tiles faster than the AVX2 code streams them even at M = 1 (2-core Xeon,
-// 4096 x 4096, one thread, CPU time per call: MXFP6 1.6 vs 2.5 ms, MXFP4 with MX activations 1.1 vs 1.5 ms);
-// NVFP4's per-16 scale makes its tile decode slower than the AVX2 code at M = 1 (1.9 vs 1.5 ms).
-int64_t amx_min_m(Family f) {
-  switch (f) {
-    case Family::kMxfp6:
-    case Family::kMxfp4: return 1;
-    default: return kAmxBf16MinM;
-  }
-}
+// Smallest M the AMX variant of a family runs on its AMX-BF16 code (M = 1: the VBMI weight stream, amx_isa.hpp);
+// below it the AVX2 code on the same panels. NVFP4's E4M3 scale per 16 k and column makes the stream's decode
+// (a 128-entry lookup by scale mantissa and code, the scale's exponent added per word) slower than the AVX2
+// code, which multiplies each group's f32 sum by its scale (2-core Xeon, 2 threads, M = 1, CPU ms per call:
+// 4096 x 4096 1.08 vs 1.77, 28672 x 4096 9.8 vs 13.1).
+int64_t amx_min_m(Family f) { return f == Family::kNvfp4 ? kAmxBf16MinM : 1; }
 
 // Smallest and largest nonzero magnitude of an element format.
 double min_nonzero(DType d) { return traits(d).min_subnormal; }
@@ -169,10 +164,12 @@ std::string_view FpAvx2Kernel::summary() const {
     switch (family_) {
       case Family::kFp8ScaledMM:
         return "FP8 W8A8 (per-tensor/channel weights, activations quantized as the reference), AMX-BF16 tdpbf16ps "
-               "on E4M3 decoded to BF16 tiles (products exact), f32 accumulation; M = 1: the AVX2 code";
+               "on E4M3 decoded to BF16 tiles (products exact), f32 accumulation; M = 1: the same decode through "
+               "vdpbf16ps";
       case Family::kMxfp8:
         return "MXFP8 weights x MXFP8 (quantized as the reference) or BF16 activations, AMX-BF16 tdpbf16ps on E4M3 "
-               "decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation; M = 1: the AVX2 code";
+               "decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation; M = 1: the same decode "
+               "through vdpbf16ps";
       case Family::kMxfp6:
         return "MXFP6 E2M3/E3M2 weights x BF16 or MX activations (quantized as the reference), AMX-BF16 tdpbf16ps "
                "on FP6 decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation";
@@ -181,7 +178,8 @@ std::string_view FpAvx2Kernel::summary() const {
                "tdpbf16ps on E2M1 decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation";
       default:
         return "NVFP4 weights x BF16 or NVFP4 activations (quantized as the reference), AMX-BF16 tdpbf16ps on E2M1 "
-               "times its E4M3 block scale decoded to BF16 tiles (exact), global scales in the epilogue";
+               "times its E4M3 block scale decoded to BF16 tiles (exact), global scales in the epilogue; M = 1: the "
+               "AVX2 code";
     }
   }
   switch (family_) {
@@ -417,15 +415,18 @@ std::vector<MRoute> FpAvx2Kernel::m_routes(const LinearConfig&) const {
       std::string(reference_kernel().name()) + " instead, as does a call whose MX / NVFP4 activation scales leave "
       "f32's range";
   if (isa_ != Isa::kAmxBf16) return {MRoute{1, MRoute::kNoLimit, self, exact_path}};
-  const int64_t min_m = amx_min_m(family_);
-  std::vector<MRoute> routes;
-  if (min_m > 1) {
-    routes.push_back({1, min_m - 1, self, "the AVX2 code on the same code panels: a 16-row tile would waste its rows"});
+  const std::string fallback = "activations with a value that is not a normal BF16 take the AVX2 code; " + exact_path;
+  const MRoute tiles{kAmxBf16MinM, MRoute::kNoLimit, self, "AMX-BF16 tiles; " + fallback};
+  if (amx_min_m(family_) > 1) {
+    return {MRoute{1, kAmxBf16MinM - 1, self,
+                   "the AVX2 code on the same code panels (faster than the VBMI weight stream for NVFP4's per-16 E4M3 "
+                   "scales); " + exact_path},
+            tiles};
   }
-  routes.push_back({min_m, MRoute::kNoLimit, self,
-                    "AMX-BF16 tiles (activations with a value that is not a normal BF16 take the AVX2 code); " +
-                        exact_path});
-  return routes;
+  return {MRoute{1, kAmxBf16MinM - 1, self,
+                 "AVX-512 VBMI + BF16 weight streaming (the tile path's decode, vdpbf16ps): a 16-row tile would waste "
+                 "its rows; " + fallback},
+          tiles};
 }
 
 std::string_view FpAvx2Kernel::apply_route(const LinearLayer& layer, const Activation&) const {

@@ -117,12 +117,12 @@ std::string_view W8A16Kernel::summary() const {
   if (isa_ == Isa::kAmxBf16) {
     return family_ == Family::kMxfp4
                ? "MXFP4 weights x BF16 activations, AMX-BF16 tdpbf16ps for M >= 2 on weights decoded to BF16 tiles "
-                 "(E8M0 folded), f32 accumulation; M = 1: the AVX-512 BF16 kernel"
+                 "(E8M0 folded), f32 accumulation; M = 1: the same decode through vdpbf16ps"
            : family_ == Family::kMxfp8
                ? "MXFP8 weights x BF16 activations, AMX-BF16 tdpbf16ps for M >= 2 on weights decoded to BF16 tiles "
-                 "(E8M0 folded), f32 accumulation; M = 1: the AVX-512 BF16 kernel"
+                 "(E8M0 folded), f32 accumulation; M = 1: the same decode through vdpbf16ps"
                : "FP8 E4M3 weights (per-tensor/channel scales) x BF16 activations, AMX-BF16 tdpbf16ps for M >= 2, "
-                 "f32 accumulation; M = 1: the AVX-512 BF16 kernel";
+                 "f32 accumulation; M = 1: the same decode through vdpbf16ps";
   }
   if (family_ == Family::kMxfp4) {
     return "MXFP4 weights x BF16 activations, E2M1->BF16 by vpshufb with the E8M0 scale folded, vdpbf16ps, f32 "
@@ -141,7 +141,9 @@ Verdict W8A16Kernel::is_supported(const Platform& platform) const {
 std::vector<MRoute> W8A16Kernel::m_routes(const LinearConfig& config) const {
   if (isa_ != Isa::kAmxBf16) return LinearKernel::m_routes(config);
   const std::string self(name());
-  return {MRoute{1, kAmxBf16MinM - 1, self, "the AVX-512 BF16 kernel's code on the same panels: a 16-row tile would waste its rows"},
+  return {MRoute{1, kAmxBf16MinM - 1, self,
+                 "AVX-512 VBMI + BF16 weight streaming (the tile path's decode, vdpbf16ps): a 16-row tile would waste "
+                 "its rows"},
           MRoute{kAmxBf16MinM, MRoute::kNoLimit, self, "AMX-BF16 tiles"}};
 }
 
@@ -329,8 +331,8 @@ Status W8A16Kernel::apply_impl(const LinearLayer& layer, const Activation& x, co
   AlignedBytes padded;
   // AMX reads whole 16-row tiles: rows past m are zeros whose sums are never stored.
   // The OS grant is asked here too (cached): a kernel applied without is_supported must not fault.
-  const bool amx = isa_ == Isa::kAmxBf16 && m >= kAmxBf16MinM && !st.exact_path && amx_tile_permission_refusal().empty();
-  const int64_t m_rows = amx ? round_up(m, 16) : m;
+  const bool amx = isa_ == Isa::kAmxBf16 && !st.exact_path && amx_tile_permission_refusal().empty();
+  const int64_t m_rows = amx && m >= kAmxBf16MinM ? round_up(m, 16) : m;
   if (st.k_pad != st.k || m_rows != m) {
     padded = aligned_bytes(m_rows * st.k_pad * 2);
     uint16_t* p = reinterpret_cast<uint16_t*>(padded.get());

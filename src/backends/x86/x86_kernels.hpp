@@ -8,17 +8,18 @@
 //   x86_amx_int8                  int8_scaled_mm    AMX-INT8 (M >= 8) + the AVX-512 VNNI kernel  amx_int8_gemm.cpp
 //   x86_avx512vnni_int8           int8_scaled_mm    AVX-512 F/BW/VL + VNNI (+AVX2 quantizer)  int8_gemm_avx512.cpp
 //   x86_avx2_int8                 int8_scaled_mm    AVX2 + FMA + F16C                      int8_gemm_avx2.cpp, int8_tiled_avx2.cpp
-//   x86_amx_bf16_fp8_w8a16        fp8_weight_only   AMX-BF16 (M >= 2) + the AVX-512 BF16 kernel  amx_w8a16_gemm.cpp
-//   x86_amx_bf16_mxfp8_w8a16      mxfp8 (A16)       AMX-BF16 (M >= 2) + the AVX-512 BF16 kernel  amx_w8a16_gemm.cpp
-//   x86_amx_bf16_mxfp4_w4a16      mxfp4 (A16)       AMX-BF16 (M >= 2) + the AVX-512 BF16 kernel  amx_w8a16_gemm.cpp
+//   x86_amx_bf16_fp8_w8a16        fp8_weight_only   AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
+//   x86_amx_bf16_mxfp8_w8a16      mxfp8 (A16)       AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
+//   x86_amx_bf16_mxfp4_w4a16      mxfp4 (A16)       AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
 //   x86_avx512bf16_fp8_w8a16      fp8_weight_only   AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
 //   x86_avx512bf16_mxfp8_w8a16    mxfp8 (A16)       AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
 //   x86_avx512bf16_mxfp4_w4a16    mxfp4 (A16)       AVX-512 F/BW/VL/DQ + BF16              w8a16_gemm_avx512.cpp
-//   x86_amx_bf16_fp8_scaled_mm    fp8_scaled_mm     AMX-BF16 (M >= 2) + the AVX2 FP8 code      amx_w8a16_gemm.cpp
-//   x86_amx_bf16_mxfp8            mxfp8 (A8, A16)   AMX-BF16 (M >= 2) + the AVX2 MXFP8 code     amx_w8a16_gemm.cpp
-//   x86_amx_bf16_mxfp6            mxfp6 (A16, A*)   AMX-BF16 + the AVX2 MXFP6 code (m_routes)   amx_w8a16_gemm.cpp
-//   x86_amx_bf16_mxfp4            mxfp4 (A*, A16)   AMX-BF16 + the AVX2 MXFP4 code (m_routes)   amx_w8a16_gemm.cpp
-//   x86_amx_bf16_nvfp4            nvfp4 (A16, A4)   AMX-BF16 + the AVX2 NVFP4 code (m_routes)   amx_w8a16_gemm.cpp
+//   x86_amx_bf16_fp8_scaled_mm    fp8_scaled_mm     AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
+//   x86_amx_bf16_mxfp8            mxfp8 (A8, A16)   AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
+//   x86_amx_bf16_mxfp6            mxfp6 (A16, A*)   AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
+//   x86_amx_bf16_mxfp4            mxfp4 (A*, A16)   AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
+//   x86_amx_bf16_nvfp4            nvfp4 (A16, A4)   AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
+//     (the FP engine's AMX kernels hand activations that are not exact BF16 values to the AVX2 code below)
 //   x86_avx2_fp8_scaled_mm        fp8_scaled_mm     AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
 //   x86_avx2_fp8_block_scaled     fp8_block_scaled  AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
 //   x86_avx2_fp8_weight_only      fp8_weight_only   AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
@@ -105,7 +106,7 @@ class W8A16Kernel final : public LinearKernel {
   Result<Tensor> row_major_weight(const LinearLayer& layer) const override;
   bool supports_pre_processed_weights() const override { return true; }
   uint32_t processed_layout_version() const override { return 1; }
-  // AMX variants: M 1 on the AVX-512 kernel's code, tiles from kAmxBf16MinM.
+  // AMX variants: M = 1 streams the weights (VBMI decode, vdpbf16ps), tiles from kAmxBf16MinM.
   std::vector<MRoute> m_routes(const LinearConfig& config) const override;
 
  protected:
@@ -123,7 +124,8 @@ class W8A16Kernel final : public LinearKernel {
 extern const W8A16Kernel kAvx512Bf16Fp8W8A16;    // "x86_avx512bf16_fp8_w8a16"
 extern const W8A16Kernel kAvx512Bf16Mxfp8W8A16;  // "x86_avx512bf16_mxfp8_w8a16"
 extern const W8A16Kernel kAvx512Bf16Mxfp4W4A16;  // "x86_avx512bf16_mxfp4_w4a16"
-// The same kernels with AMX-BF16 tiles for M >= kAmxBf16MinM (amx_isa.hpp), on the same packed weights.
+// The same kernels with AMX-BF16 tiles for M >= kAmxBf16MinM (amx_isa.hpp), on the same packed weights; below it
+// they stream the weights through vdpbf16ps with the tiles' VBMI decode (amx_bf16_stream.cpp).
 extern const W8A16Kernel kAmxBf16Fp8W8A16;       // "x86_amx_bf16_fp8_w8a16"
 extern const W8A16Kernel kAmxBf16Mxfp8W8A16;     // "x86_amx_bf16_mxfp8_w8a16"
 extern const W8A16Kernel kAmxBf16Mxfp4W4A16;     // "x86_amx_bf16_mxfp4_w4a16"
@@ -136,7 +138,7 @@ extern const W8A16Kernel kAmxBf16Mxfp4W4A16;     // "x86_amx_bf16_mxfp4_w4a16"
 // MX scales would leave f32's exact range (or activations whose would) run the reference instead.
 class FpAvx2Kernel final : public LinearKernel {
  public:
-  // isa kAmxBf16: the same kernel with AMX-BF16 tiles from the M its m_routes name (amx_isa.hpp).
+  // isa kAmxBf16: the same kernel on AMX-BF16 tiles from kAmxBf16MinM and a VBMI weight stream below (amx_isa.hpp).
   constexpr FpAvx2Kernel(std::string_view name, Family family, Isa isa = Isa::kAvx2)
       : name_(name), family_(family), isa_(isa) {}
   std::string_view name() const override { return name_; }

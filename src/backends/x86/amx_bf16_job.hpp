@@ -1,0 +1,43 @@
+#pragma once
+// One BF16 GEMM of the AMX-BF16 kernels' families as the AMX translation units see it (amx_w8a16_gemm.cpp,
+// amx_bf16_stream.cpp): the weight layout (amx_bf16_decode.hpp), the scales, the BF16 activations and the
+// output. Plain data, no inline code: shared by translation units compiled with the AMX flags only.
+#include <cstdint>
+
+#include "backends/x86/int8_isa.hpp"  // FloatKind
+
+namespace qlinear::x86 {
+
+// Where the codes of a quad (k = 4q .. 4q + 3 of one 16-column panel) are and how they are stored
+// (amx_bf16_decode.hpp draws each layout). kRecordE2M1Nv: kRecordE2M1's bytes for NVFP4, looked up together
+// with the 3 mantissa bits of the code's E4M3 block scale.
+enum class Layout : uint8_t { kQuadE4M3, kQuadE2M1, kRecordE4M3, kRecordE2M1, kRecordE2M3, kRecordE3M2, kRecordE2M1Nv };
+
+struct Bf16Job {
+  const uint8_t* packed = nullptr;
+  Layout layout = Layout::kQuadE4M3;
+  int64_t n = 0, n_pad = 0, k_pad = 0;
+  const uint8_t* mx_scale = nullptr;   // [n_pad/16][k_pad/32][16] E8M0 codes, folded; or null
+  const uint8_t* nv_scale = nullptr;   // [n_pad/16][k_pad/16][16] E4M3 codes (NVFP4), multiplied in; or null
+  const float* col_scale = nullptr;    // [n_pad] or null (1)
+  const float* row_scale = nullptr;    // [m] or null (1)
+  const float* bias = nullptr;         // [n] or null
+  const float* col_nan = nullptr;      // [n_pad] 0 or NaN, or null
+  const uint16_t* act = nullptr;       // BF16 [m (tiles: round_up(m, 16)), lda], zeros past k
+  int64_t lda = 0;
+  int64_t m = 0;
+  void* out = nullptr;
+  FloatKind out_kind = FloatKind::kBF16;
+  int threads = 1;
+};
+
+// Sums c (row stride ldc floats) of rows m0 .. m0 + rows and columns n0 .. n0 + cols -> the output:
+// y = c * (row_scale[m] * col_scale[n]) + bias[n] (+ col_nan[n]), rounded to the output type (amx_w8a16_gemm.cpp).
+void bf16_job_epilogue(const Bf16Job& g, const float* c, int64_t ldc, int64_t m0, int64_t rows, int64_t n0,
+                       int64_t cols);
+
+// g.m < kAmxBf16MinM (amx_isa.hpp): each panel's quads decoded in registers (amx_bf16_decode.hpp) and
+// multiplied at once by vdpbf16ps, f32 accumulation (amx_bf16_stream.cpp).
+void bf16_job_stream(const Bf16Job& g);
+
+}  // namespace qlinear::x86

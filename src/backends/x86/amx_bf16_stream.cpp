@@ -1,0 +1,120 @@
+// The AMX-BF16 kernels' route below their tile range (g.m < kAmxBf16MinM, amx_isa.hpp): weight streaming on AVX-512
+// BF16 + VBMI, no tiles. Compiled with the AMX translation units' flags for VBMI, reached only through the AMX
+// kernels (their is_supported requires VBMI). Every weight layout and MX scale of the tile path (not NVFP4's:
+// its AMX kernel runs M = 1 on the AVX2 code), decoded by the same QuadDecoder (amx_bf16_decode.hpp: vpermb / vpermi2b lookups, 2 BF16 rows per 64 codes), so the
+// decoded words are the tile path's, bit for bit.
+//
+// Per item of kPanelsPerItem panels (16 columns each), kNv panels side by side over the whole K:
+//   per quad (4 k) of each panel: decode -> rows a (k pair 2q) and b (2q + 1), then
+//     acc[v] = dp(acc[v], (x[4q], x[4q + 1]), a);  acc[v] = dp(acc[v], (x[4q + 2], x[4q + 3]), b)
+//   (the AVX-512 BF16 kernel's order at M = 1, so FP8 / MXFP8 / MXFP4 weight-only rows are its bits); the kNv
+//   independent chains hide vdpbf16ps's latency. Each panel's weights are read sequentially, prefetched
+//   kDecodePrefetchBytes ahead (amx_bf16_decode.hpp says why).
+// Cost per 64 codes at M = 1 (2-core Xeon, weights in L2): ~4.5 cycles of decode and 2 vdpbf16ps at ~2.2 cycles
+// each, ~7 in all; the tiles' decode plus tdpbf16ps on a mostly empty 16-row tile measured slower.
+#include <immintrin.h>
+
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // amx_w8a16_gemm.cpp says why
+
+#include <cstring>
+
+#include "backends/x86/amx_bf16_decode.hpp"
+#include "backends/x86/amx_bf16_job.hpp"
+#include "backends/x86/amx_isa.hpp"
+#include "core/threads.hpp"
+
+namespace qlinear::x86 {
+
+namespace {
+
+int32_t load_pair(const uint16_t* x) {
+  int32_t v;
+  std::memcpy(&v, x, 4);
+  return v;
+}
+
+constexpr int64_t kPanelsPerItem = 8;
+constexpr int kNv = 4;
+
+// Panels p0 .. p0 + NV - 1 -> c[v * 16 ..] (row 0 of the activations).
+template <Layout L, int NV>
+void stream_panels(const Bf16Job& g, QuadDecoder<L>& dec, int64_t p0, float* c) {
+  constexpr int64_t bpk = layout_bytes_per_k(L);
+  const int64_t quads = g.k_pad / 4;  // k_pad % 32 == 0: whole MX blocks
+  const uint8_t* src[NV];
+  __m512 acc[NV];
+  for (int v = 0; v < NV; ++v) {
+    src[v] = g.packed + (p0 + v) * bpk * g.k_pad;
+    acc[v] = _mm512_setzero_ps();
+  }
+  const bool mx = g.mx_scale != nullptr;
+  __m512i off[NV];
+  for (int64_t q = 0; q < quads; ++q) {
+    for (int v = 0; v < NV; ++v) {
+      _mm_prefetch(reinterpret_cast<const char*>(src[v] + q * 4 * bpk + kDecodePrefetchBytes), _MM_HINT_T0);
+    }
+    const __m512i x01 = _mm512_set1_epi32(load_pair(g.act + 4 * q));
+    const __m512i x23 = _mm512_set1_epi32(load_pair(g.act + 4 * q + 2));
+    for (int v = 0; v < NV; ++v) {
+      __m512i a, b;
+      dec.quad(src[v] + q * 4 * bpk, a, b);
+      if (mx) {
+        if (q % 8 == 0) {
+          const uint8_t* codes = g.mx_scale + ((p0 + v) * (g.k_pad / 32) + q / 8) * 16;
+          _mm_prefetch(reinterpret_cast<const char*>(codes + 256), _MM_HINT_T0);
+          off[v] = mx_offsets(codes);
+        }
+        a = add_exponent(a, off[v]);
+        b = add_exponent(b, off[v]);
+      }
+      acc[v] = _mm512_dpbf16_ps(acc[v], (__m512bh)x01, (__m512bh)a);
+      acc[v] = _mm512_dpbf16_ps(acc[v], (__m512bh)x23, (__m512bh)b);
+    }
+  }
+  for (int v = 0; v < NV; ++v) _mm512_store_ps(c + v * 16, acc[v]);
+}
+
+template <Layout L>
+void stream_item(const Bf16Job& g, int64_t item) {
+  static_assert(kAmxBf16MinM == 2, "the stream computes one row");
+  QuadDecoder<L> dec;
+  alignas(64) float c[kNv * 16];
+  const int64_t panels = g.n_pad / 16;
+  const int64_t p_end = (item + 1) * kPanelsPerItem < panels ? (item + 1) * kPanelsPerItem : panels;
+  for (int64_t p = item * kPanelsPerItem; p < p_end; p += kNv) {
+    const int nv = static_cast<int>(p_end - p < kNv ? p_end - p : kNv);
+    switch (nv) {
+      case 1: stream_panels<L, 1>(g, dec, p, c); break;
+      case 2: stream_panels<L, 2>(g, dec, p, c); break;
+      case 3: stream_panels<L, 3>(g, dec, p, c); break;
+      default: stream_panels<L, 4>(g, dec, p, c); break;
+    }
+    const int64_t n0 = p * 16;
+    bf16_job_epilogue(g, c, kNv * 16, 0, 1, n0, g.n - n0 < nv * 16 ? g.n - n0 : nv * 16);
+  }
+}
+
+using StreamItem = void (*)(const Bf16Job&, int64_t);
+
+StreamItem stream_of(Layout l) {
+  switch (l) {
+    case Layout::kQuadE4M3: return stream_item<Layout::kQuadE4M3>;
+    case Layout::kQuadE2M1: return stream_item<Layout::kQuadE2M1>;
+    case Layout::kRecordE4M3: return stream_item<Layout::kRecordE4M3>;
+    case Layout::kRecordE2M1: return stream_item<Layout::kRecordE2M1>;
+    case Layout::kRecordE2M3: return stream_item<Layout::kRecordE2M3>;
+    case Layout::kRecordE3M2: break;
+    case Layout::kRecordE2M1Nv: return nullptr;  // NVFP4 runs M = 1 on the AVX2 code (fp_common.cpp says why)
+  }
+  return stream_item<Layout::kRecordE3M2>;
+}
+
+}  // namespace
+
+void bf16_job_stream(const Bf16Job& g) {
+  const StreamItem run = stream_of(g.layout);
+  const int64_t items = (g.n_pad / 16 + kPanelsPerItem - 1) / kPanelsPerItem;
+  threads::parallel_for(items, g.threads, [&](int64_t item) { run(g, item); });
+}
+
+}  // namespace qlinear::x86
