@@ -103,7 +103,13 @@ std::vector<std::pair<std::string, std::string>> describe_machine(const Platform
   if (platform.kind == PlatformKind::kCuda) {
     auto timer = bench::DeviceTimer::create(platform.cuda ? platform.cuda->index : 0);
     m.emplace_back("gpu", timer ? (*timer)->describe() : platform.describe());
-    if (timer) m.emplace_back("method", (*timer)->method());
+    if (timer) {
+      m.emplace_back("method", (*timer)->method());
+      // What the events read around a call that enqueues nothing: the floor under every figure of the run
+      // (tools/bench_crosscheck.py subtracts each timer's own floor before comparing).
+      auto floor = (*timer)->time([](int) { return Status::ok(); }, bench::kMinDeviceReps);
+      if (floor) m.emplace_back("timer floor us", fmt_double(1000.0 * floor->median_ms));
+    }
   } else {
     m.emplace_back("method", bench::host_method());
   }
