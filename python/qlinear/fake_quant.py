@@ -1,7 +1,8 @@
 """A plain-PyTorch fake-quant reference of every scheme: the same rounding as qlinear's quantizers (weights
 and activations quantized and dequantized in float64, then one float64 matmul), written independently of
 the library from the formats' definitions. The tests and tools/real_model_table.py put it beside the
-kernels: a kernel adds nothing beyond its format's error when the two agree.
+kernels: a kernel adds nothing beyond its format's error when the two agree. Each layer's output is rounded
+once to its input's dtype, as any Linear of the model returns it.
 
     from qlinear.fake_quant import fake_quantize_linears
     fake_quantize_linears(model, "w8a8-int8-static", calibration=ranges)   # same arguments as quantize_linears
@@ -187,11 +188,20 @@ def fake_quant_activation(x: torch.Tensor, scheme: str, static=None) -> torch.Te
 
 
 class FakeQuantLinear(nn.Module):
-    """nn.Linear with `scheme`'s weight and activation rounding done in float64 PyTorch (the reference)."""
+    """nn.Linear with `scheme`'s weight and activation rounding done in float64 PyTorch (the reference).
 
-    def __init__(self, linear: nn.Linear, scheme: str, input_range: Optional[Tuple[float, float]] = None):
+    forward(x): x as it arrives (in a BF16 model: the BF16 values every kernel also sees) quantized and
+    dequantized in float64 by the scheme's activation rule, one float64 matmul with the dequantized weight,
+    the bias added in float64, then one rounding to x's dtype: the module hands the model what an exact
+    kernel of the scheme would. matmul_dtype=torch.float32 rounds both dequantized operands to float32 and
+    accumulates in float32 instead (a perturbation of the size of a kernel's summation error, to measure how
+    far a model's metrics move from it alone)."""
+
+    def __init__(self, linear: nn.Linear, scheme: str, input_range: Optional[Tuple[float, float]] = None,
+                 matmul_dtype: torch.dtype = torch.float64):
         super().__init__()
         self.scheme = scheme
+        self.matmul_dtype = matmul_dtype
         device = linear.weight.device
         self.register_buffer("weight", fake_quant_weight(linear.weight, scheme).to(device))
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().to(torch.float64))
@@ -200,7 +210,10 @@ class FakeQuantLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xq = fake_quant_activation(x.reshape(-1, x.shape[-1]), self.scheme, self.static).to(self.weight.device)
-        y = xq @ self.weight.T
+        if self.matmul_dtype == torch.float64:
+            y = xq @ self.weight.T
+        else:
+            y = (xq.to(self.matmul_dtype) @ self.weight.to(self.matmul_dtype).T).to(torch.float64)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features).to(dtype=x.dtype, device=x.device)
@@ -211,8 +224,10 @@ class FakeQuantLinear(nn.Module):
 
 def fake_quantize_linears(module: nn.Module, scheme: str, *,
                           include: Callable[[str, nn.Linear], bool] = lambda name, linear: True,
-                          calibration: Union[Calibration, Iterable[Any], None] = None) -> nn.Module:
-    """quantize_linears' reference: every nn.Linear (include(name, linear) true) becomes a FakeQuantLinear."""
+                          calibration: Union[Calibration, Iterable[Any], None] = None,
+                          matmul_dtype: torch.dtype = torch.float64) -> nn.Module:
+    """quantize_linears' reference: every nn.Linear (include(name, linear) true) becomes a FakeQuantLinear
+    (matmul_dtype: see FakeQuantLinear)."""
     if calibration is not None and not isinstance(calibration, Calibration):
         calibration = calibrate(module, calibration)
     targets = []
@@ -224,5 +239,5 @@ def fake_quantize_linears(module: nn.Module, scheme: str, *,
     stored = static_activation_scales(scheme)
     for parent, child_name, full, child in targets:
         rng = calibration.range_of(full) if calibration is not None and stored else None
-        setattr(parent, child_name, FakeQuantLinear(child, scheme, rng))
+        setattr(parent, child_name, FakeQuantLinear(child, scheme, rng, matmul_dtype=matmul_dtype))
     return module

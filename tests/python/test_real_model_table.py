@@ -1,0 +1,96 @@
+"""tools/real_model_table.py's measuring pieces on the tiny Llama-shaped model (the script itself needs a GGUF
+model and transformers, which CI does not have): the per-layer check against the reference sees a kernel's
+summation error only, and sees a wrong layer; the paired perplexity ratio and its standard error; the
+float32 variant of the fake-quant reference."""
+import copy
+import importlib.util
+import math
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (tools/setup.sh installs it)")
+
+from qlinear.fake_quant import FakeQuantLinear, fake_quantize_linears  # noqa: E402
+from qlinear.torch import calibrate, quantize_linears  # noqa: E402
+from tiny_llama import TinyLlama  # noqa: E402
+
+torch.set_num_threads(1)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NOT_LM_HEAD = lambda name, linear: name != "lm_head"  # noqa: E731
+
+
+def table_module():
+    spec = importlib.util.spec_from_file_location("real_model_table", os.path.join(ROOT, "tools", "real_model_table.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tokens(seed, length=40):
+    return torch.randint(0, 96, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+def run_check(rmt, model, reference, scheme, cal, x):
+    check = rmt.LayerCheck(model, reference, scheme, cal)
+    with torch.no_grad():
+        model(x)
+    check.remove()
+    return check
+
+
+@pytest.mark.parametrize("scheme,calibrated", [("w4a4-nvfp4", True), ("w4a4-nvfp4", False), ("w8a8-int8-static", True),
+                                               ("w8a8-int8-static-asym", True), ("w4a4-mxfp4", False),
+                                               ("w8a8-fp8-channel", False), ("w8a16-fp8", False)])
+def test_layer_check_sees_summation_error_only_and_a_wrong_layer(scheme, calibrated):
+    rmt = table_module()
+    dense = TinyLlama(seed=2).to(torch.bfloat16)
+    x = tokens(1)
+    cal = calibrate(dense, [tokens(3), x]) if calibrated else None
+    reference = fake_quantize_linears(copy.deepcopy(dense), scheme, include=NOT_LM_HEAD, calibration=cal)
+    model = quantize_linears(copy.deepcopy(dense), scheme, include=NOT_LM_HEAD, calibration=cal)
+    check = run_check(rmt, model, reference, scheme, cal, x)
+    layers = sum(1 for n, m in model.named_modules() if type(m).__name__ == "QuantLinear")
+    assert check.calls == layers
+    # Both round their outputs to BF16 from the same quantized operands: at most a few outputs one BF16 ulp
+    # apart (2^-8 relative), from f32 against f64 summation (measured up to 1.8e-4).
+    assert check.worst < 2e-3, (check.worst, check.where)
+    # The activations the kernels quantize are the reference's, value for value.
+    quantized_input = scheme != "w8a16-fp8"
+    assert check.quantized_input == quantized_input
+    assert check.values_off == 0 and check.values == (x.numel() * 2 * (6 * 256 + 384) if quantized_input else 0)  # 2 blocks
+    # A layer whose weight is off by one part in 100 is seen.
+    down = reference.model.layers[0].mlp.down_proj
+    down.weight.mul_(1.01)
+    check = run_check(rmt, model, reference, scheme, cal, x)
+    assert check.worst > 5e-3 and check.where == "model.layers.0.mlp.down_proj"
+    # And so is a static activation scale that differs from the kernel's.
+    if calibrated:
+        down.static = down.static * 1.25 if isinstance(down.static, float) else (down.static[0] * 1.25, down.static[1])
+        check = run_check(rmt, model, reference, scheme, cal, x)
+        assert check.values_off > 0 and check.values_off_at == "model.layers.0.mlp.down_proj"
+
+
+def test_paired_ratio_and_its_standard_error():
+    rmt = table_module()
+    windows = [torch.zeros(1, 65, dtype=torch.long), torch.zeros(1, 97, dtype=torch.long)]  # 64 + 96 predictions
+    ref = torch.rand(160, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    pct, two_se = rmt.paired(ref + 0.01, ref, windows)
+    assert pct == pytest.approx(100 * math.expm1(0.01)) and two_se == pytest.approx(0, abs=1e-9)
+    noise = torch.randn(160, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    pct, two_se = rmt.paired(ref + 0.1 * noise, ref, windows)
+    # 5 blocks of 32 tokens (the last 32 of the second window complete one; nothing is left over)
+    blocks = torch.stack([(0.1 * noise)[i:i + 32].mean() for i in range(0, 160, 32)])
+    assert two_se == pytest.approx(200 * float(blocks.std()) / math.sqrt(5))
+    assert pct == pytest.approx(100 * math.expm1(float((0.1 * noise).mean())))
+
+
+def test_reference_with_f32_matmul_differs_by_f32_summation_only():
+    lin = torch.nn.Linear(256, 64)
+    x = torch.randn(5, 256)
+    f64 = FakeQuantLinear(lin, "w8a16-fp8")
+    f32 = FakeQuantLinear(lin, "w8a16-fp8", matmul_dtype=torch.float32)
+    a = f64(x.double()).double()
+    b = f32(x.double()).double()
+    err = float((a - b).abs().max() / a.abs().max())
+    assert 0 < err < 256 * 2.0**-24
