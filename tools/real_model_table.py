@@ -16,7 +16,7 @@ calibrated). lm_head stays BF16 (as `qlinear quantize` leaves it).
 
 Beside each qlinear row: "vs reference", its perplexity against the reference's, with twice the standard
 error of that ratio over blocks of 32 consecutive tokens (the per-token log-likelihood differences, paired);
-and on the first passage, at every call of every quantized layer (LayerCheck): "layer error", the output
+and on the first 128 tokens of the first passage, at every call of every quantized layer (LayerCheck): "layer error", the output
 against the reference layer's output on the same input (the largest relative L2 error: what the kernels
 add per layer, before the model propagates it), and "activations ≠ reference", how many of the activation
 values the kernel path quantizes differ from the reference's. --reference-f32 adds the reference computed
@@ -164,6 +164,7 @@ CALIBRATION = (
 
 WINDOWS = [RIVER_TOWN, HEAT_PUMP, WORKSHOP, SURVEY]
 BLOCK = 32  # tokens per block of the standard error of "vs reference"
+CHECK_TOKENS = 128  # tokens of the first passage that LayerCheck runs (every layer, every activation value)
 
 
 def smollm2_gguf():
@@ -212,15 +213,12 @@ def sync(device):
 
 
 @torch.no_grad()
-def evaluate(model, windows, base, check=None):
+def evaluate(model, windows, base):
     """Perplexity over every window's tokens, per-token NLL (float64, CPU), and against `base` (the BF16
-    model's log-probabilities per window) top-1 agreement and mean KL(base || model). check: a LayerCheck,
-    removed after the first window."""
+    model's log-probabilities per window) top-1 agreement and mean KL(base || model)."""
     nll, top1, kl = [], [], []
     for i, ids in enumerate(windows):
         logp = torch.log_softmax(model(ids).logits[0, :-1].float(), -1)
-        if check is not None and i == 0:
-            check.remove()
         nll.append(-logp.gather(1, ids[0, 1:, None])[:, 0].double().cpu())
         if base is not None:
             top1.append((logp.argmax(-1) == base[i].argmax(-1)).double().cpu())
@@ -284,9 +282,9 @@ class LayerCheck:
 
     def _hook(self, name, ref):
         def hook(module, args, out):
-            from qlinear.fake_quant import fake_quant_activation
             x = args[0]
-            want = ref(x).double()
+            xq = ref.quantize_input(x)
+            want = ref.forward_quantized(xq, x).double()
             err = float((out.double() - want).norm() / want.norm().clamp_min(1e-300))
             self.calls += 1
             if err > self.worst:
@@ -294,7 +292,7 @@ class LayerCheck:
             if self.quantized_input:
                 k = x.shape[-1]
                 got = self._identity(name, k)(x).reshape(-1, k).double()
-                xq = fake_quant_activation(x.reshape(-1, k), self.scheme, ref.static).to(got.device)
+                xq = xq.to(got.device)
                 off = int(((got - xq).abs() > 2.0**-8 * xq.abs()).sum())
                 self.values += xq.numel()
                 if off and not self.values_off:
@@ -448,8 +446,13 @@ def main():
         t = time.perf_counter()
         quantize_linears(model, scheme, include=decoder, calibration=cal, device=args.device)
         build_s = time.perf_counter() - t
-        check = LayerCheck(model, reference, scheme, cal, args.device) if reference is not None else None
-        row, nll = evaluate(model, windows, base_logp, check)  # the check on the first passage
+        check = None
+        if reference is not None:  # the first CHECK_TOKENS tokens of the first passage, every layer checked
+            check = LayerCheck(model, reference, scheme, cal, args.device)
+            with torch.no_grad():
+                model(windows[0][:, :CHECK_TOKENS])
+            check.remove()
+        row, nll = evaluate(model, windows, base_logp)
         if check:
             row["layer_err"], row["layer_err_at"], row["layer_calls"] = check.worst, check.where, check.calls
             if check.quantized_input:

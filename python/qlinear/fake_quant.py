@@ -209,7 +209,15 @@ class FakeQuantLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xq = fake_quant_activation(x.reshape(-1, x.shape[-1]), self.scheme, self.static).to(self.weight.device)
+        return self.forward_quantized(self.quantize_input(x), x)
+
+    def quantize_input(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., K] -> the float64 [rows, K] values the scheme's activation quantization gives."""
+        return fake_quant_activation(x.reshape(-1, x.shape[-1]), self.scheme, self.static)
+
+    def forward_quantized(self, xq: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """forward(x) from quantize_input(x)."""
+        xq = xq.to(self.weight.device)
         if self.matmul_dtype == torch.float64:
             y = xq @ self.weight.T
         else:
