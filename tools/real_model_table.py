@@ -338,14 +338,14 @@ def machine(device):
 
 
 def table(rows, base_row, timed):
-    cols = ["scheme", "implementation", "perplexity", "vs bf16", "vs reference (± 2 SE)", "top-1 agreement",
+    cols = ["scheme", "implementation", "kernels", "perplexity", "vs bf16", "vs reference (± 2 SE)", "top-1 agreement",
             "KL (nats)", "layer error", "activations ≠ reference"] + (["prefill 128 (ms)", "decode (tokens/s)"] if timed else [])
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for label, impl, r in rows:
         if "error" in r:
             lines.append(f"| {label} | {impl} | not run: {r['error']} |" + " |" * (len(cols) - 3))
             continue
-        cells = [label, impl, f"{r['ppl']:.2f}",
+        cells = [label, impl, ", ".join(r.get("kernels", [])), f"{r['ppl']:.2f}",
                  f"{100 * (r['ppl'] / base_row['ppl'] - 1):+.1f}%" if label != "bf16" else "",
                  f"{r['vs_ref']:+.2f}% ± {r['vs_ref_2se']:.2f}" if "vs_ref" in r else "",
                  f"{r.get('top1', 1.0):.3f}", f"{r.get('kl', 0.0):.4f}",
@@ -446,6 +446,8 @@ def main():
         t = time.perf_counter()
         quantize_linears(model, scheme, include=decoder, calibration=cal, device=args.device)
         build_s = time.perf_counter() - t
+        from qlinear.torch import QuantLinear
+        kernels = sorted({m.layer.kernel.name for m in model.modules() if isinstance(m, QuantLinear)})
         check = None
         if reference is not None:  # the first CHECK_TOKENS tokens of the first passage, every layer checked
             check = LayerCheck(model, reference, scheme, cal, args.device)
@@ -461,7 +463,7 @@ def main():
             row["vs_ref"], row["vs_ref_2se"] = paired(nll, ref_nll, windows)
         if not args.no_timing:
             row.update(timings(model, windows[0], args.device))
-        row["build_s"] = build_s
+        row["build_s"], row["kernels"] = build_s, kernels
         emit(label, "qlinear", row)
         del model, reference
 

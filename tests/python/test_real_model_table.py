@@ -94,3 +94,20 @@ def test_reference_with_f32_matmul_differs_by_f32_summation_only():
     b = f32(x.double()).double()
     err = float((a - b).abs().max() / a.abs().max())
     assert 0 < err < 256 * 2.0**-24
+
+
+def test_table_has_one_cell_per_column_in_every_row():
+    rmt = table_module()
+    base = {"ppl": 31.0}
+    rows = [("bf16", "torch", dict(base, prefill_ms=3.0, decode_tps=100.0)),
+            ("s", "reference", {"ppl": 32.0, "top1": 0.9, "kl": 0.01}),
+            ("s", "qlinear", {"ppl": 32.1, "top1": 0.9, "kl": 0.01, "vs_ref": 0.3, "vs_ref_2se": 0.5,
+                              "layer_err": 1e-4, "act_values": 1000, "act_values_off": 0, "kernels": ["k1", "k2"],
+                              "prefill_ms": 4.0, "decode_tps": 90.0}),
+            ("t", "qlinear", {"error": "Error: no kernel"})]
+    for timed in (False, True):
+        lines = rmt.table(rows, base, timed).strip().split("\n")
+        cells = {line.count("|") for line in lines}
+        assert cells == {11 + 2 * timed}, lines
+        assert "| s | qlinear | k1, k2 | 32.10 | +3.5% | +0.30% ± 0.50 | 0.900 | 0.0100 | 1.0e-04 | 0 of 1.00e+03 |" in lines[4]
+        assert "not run: Error: no kernel" in lines[5]
