@@ -426,8 +426,11 @@ def main():
                 f.write(f"<!-- {note}{timed_note}; {done} of {len(runs)} runs -->\n")
                 f.write(table(rows, base_row, not args.no_timing))
 
+    stage = ["reference"]
+
     def run_scheme(scheme, cal, label):
         reference = None
+        stage[0] = "reference"
         if not args.no_reference:
             reference = fake_quantize_linears(copy.deepcopy(base), scheme, include=decoder, calibration=cal)
             ref_row, ref_nll = evaluate(reference, windows, base_logp)
@@ -442,6 +445,7 @@ def main():
                 for m in reference.modules():
                     if hasattr(m, "matmul_dtype"):
                         m.matmul_dtype = torch.float64
+        stage[0] = "qlinear"
         model = copy.deepcopy(base)
         t = time.perf_counter()
         quantize_linears(model, scheme, include=decoder, calibration=cal, device=args.device)
@@ -471,7 +475,7 @@ def main():
         try:
             run_scheme(scheme, cal, label)
         except Exception as e:  # e.g. a scheme with no kernel on this device: the table says so, the rest runs
-            emit(label, "qlinear", {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
+            emit(label, stage[0], {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
 
     print(table(rows, base_row, not args.no_timing))
 

@@ -9,7 +9,8 @@ once to its input's dtype, as any Linear of the model returns it.
 
 The rules (each operand's scale in float64, rounded once to float32 where the format stores float32):
   FP8 E4M3   s = f32(amax / 448) per tensor / channel / 128x128 block; activations per token
-             max(s, 1/(448*512)), per 1x128 group f32(max(amax, 1e-10) / 448), static f32(amax_range) / 448
+             max(s, 1/(448*512)), per 1x128 group f32(max(amax, 1e-10) / 448), static f32(amax_range) / 448;
+             the last block or group of a dimension that is not a multiple of 128 takes what is left
   INT8       s = f32(amax / 127) (1 for zeros); asymmetric static s = (max-min)/255, zp = rne(-128 - min/s)
   MX         e = ceil(log2(amax / elem_max)) per 1x32 (clamped to [-127, 127]), value = rne_grid(x / 2^e) 2^e;
              dynamic FP6/FP4 activations take Quark's "even" rule: the f32 amax's bit pattern plus 2^(22 - m)
@@ -181,9 +182,12 @@ def fake_quant_activation(x: torch.Tensor, scheme: str, static=None) -> torch.Te
     if key.group == "per_token":
         return _fp8(x, torch.clamp(_f32(_rows_amax(x) / 448.0), min=float(np.float32(1.0 / (448.0 * 512.0)))))
     if key.group == "1x128":
-        b = _blocks(x, 128)
+        # the last group of a row takes the K % 128 elements left (zeros pad it: they change no maximum)
+        k = x.shape[-1]
+        xp = torch.nn.functional.pad(x, (0, -k % 128))
+        b = _blocks(xp, 128)
         sc = _f32(torch.clamp(b.abs().amax(dim=-1, keepdim=True), min=float(np.float32(1e-10))) / 448.0)
-        return _fp8(b, sc).reshape(x.shape)
+        return _fp8(b, sc).reshape(xp.shape)[..., :k]
     raise Error(f"fake_quant_activation: no reference for activation key {key.name}")
 
 

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (tools/setup.sh installs it)")
 
 from qlinear.fake_quant import FakeQuantLinear, fake_quantize_linears  # noqa: E402
-from qlinear.torch import calibrate, quantize_linears  # noqa: E402
+from qlinear.torch import QuantLinear, calibrate, quantize_linears  # noqa: E402
 from tiny_llama import TinyLlama  # noqa: E402
 
 torch.set_num_threads(1)
@@ -111,3 +111,15 @@ def test_table_has_one_cell_per_column_in_every_row():
         assert cells == {11 + 2 * timed}, lines
         assert "| s | qlinear | k1, k2 | 32.10 | +3.5% | +0.30% ± 0.50 | 0.900 | 0.0100 | 1.0e-04 | 0 of 1.00e+03 |" in lines[4]
         assert "not run: Error: no kernel" in lines[5]
+
+
+@pytest.mark.parametrize("scheme", ["w8a8-fp8-block", "w8a8-fp8-channel", "w4a4-nvfp4"])
+def test_reference_matches_the_library_where_k_is_not_a_multiple_of_128(scheme):
+    # SmolLM2's hidden size is 576 = 4.5 x 128: the 1x128 activation groups and 128x128 weight blocks end
+    # with a partial one.
+    torch.manual_seed(5)
+    lin = torch.nn.Linear(576, 200, bias=False)
+    x = 3 * torch.randn(7, 576)
+    got = QuantLinear.from_linear(lin, scheme)(x).double()
+    want = FakeQuantLinear(lin, scheme)(x).double()
+    assert float((got - want).norm() / want.norm()) < 1e-5
