@@ -426,26 +426,32 @@ def main():
                 f.write(f"<!-- {note}{timed_note}; {done} of {len(runs)} runs -->\n")
                 f.write(table(rows, base_row, not args.no_timing))
 
-    stage = ["reference"]
+    def error(e):
+        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+
+    def run_reference(scheme, cal, label):
+        reference = fake_quantize_linears(copy.deepcopy(base), scheme, include=decoder, calibration=cal)
+        ref_row, ref_nll = evaluate(reference, windows, base_logp)
+        emit(label, "reference", ref_row)
+        if args.reference_f32:
+            for m in reference.modules():
+                if hasattr(m, "matmul_dtype"):
+                    m.matmul_dtype = torch.float32
+            row, nll = evaluate(reference, windows, base_logp)
+            row["vs_ref"], row["vs_ref_2se"] = paired(nll, ref_nll, windows)
+            emit(label, "reference, f32 matmul", row)
+            for m in reference.modules():
+                if hasattr(m, "matmul_dtype"):
+                    m.matmul_dtype = torch.float64
+        return reference, ref_nll
 
     def run_scheme(scheme, cal, label):
-        reference = None
-        stage[0] = "reference"
+        reference, ref_nll = None, None
         if not args.no_reference:
-            reference = fake_quantize_linears(copy.deepcopy(base), scheme, include=decoder, calibration=cal)
-            ref_row, ref_nll = evaluate(reference, windows, base_logp)
-            emit(label, "reference", ref_row)
-            if args.reference_f32:
-                for m in reference.modules():
-                    if hasattr(m, "matmul_dtype"):
-                        m.matmul_dtype = torch.float32
-                row, nll = evaluate(reference, windows, base_logp)
-                row["vs_ref"], row["vs_ref_2se"] = paired(nll, ref_nll, windows)
-                emit(label, "reference, f32 matmul", row)
-                for m in reference.modules():
-                    if hasattr(m, "matmul_dtype"):
-                        m.matmul_dtype = torch.float64
-        stage[0] = "qlinear"
+            try:
+                reference, ref_nll = run_reference(scheme, cal, label)
+            except Exception as e:  # the qlinear row still runs, without the columns against the reference
+                emit(label, "reference", error(e))
         model = copy.deepcopy(base)
         t = time.perf_counter()
         quantize_linears(model, scheme, include=decoder, calibration=cal, device=args.device)
@@ -475,7 +481,7 @@ def main():
         try:
             run_scheme(scheme, cal, label)
         except Exception as e:  # e.g. a scheme with no kernel on this device: the table says so, the rest runs
-            emit(label, stage[0], {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
+            emit(label, "qlinear", error(e))
 
     print(table(rows, base_row, not args.no_timing))
 

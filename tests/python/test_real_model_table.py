@@ -123,3 +123,56 @@ def test_reference_matches_the_library_where_k_is_not_a_multiple_of_128(scheme):
     got = QuantLinear.from_linear(lin, scheme)(x).double()
     want = FakeQuantLinear(lin, scheme)(x).double()
     assert float((got - want).norm() / want.norm()) < 1e-5
+
+
+class WithLogits(TinyLlama):
+    """The tiny model behind transformers' interface: model(ids).logits."""
+
+    def forward(self, ids):
+        return type("Output", (), {"logits": super().forward(ids)})()
+
+
+class WordTokenizer:
+    def __call__(self, text, return_tensors="pt"):
+        ids = torch.tensor([[sum(map(ord, w)) % 96 for w in text.split()]])
+        return type("Encoding", (), {"input_ids": ids})()
+
+
+def test_the_script_end_to_end_on_the_tiny_model(tmp_path, monkeypatch):
+    import json
+    import sys
+    import qlinear.fake_quant
+    rmt = table_module()
+    monkeypatch.setattr(rmt, "load_model", lambda path, device: (
+        WordTokenizer(), WithLogits(seed=4).to(torch.bfloat16).eval(), "tiny"))
+    real = qlinear.fake_quant.fake_quantize_linears
+
+    def failing_for_int8(model, scheme, **kw):
+        if scheme == "w8a8-int8-dynamic":
+            raise RuntimeError("the reference failed")
+        return real(model, scheme, **kw)
+
+    monkeypatch.setattr(qlinear.fake_quant, "fake_quantize_linears", failing_for_int8)
+    out, js = tmp_path / "t.md", tmp_path / "t.jsonl"
+    monkeypatch.setattr(sys, "argv", ["real_model_table.py", "--gguf", "unused", "--windows", "2", "--no-timing",
+                                      "--reference-f32", "--schemes", "w8a16-fp8,w4a4-nvfp4,w8a8-int8-dynamic",
+                                      "--out", str(out), "--json", str(js)])
+    rmt.main()
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("<!-- tiny, ") and "4 of 4 runs" in lines[0]
+    rows = [json.loads(l) for l in js.read_text().splitlines()]
+    # per run: reference, its f32 variant, qlinear; the failed reference leaves the qlinear row standing
+    assert [(r["scheme"], r["implementation"]) for r in rows] == [
+        ("w8a16-fp8", "reference"), ("w8a16-fp8", "reference, f32 matmul"), ("w8a16-fp8", "qlinear"),
+        ("w4a4-nvfp4 (dynamic g)", "reference"), ("w4a4-nvfp4 (dynamic g)", "reference, f32 matmul"),
+        ("w4a4-nvfp4 (dynamic g)", "qlinear"),
+        ("w4a4-nvfp4 (calibrated g)", "reference"), ("w4a4-nvfp4 (calibrated g)", "reference, f32 matmul"),
+        ("w4a4-nvfp4 (calibrated g)", "qlinear"),
+        ("w8a8-int8-dynamic", "reference"), ("w8a8-int8-dynamic", "qlinear")]
+    assert rows[9]["error"] == "RuntimeError: the reference failed" and rows[10]["ppl"] > 1
+    assert "| w8a8-int8-dynamic | reference | not run: RuntimeError: the reference failed |" in out.read_text()
+    for r in rows[2], rows[5], rows[8]:
+        assert r["layer_calls"] == 14 and r["layer_err"] < 2e-3 and abs(r["vs_ref"]) < 3 * r["vs_ref_2se"] + 1
+        assert r["kernels"] and r["tokens"] == sum(len(t.split()) - 1 for t in rmt.WINDOWS[:2])
+    assert "act_values" not in rows[2] and rows[5]["act_values_off"] == 0 and rows[8]["act_values_off"] == 0
+    assert rows[5]["act_values"] == rmt.CHECK_TOKENS * 2 * (6 * 256 + 384)
