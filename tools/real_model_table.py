@@ -252,7 +252,8 @@ class LayerCheck:
       layer of the same scheme (and the same static scales) whose weight is the identity, which every format
       quantizes exactly, so its output is the kernel path's dequantized activation, against the reference's
       fake-quantized activation. An output more than 2^-8 away from it, relatively, is an activation code
-      that differs (BF16 rounding is at most 2^-9; neighbouring codes are 2^-7 and more apart)."""
+      that differs (BF16 rounding is at most 2^-9; neighbouring codes are 2^-7 and more apart, except
+      asymmetric INT8 values more than 128 codes from the zero point, where a difference of two codes is)."""
 
     def __init__(self, model, reference, scheme, calibration=None, device="cpu"):
         import qlinear
