@@ -1,14 +1,16 @@
 """A plain-PyTorch fake-quant reference of every scheme: the same rounding as qlinear's quantizers (weights
 and activations quantized and dequantized in float64, then one float64 matmul), written independently of
 the library from the formats' definitions. The tests and tools/real_model_table.py put it beside the
-kernels: a kernel adds nothing beyond its format's error when the two agree.
+kernels: a kernel adds nothing beyond its format's error when the two agree. Each layer's output is rounded
+once to its input's dtype, as any Linear of the model returns it.
 
     from qlinear.fake_quant import fake_quantize_linears
     fake_quantize_linears(model, "w8a8-int8-static", calibration=ranges)   # same arguments as quantize_linears
 
 The rules (each operand's scale in float64, rounded once to float32 where the format stores float32):
   FP8 E4M3   s = f32(amax / 448) per tensor / channel / 128x128 block; activations per token
-             max(s, 1/(448*512)), per 1x128 group f32(max(amax, 1e-10) / 448), static f32(amax_range) / 448
+             max(s, 1/(448*512)), per 1x128 group f32(max(amax, 1e-10) / 448), static f32(amax_range) / 448;
+             the last block or group of a dimension that is not a multiple of 128 takes what is left
   INT8       s = f32(amax / 127) (1 for zeros); asymmetric static s = (max-min)/255, zp = rne(-128 - min/s)
   MX         e = ceil(log2(amax / elem_max)) per 1x32 (clamped to [-127, 127]), value = rne_grid(x / 2^e) 2^e;
              dynamic FP6/FP4 activations take Quark's "even" rule: the f32 amax's bit pattern plus 2^(22 - m)
@@ -180,18 +182,30 @@ def fake_quant_activation(x: torch.Tensor, scheme: str, static=None) -> torch.Te
     if key.group == "per_token":
         return _fp8(x, torch.clamp(_f32(_rows_amax(x) / 448.0), min=float(np.float32(1.0 / (448.0 * 512.0)))))
     if key.group == "1x128":
-        b = _blocks(x, 128)
+        # the last group of a row takes the K % 128 elements left (zeros pad it: they change no maximum)
+        k = x.shape[-1]
+        xp = torch.nn.functional.pad(x, (0, -k % 128))
+        b = _blocks(xp, 128)
         sc = _f32(torch.clamp(b.abs().amax(dim=-1, keepdim=True), min=float(np.float32(1e-10))) / 448.0)
-        return _fp8(b, sc).reshape(x.shape)
+        return _fp8(b, sc).reshape(xp.shape)[..., :k]
     raise Error(f"fake_quant_activation: no reference for activation key {key.name}")
 
 
 class FakeQuantLinear(nn.Module):
-    """nn.Linear with `scheme`'s weight and activation rounding done in float64 PyTorch (the reference)."""
+    """nn.Linear with `scheme`'s weight and activation rounding done in float64 PyTorch (the reference).
 
-    def __init__(self, linear: nn.Linear, scheme: str, input_range: Optional[Tuple[float, float]] = None):
+    forward(x): x as it arrives (in a BF16 model: the BF16 values every kernel also sees) quantized and
+    dequantized in float64 by the scheme's activation rule, one float64 matmul with the dequantized weight,
+    the bias added in float64, then one rounding to x's dtype: the module hands the model what an exact
+    kernel of the scheme would. matmul_dtype=torch.float32 rounds both dequantized operands to float32 and
+    accumulates in float32 instead (a perturbation of the size of a kernel's summation error, to measure how
+    far a model's metrics move from it alone)."""
+
+    def __init__(self, linear: nn.Linear, scheme: str, input_range: Optional[Tuple[float, float]] = None,
+                 matmul_dtype: torch.dtype = torch.float64):
         super().__init__()
         self.scheme = scheme
+        self.matmul_dtype = matmul_dtype
         device = linear.weight.device
         self.register_buffer("weight", fake_quant_weight(linear.weight, scheme).to(device))
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().to(torch.float64))
@@ -199,8 +213,19 @@ class FakeQuantLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xq = fake_quant_activation(x.reshape(-1, x.shape[-1]), self.scheme, self.static).to(self.weight.device)
-        y = xq @ self.weight.T
+        return self.forward_quantized(self.quantize_input(x), x)
+
+    def quantize_input(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., K] -> the float64 [rows, K] values the scheme's activation quantization gives."""
+        return fake_quant_activation(x.reshape(-1, x.shape[-1]), self.scheme, self.static)
+
+    def forward_quantized(self, xq: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """forward(x) from quantize_input(x)."""
+        xq = xq.to(self.weight.device)
+        if self.matmul_dtype == torch.float64:
+            y = xq @ self.weight.T
+        else:
+            y = (xq.to(self.matmul_dtype) @ self.weight.to(self.matmul_dtype).T).to(torch.float64)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features).to(dtype=x.dtype, device=x.device)
@@ -211,8 +236,10 @@ class FakeQuantLinear(nn.Module):
 
 def fake_quantize_linears(module: nn.Module, scheme: str, *,
                           include: Callable[[str, nn.Linear], bool] = lambda name, linear: True,
-                          calibration: Union[Calibration, Iterable[Any], None] = None) -> nn.Module:
-    """quantize_linears' reference: every nn.Linear (include(name, linear) true) becomes a FakeQuantLinear."""
+                          calibration: Union[Calibration, Iterable[Any], None] = None,
+                          matmul_dtype: torch.dtype = torch.float64) -> nn.Module:
+    """quantize_linears' reference: every nn.Linear (include(name, linear) true) becomes a FakeQuantLinear
+    (matmul_dtype: see FakeQuantLinear)."""
     if calibration is not None and not isinstance(calibration, Calibration):
         calibration = calibrate(module, calibration)
     targets = []
@@ -224,5 +251,5 @@ def fake_quantize_linears(module: nn.Module, scheme: str, *,
     stored = static_activation_scales(scheme)
     for parent, child_name, full, child in targets:
         rng = calibration.range_of(full) if calibration is not None and stored else None
-        setattr(parent, child_name, FakeQuantLinear(child, scheme, rng))
+        setattr(parent, child_name, FakeQuantLinear(child, scheme, rng, matmul_dtype=matmul_dtype))
     return module
