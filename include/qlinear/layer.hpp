@@ -45,6 +45,33 @@ struct LinearConfig {
   std::string to_string() const;  // "mxfp8 N=4096 K=4096 w=... a=... out=bf16"
 };
 
+// The rows of a weight_scale whose blocks span several output rows (FP8 128x128). Every fused shard keeps
+// its own block grid, as its checkpoint tensor has it: weight_scale holds the shards' scale rows one after
+// the other, and output row n of shard s finds its scale row at
+//   scale_row_begin[s] + (n - row_begin[s]) / block
+// A shard whose row count is not a multiple of the block ends in a partial block; when only the last shard
+// does, this is the plain grid n / block (`uniform`). Keys without row blocks: block = 1, one row per row.
+//
+//   shards 576 | 192 | 192 (SmolLM2-135M q/k/v), block 128:
+//   output rows  0 ........ 575 | 576 .. 767 | 768 .. 959
+//   scale rows   0 1 2 3 4(64)  | 5  6(64)   | 7  8(64)       (9 rows; the plain grid would have 8)
+struct ScaleRowGrid {
+  int64_t block = 1;                     // output rows per scale row
+  int64_t n = 0;                         // output rows in all
+  std::vector<int64_t> row_begin;        // per shard: its first output row
+  std::vector<int64_t> scale_row_begin;  // per shard: its first scale row
+  int64_t rows = 0;                      // scale rows in all
+  bool uniform = true;                   // scale row = n / block for every output row n
+
+  int64_t shard_of(int64_t n) const;     // the shard holding output row n
+  int64_t scale_row(int64_t n) const;
+  // The first shard boundary (output row) that is not a multiple of `multiple`, or -1: a kernel that reads one
+  // scale row per tile of `multiple` rows needs none (boundaries inside a shard's grid are multiples of block).
+  int64_t boundary_off(int64_t multiple) const;
+  std::string to_string() const;         // "per-shard 128-row grids: 576->5, 192->2, 192->2 scale rows"
+};
+ScaleRowGrid scale_row_grid(const LinearConfig& c);
+
 // A layer's tensors by name. Names follow vLLM: weight, weight_scale, input_scale, input_zero_point,
 // azp_adj, weight_global_scale, input_global_scale, bias.
 class LinearLayer {

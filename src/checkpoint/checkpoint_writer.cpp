@@ -153,6 +153,20 @@ Status write_quantized_checkpoint(const std::string& dir, const Scheme& scheme,
       return Status::error("module " + m.name + " was processed by " + m.layer->processed_by +
                            "; checkpoints are written from unprocessed layers");
     }
+    // A module is one checkpoint tensor set: a fused layer whose shards carry their own scalars or their own
+    // 128x128 grids would be read back as one grid over all its rows. Checkpoints store such shards as modules
+    // of their own (q_proj, k_proj, v_proj), which the loader fuses.
+    const LinearConfig& c = m.layer->config;
+    const auto sc = m.layer->params.find("weight_scale");
+    const bool per_shard_scalars =
+        c.weight_key.scale.group.is_per_tensor() && sc != m.layer->params.end() && sc->second.numel() > 1;
+    const ScaleRowGrid grid = scale_row_grid(c);
+    if (c.num_shards() > 1 && (per_shard_scalars || !grid.uniform)) {
+      const std::string what = per_shard_scalars ? std::string("a weight scale per shard")
+                                                 : "their own weight-block grids (" + grid.to_string() + ")";
+      return Status::error("module " + m.name + " is a fused layer of " + std::to_string(c.num_shards()) +
+                           " shards with " + what + "; write each shard as a module of its own (the loader fuses them)");
+    }
     for (const auto& [pname, t] : m.layer->params) {
       tensors.emplace_back(m.name + "." + (pname == "weight" ? weight_name(scheme) : pname), t);
     }

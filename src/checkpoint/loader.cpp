@@ -217,11 +217,20 @@ Status LayerLoader::slice_rows(Shard& s, const std::string& module, int64_t rows
     return Status::error(where(module) + ": " + std::to_string(rows) +
                          " output features do not split evenly over tensor-parallel size " + std::to_string(tp));
   }
+  // Row blocks (128x128): the slice keeps the shard's own grid, so it must start on one of its blocks and hold
+  // whole blocks, except that a slice running to the shard's end keeps the shard's partial last block.
   const GroupShape g = scheme_.weight_key.scale.group;
-  if (g.row > 1 && (part % g.row != 0 || begin % g.row != 0)) {
-    return Status::error(where(module) + ": this rank's " + std::to_string(part) + " output rows (from row " +
-                         std::to_string(begin) + ") do not align with the " + g.to_string() +
-                         " weight blocks; tensor-parallel size " + std::to_string(tp) + " is too large");
+  if (g.row > 1 && (begin % g.row != 0 || (part % g.row != 0 && begin + part != rows))) {
+    const std::string why =
+        begin % g.row != 0
+            ? "starts at row " + std::to_string(begin) + ", inside a " + std::to_string(g.row) + "-row block"
+            : "ends at row " + std::to_string(begin + part) + ", inside a " + std::to_string(g.row) +
+                  "-row block, before the shard's end";
+    return Status::error(where(module) + ": this rank's slice of " + std::to_string(part) + " of its " +
+                         std::to_string(rows) + " output rows " + why + " of the " + g.to_string() +
+                         " weight blocks (one block's scale cannot be split between ranks); tensor-parallel size " +
+                         std::to_string(tp) + " needs each rank's rows to be a multiple of " +
+                         std::to_string(g.row));
   }
   QL_ASSIGN_OR_RETURN(s.weight, s.weight.narrow(0, begin, part));
   if (!g.is_per_tensor()) {
@@ -309,15 +318,9 @@ Result<LoadedLayer> LayerLoader::load(const std::string& name, const std::vector
                              opt_.input_dtype, opt_.out_dtype);
   if (shards.size() > 1) layer.config.logical_widths = widths;
   layer.params["weight"] = concat_rows(w);
+  // Per-row and per-block scales: the shards' rows one after the other. With 128x128 blocks each shard keeps
+  // its own grid (ScaleRowGrid, qlinear/layer.hpp), a partial last block included.
   layer.params["weight_scale"] = wk.scale.group.is_per_tensor() ? stack_scalars(sc) : concat_rows(sc);
-  if (wk.scale.group.row > 1 && shards.size() > 1) {
-    for (size_t i = 0; i + 1 < shards.size(); ++i) {
-      if (widths[i] % wk.scale.group.row != 0) {
-        return Status::error(where(name) + ": fused shard " + shards[i].module + " has " + std::to_string(widths[i]) +
-                             " rows, not a multiple of the " + wk.scale.group.to_string() + " weight block");
-      }
-    }
-  }
   if (!gsc.empty()) layer.params["weight_global_scale"] = stack_scalars(gsc);
   if (!isc.empty()) layer.params["input_scale"] = stack_scalars(isc);
   if (!igs.empty()) layer.params["input_global_scale"] = stack_scalars(igs);
@@ -359,23 +362,6 @@ Result<ModelDims> read_model_config(const std::string& path, QuantConfig* quant)
     }
   }
   return dims;
-}
-
-// Whether every shard but the last of a fused layer has a row count (per tensor-parallel rank) that is a
-// multiple of the scheme's weight-block rows; true for schemes without row blocks. Shapes that cannot be read
-// here pass, so that the layer loader reports them.
-bool shards_fit_the_row_blocks(const Checkpoint& ckpt, const Scheme& scheme, const std::vector<std::string>& shards,
-                               int tp_size) {
-  const int64_t block_rows = scheme.weight_key.scale.group.row;
-  if (block_rows <= 1) return true;
-  for (size_t i = 0; i + 1 < shards.size(); ++i) {
-    auto e = ckpt.entry(shards[i] + ".weight");
-    if (!e || e->shape.size() != 2) return true;
-    const int64_t rows = e->shape[0];
-    if (tp_size > 1 && rows % tp_size != 0) return true;
-    if ((rows / tp_size) % block_rows != 0) return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -471,16 +457,6 @@ Result<LoadedModel> load_checkpoint(const std::string& path, const LoadOptions& 
       continue;
     }
     LayerLoader loader(model.checkpoint, *scheme, opt, dims);
-    if (shards.size() > 1 && !shards_fit_the_row_blocks(model.checkpoint, *scheme, shards, opt.tp_size)) {
-      // A shard other than the last ends in a partial weight block (fp8 128x128 blocks of q/k/v or gate/up
-      // with row counts like 576 or 192): the fused layer's block grid would put one scale row across two
-      // shards, so each shard loads as its own layer (vLLM refuses these checkpoints).
-      for (const std::string& shard : shards) {
-        QL_ASSIGN_OR_RETURN(LoadedLayer layer, loader.load(shard, {shard}));
-        model.layers.push_back(std::move(layer));
-      }
-      continue;
-    }
     QL_ASSIGN_OR_RETURN(LoadedLayer layer, loader.load(name, shards));
     model.layers.push_back(std::move(layer));
   }

@@ -62,7 +62,8 @@ int cmd_inspect(int argc, char** argv) {
       layers.push_back({{"layer", l.layer.name}, {"scheme", l.scheme->name}, {"family", family_name(c.family)},
                         {"n", c.n}, {"k", c.k}, {"full_n", l.full_n}, {"full_k", l.full_k},
                         {"parallelism", l.parallelism == Parallelism::kColumn ? "column" : "row"},
-                        {"shards", l.shards}, {"logical_widths", c.logical_widths}, {"bytes", l.checkpoint_bytes},
+                        {"shards", l.shards}, {"logical_widths", c.logical_widths},
+                        {"per_shard_block_grids", !scale_row_grid(c).uniform}, {"bytes", l.checkpoint_bytes},
                         {"bias", l.bias.defined()}, {"tensors", tensors}, {"kernel", kernel}, {"candidates", cands}});
       continue;
     }
@@ -77,6 +78,10 @@ int cmd_inspect(int argc, char** argv) {
         std::printf(" %s (%lld)", l.shards[i].c_str(), static_cast<long long>(c.logical_widths[i]));
       }
       std::printf("\n");
+      // Shards that end in a partial 128x128 block keep their own block grids.
+      if (const ScaleRowGrid g = scale_row_grid(c); !g.uniform) {
+        std::printf("  weight_scale: %s\n", g.to_string().c_str());
+      }
     }
     for (const auto& [name, t] : l.layer.params) std::printf("  %-20s %s\n", name.c_str(), t.describe().c_str());
     std::printf("  kernel: %s\n", kernel.c_str());

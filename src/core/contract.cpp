@@ -156,7 +156,9 @@ Status expect_scale(const LinearLayer& layer, const std::string& param, const Qu
     if (!ok) return Status::error(expect_shape_msg(layer, param, t, "[" + std::to_string(rows) + ", 1]"));
     return Status::ok();
   }
-  const Shape want = {(rows + g.row - 1) / g.row, (cols + g.col - 1) / g.col};
+  // Row blocks (128x128): every fused shard's own grid, one after the other (ScaleRowGrid).
+  const int64_t scale_rows = g.row > 1 ? scale_row_grid(layer.config).rows : (rows + g.row - 1) / g.row;
+  const Shape want = {scale_rows, (cols + g.col - 1) / g.col};
   if (t.shape() != want) return Status::error(expect_shape_msg(layer, param, t, shape_to_string(want)));
   return Status::ok();
 }

@@ -30,8 +30,58 @@ std::string LinearConfig::to_string() const {
     s += " shards=[";
     for (size_t i = 0; i < logical_widths.size(); ++i) s += (i ? "," : "") + std::to_string(logical_widths[i]);
     s += "]";
+    // Shards that keep their own block grids (a partial block before the last shard) say so.
+    if (const ScaleRowGrid g = scale_row_grid(*this); !g.uniform) s += " weight_scale=" + g.to_string();
   }
   return s;
+}
+
+ScaleRowGrid scale_row_grid(const LinearConfig& c) {
+  ScaleRowGrid g;
+  g.block = c.weight_key.scale.group.row > 1 ? c.weight_key.scale.group.row : 1;
+  g.n = c.n;
+  const std::vector<int64_t> widths = c.logical_widths.empty() ? std::vector<int64_t>{c.n} : c.logical_widths;
+  int64_t row = 0;
+  for (size_t s = 0; s < widths.size(); ++s) {
+    g.row_begin.push_back(row);
+    g.scale_row_begin.push_back(g.rows);
+    if (s + 1 < widths.size() && widths[s] % g.block != 0) g.uniform = false;
+    row += widths[s];
+    g.rows += (widths[s] + g.block - 1) / g.block;
+  }
+  return g;
+}
+
+int64_t ScaleRowGrid::shard_of(int64_t n) const {
+  int64_t s = 0;
+  while (s + 1 < static_cast<int64_t>(row_begin.size()) && row_begin[static_cast<size_t>(s + 1)] <= n) ++s;
+  return s;
+}
+
+int64_t ScaleRowGrid::scale_row(int64_t n) const {
+  if (uniform) return n / block;
+  const size_t s = static_cast<size_t>(shard_of(n));
+  return scale_row_begin[s] + (n - row_begin[s]) / block;
+}
+
+int64_t ScaleRowGrid::boundary_off(int64_t multiple) const {
+  if (uniform && block % multiple == 0) return -1;
+  for (const int64_t r : row_begin) {
+    if (r % multiple != 0) return r;
+  }
+  return -1;
+}
+
+std::string ScaleRowGrid::to_string() const {
+  if (uniform) return std::to_string(block) + "-row grid: " + std::to_string(rows) + " scale rows";
+  std::string s = "per-shard " + std::to_string(block) + "-row grids:";
+  for (size_t i = 0; i < row_begin.size(); ++i) {
+    const int64_t end_row = i + 1 < row_begin.size() ? row_begin[i + 1] : n;
+    const int64_t end_scale = i + 1 < scale_row_begin.size() ? scale_row_begin[i + 1] : rows;
+    s += (i ? ", " : " ") + std::to_string(end_row - row_begin[i]) + "->" +
+         std::to_string(end_scale - scale_row_begin[i]);
+  }
+  return s + " scale rows";
 }
 
 Result<Tensor> LinearLayer::get(const std::string& param) const {

@@ -11,14 +11,16 @@ namespace qlinear {
 namespace {
 
 // quantize_fast: the reference quantizer's codes, vectorized and threaded.
-// Quantizes each fused shard separately when the weight key has one scale per tensor: that is how a
-// checkpoint of unfused q/k/v projections looks once fused (one scalar per shard).
+// Quantizes each fused shard separately when the weight key has one scale per tensor or blocks of several
+// rows: that is how a checkpoint of unfused q/k/v projections looks once fused (one scalar per shard; each
+// shard's own 128x128 grid, ScaleRowGrid).
 Result<std::vector<QuantizedTensor>> quantize_shards(const Tensor& weight, const QuantKey& key,
                                                      const std::vector<int64_t>& widths, MxScaleRule rule) {
   QuantizeOptions opt;
   opt.mx_rule = rule;
   std::vector<QuantizedTensor> parts;
-  const bool per_shard = (key.scale.group.is_per_tensor() || key.scale2.has_value()) && widths.size() > 1;
+  const bool per_shard =
+      (key.scale.group.is_per_tensor() || key.scale2.has_value() || key.scale.group.row > 1) && widths.size() > 1;
   if (!per_shard) {
     QL_ASSIGN_OR_RETURN(QuantizedTensor q, quantize_fast(weight, key, opt));
     parts.push_back(std::move(q));

@@ -300,7 +300,7 @@ TEST(Loader, BadCheckpointsAreRefusedWithReasons) {
        tp(1, 4), "not a multiple of the 1x32 scale block"},
       {"128-blocks cut by column parallelism",
        [](const std::string& d) { write_one(d, "w8a8-fp8-block", 256, 256, "model.layers.0.mlp.up_proj"); }, tp(1, 4),
-       "do not align with the 128x128 weight blocks"},
+       "slice of 64 of its 256 output rows starts at row 64, inside a 128-row block"},
       {"invalid layer regex", [](const std::string& d) { write_one(d, "w8a8-mxfp8"); },
        [] { LoadOptions o; o.layer_regex = "(["; return o; }(), "layer regex (--layers): regex \"([\" does not compile: missing ]"},
       {"regex that selects nothing", [](const std::string& d) { write_one(d, "w8a8-mxfp8"); },

@@ -18,7 +18,8 @@ namespace {
 
 // Value of a quantized operand's element (r, c), written from the layouts in quantize.hpp.
 double naive_value(const QuantKey& key, const Tensor& data, const Tensor& scale, const Tensor& scale2,
-                   const Tensor& zero_point, int64_t cols, int64_t r, int64_t c, int64_t shard = 0) {
+                   const Tensor& zero_point, int64_t cols, int64_t r, int64_t c, int64_t shard = 0,
+                   int64_t block_row = -1) {
   double code;
   if (is_packed(key.dtype)) {
     const uint8_t* row = data.data<uint8_t>() + r * storage_bytes(key.dtype, cols);
@@ -34,7 +35,8 @@ double naive_value(const QuantKey& key, const Tensor& data, const Tensor& scale,
     s = element_as_double(scale, r);
   } else {
     const int64_t scale_cols = (cols + g.col - 1) / g.col;
-    s = element_as_double(scale, (r / g.row) * scale_cols + c / g.col);
+    // block_row: the scale row of r when fused shards keep their own block grids (the caller counts them).
+    s = element_as_double(scale, (block_row >= 0 ? block_row : r / g.row) * scale_cols + c / g.col);
   }
   if (key.scale.dtype == DType::kE8M0) s = std::ldexp(1.0, static_cast<int>(s) - 127);  // raw E8M0 byte
   if (zero_point.defined()) {
@@ -100,15 +102,22 @@ void check(const Problem& p, uint64_t seed) {
   }
   // Weight, shard by shard.
   std::vector<int64_t> row_shard(p.n, 0);
-  for (int64_t s = 0, r = 0; s < static_cast<int64_t>(p.shards.size()); ++s) {
-    for (int64_t j = 0; j < p.shards[s]; ++j) row_shard[r++] = s;
+  // Each shard's own 128-row blocks: rows j of shard s use scale row (rows of the shards before) + j / 128.
+  std::vector<int64_t> block_row(p.n, -1);
+  const int64_t br = scheme.weight_key.scale.group.row;
+  for (int64_t s = 0, r = 0, scale_rows = 0; s < static_cast<int64_t>(p.shards.size()); ++s) {
+    for (int64_t j = 0; j < p.shards[s]; ++j) {
+      if (br > 1) block_row[r] = scale_rows + j / br;
+      row_shard[r++] = s;
+    }
+    if (br > 1) scale_rows += (p.shards[s] + br - 1) / br;
   }
   const Tensor global = layer->has("weight_global_scale") ? layer->params.at("weight_global_scale") : Tensor();
   std::vector<double> wd(p.n * p.k);
   for (int64_t r = 0; r < p.n; ++r) {
     for (int64_t c = 0; c < p.k; ++c) {
       wd[r * p.k + c] = naive_value(scheme.weight_key, layer->params.at("weight"), layer->params.at("weight_scale"),
-                                    global, Tensor(), p.k, r, c, row_shard[r]);
+                                    global, Tensor(), p.k, r, c, row_shard[r], block_row[r]);
     }
   }
   int64_t worst = 0;
@@ -134,6 +143,8 @@ TEST(Reference, EveryFamilyMatchesIndependentFp64AcrossShapes) {
       {"w8a8-fp8-channel", 257, 19, 40, DType::kBF16, false, {}},
       {"w8a8-fp8-block", 3, 200, 300, DType::kBF16, true, {}},
       {"w8a8-fp8-block", 16, 129, 257, DType::kF32, false, {}},
+      {"w8a8-fp8-block", 3, 960, 576, DType::kBF16, true, {576, 192, 192}},  // partial blocks, per-shard grids
+      {"w8a8-fp8-block", 17, 208, 300, DType::kF32, false, {144, 32, 32}},
       {"w8a16-fp8", 7, 65, 100, DType::kF32, true, {}},
       {"w8a8-int8-dynamic", 1, 37, 61, DType::kBF16, true, {}},
       {"w8a8-int8-dynamic", 17, 24, 64, DType::kF16, false, {}},
@@ -150,6 +161,40 @@ TEST(Reference, EveryFamilyMatchesIndependentFp64AcrossShapes) {
   };
   uint64_t seed = 100;
   for (const Problem& p : problems) check(p, seed += 10);
+}
+
+// A fused layer whose shards keep their own 128x128 grids computes each shard's columns exactly as that shard
+// alone: the same codes, the same scales, the same FP64 dot products.
+TEST(Reference, FusedPartialBlockShardsEqualTheShardsAlone) {
+  const Scheme& scheme = *find_scheme("w8a8-fp8-block");
+  const std::vector<int64_t> widths = {144, 32, 96};
+  const int64_t n = 272, k = 300, m = 7;
+  const Tensor w = random_normal(DType::kF32, {n, k}, 31, 0.2);
+  MakeLayerOptions opt;
+  opt.out_dtype = DType::kF32;
+  opt.logical_widths = widths;
+  auto fused = quantize_layer("fused", scheme, w, opt);
+  ASSERT_TRUE(fused) << fused.message();
+  EXPECT_EQ(fused->params.at("weight_scale").size(0), 2 + 1 + 1);  // per shard: ceil(144/128), 1, 1
+  const Tensor x = random_normal(DType::kBF16, {m, k}, 32, 1.0);
+  ASSERT_TRUE(reference::kFp8BlockScaled.process_weights_after_loading(*fused));
+  auto all = reference::kFp8BlockScaled.apply(*fused, Activation::dense(x));
+  ASSERT_TRUE(all) << all.message();
+  opt.logical_widths = {};
+  int64_t row = 0;
+  for (const int64_t width : widths) {
+    auto alone = quantize_layer("shard", scheme, w.narrow(0, row, width).value().contiguous(), opt);
+    ASSERT_TRUE(alone) << alone.message();
+    ASSERT_TRUE(reference::kFp8BlockScaled.process_weights_after_loading(*alone));
+    auto part = reference::kFp8BlockScaled.apply(*alone, Activation::dense(x));
+    ASSERT_TRUE(part) << part.message();
+    for (int64_t i = 0; i < m; ++i) {
+      EXPECT_EQ(
+          std::memcmp(all->data<float>() + i * n + row, part->data<float>() + i * width, sizeof(float) * width), 0)
+          << "shard at row " << row << ", output row " << i;
+    }
+    row += width;
+  }
 }
 
 TEST(Reference, PreQuantizedActivationGivesTheSameResultAsDense) {

@@ -6,6 +6,27 @@
 
 namespace qlinear::cuda {
 
+namespace {
+
+// What cuBLASLt's FP8 GEMMs need of N: outputs in multiples of 16, and for fused shards that keep their own
+// 128x128 grids (one cuBLASLt call per shard, route_cublaslt_fp8.cpp) every shard's width too.
+Verdict lt_fp8_verdict(const LinearConfig& c) {
+  if (c.n % 16 != 0) {
+    return Verdict::no("N=" + std::to_string(c.n) + " is not a multiple of 16 (cuBLASLt FP8 output alignment)");
+  }
+  if (c.weight_key.scale.group.row > 1) {
+    const ScaleRowGrid grid = scale_row_grid(c);
+    if (const int64_t r = grid.boundary_off(16); r >= 0 && !grid.uniform) {
+      return Verdict::no("fused shard boundary at output row " + std::to_string(r) +
+                         " is not a multiple of 16 (each shard keeps its own 128x128 grid and is one cuBLASLt "
+                         "call; its output columns need 16-column alignment)");
+    }
+  }
+  return Verdict::yes();
+}
+
+}  // namespace
+
 Verdict CudaLinearKernel::is_supported(const Platform& platform) const {
   if (platform.kind != PlatformKind::kCuda || !platform.cuda) return Verdict::no("not a CUDA platform");
   if (platform.cuda->compute_capability != 90) {
@@ -30,9 +51,7 @@ Verdict CudaLinearKernel::can_implement(const LinearConfig& c) const {
     return Verdict::yes();
   }
   if (route_ == Route::kDequantBf16) return bf16_route_verdict(c);
-  if (route_ == Route::kCublasLt && c.n % 16 != 0) {
-    return Verdict::no("N=" + std::to_string(c.n) + " is not a multiple of 16 (cuBLASLt FP8 output alignment)");
-  }
+  if (route_ == Route::kCublasLt) return lt_fp8_verdict(c);
   return Verdict::yes();
 }
 
@@ -48,11 +67,15 @@ std::vector<MRoute> CudaLinearKernel::m_routes(const LinearConfig& c) const {
   const std::string stream(route_kernel(family_, Route::kStream)->name());
   std::string large, large_why, declined;
   if (is_w8a8_fp8(family_)) {
-    if (c.n % 16 == 0) {
+    if (const Verdict v = lt_fp8_verdict(c); v) {
       large = route_kernel(family_, Route::kCublasLt)->name();
       large_why = "GPU activation quantization + cuBLASLt FP8 GEMM, scales and bias in its epilogue";
+      if (c.weight_key.scale.group.row > 1 && !scale_row_grid(c).uniform) {
+        large_why = "GPU activation quantization + one cuBLASLt FP8 GEMM per fused shard (each keeps its own "
+                    "128x128 grid; the block mode takes one grid per call), bias in one epilogue";
+      }
     } else {
-      declined = "N=" + std::to_string(c.n) + " is not a multiple of 16 (cuBLASLt FP8 output alignment)";
+      declined = v.reason;
     }
   } else if (const Verdict v = bf16_route_verdict(c); v) {
     large = route_kernel(family_, Route::kDequantBf16)->name();
@@ -77,7 +100,7 @@ Route CudaLinearKernel::route_for(const LinearConfig& c, const LayerState& st, i
   if (route_ != Route::kAuto) return route_;
   if (prequantized) return Route::kCublasLt;  // input_quant_key is declared on the cuBLASLt route only
   if (m > stream_max_m_) {
-    if (is_w8a8_fp8(family_) && c.n % 16 == 0) return Route::kCublasLt;
+    if (is_w8a8_fp8(family_) && lt_fp8_verdict(c)) return Route::kCublasLt;
     if (st.bf16_route) return Route::kDequantBf16;
   }
   return Route::kStream;

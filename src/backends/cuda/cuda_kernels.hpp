@@ -53,7 +53,7 @@ class CudaLinearKernel final : public LinearKernel {
   // Processed weights (the device buffers, copied to the host) can be saved and imported onto the current
   // device (the weight cache).
   bool supports_pre_processed_weights() const override { return true; }
-  uint32_t processed_layout_version() const override { return 1; }
+  uint32_t processed_layout_version() const override { return 2; }  // 2: per-shard 128x128 grids
 
   // kAuto: the M ranges of stream_max_m and the kernels of their routes; the others: themselves.
   std::vector<MRoute> m_routes(const LinearConfig& config) const override;

@@ -73,7 +73,7 @@ void stage_weight_scale(const LinearConfig& c, const Tensor& scale, LayerState& 
     st.bf16_exact = s.nbytes() == 0 || (*mn >= lo && *mx <= hi);
     st.w_scale = s;
   } else if (st.scale_kind == WeightScale::kBlock128) {
-    const int64_t nb = (c.n + 127) / 128, kb = (c.k + 127) / 128;
+    const int64_t nb = st.grid.rows, kb = (c.k + 127) / 128;  // every shard's own grid (ScaleRowGrid)
     const Tensor sc = scale.contiguous();
     st.w_scale = Tensor::zeros(DType::kF32, st.scale_shape());
     for (int64_t r = 0; r < nb; ++r) {

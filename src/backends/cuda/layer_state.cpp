@@ -31,6 +31,7 @@ LayoutPlan plan_layout(const LinearConfig& c) {
     // (found on a real checkpoint with K = 384, 3 blocks a row: unpadded rows gave wrong outputs).
     p.scale_kind = WeightScale::kBlock128;
     p.ws_ld = round_up((c.k + 127) / 128, 4);
+    p.grid = scale_row_grid(c);
   } else {
     p.scale_kind = WeightScale::kRow;
   }
@@ -56,10 +57,11 @@ Verdict bf16_route_verdict(const LinearConfig& c) {
 
 namespace {
 
-// Processed layout version 1 (CudaLinearKernel::processed_layout_version): meta I64 [format, scale_kind,
-// row_bytes, k_valid, ws_ld] (checked against the plan), flags I64 [scalar_weight_scale, bf16_exact,
-// static_zero_point], scalars F32 [static_input_scale]; w U8 [N, row_bytes]; w_scale (the plan's dtype and
-// shape); w_scale_scalar F32 [1] (row scales); w_colsum I64 [N] (INT8 with asymmetric activations).
+// Processed layout version 2 (CudaLinearKernel::processed_layout_version; 1 had one 128x128 grid over fused
+// shards): meta I64 [format, scale_kind, row_bytes, k_valid, ws_ld] (checked against the plan), flags I64
+// [scalar_weight_scale, bf16_exact, static_zero_point], scalars F32 [static_input_scale]; w U8 [N, row_bytes];
+// w_scale (the plan's dtype and shape: kBlock128 every shard's own grid, ScaleRowGrid); w_scale_scalar F32 [1]
+// (row scales); w_colsum I64 [N] (INT8 with asymmetric activations).
 // Changing any of it means bumping the version: entries written before must miss, not misread.
 const processed_io::StateSchema<LayerState>& cuda_state_schema() {
   using S = LayerState;
@@ -145,6 +147,14 @@ Result<std::shared_ptr<LayerState>> build_layer_state(const LinearConfig& c,
                            shape_to_string(shape) + ")");
     }
     QL_ASSIGN_OR_RETURN(member, upload(member.raw(), static_cast<size_t>(bytes), dtype, shape, st->device));
+  }
+  if (st->scale_kind == WeightScale::kBlock128 && !st->grid.uniform) {
+    Tensor rows = Tensor::empty(DType::kI32, {st->n});
+    for (int64_t r = 0; r < st->n; ++r) rows.data<int32_t>()[r] = static_cast<int32_t>(st->grid.scale_row(r));
+    QL_ASSIGN_OR_RETURN(st->ws_row, upload(rows.raw(), static_cast<size_t>(rows.nbytes()), DType::kI32, {st->n},
+                                           st->device));
+    // The host table must outlive the copy: synchronized below, before `rows` goes out of scope.
+    QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
   }
   // Finish the uploads before the staged host tensors go away and before apply can run on another stream.
   QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));

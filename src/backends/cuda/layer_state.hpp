@@ -23,10 +23,14 @@ struct LayoutPlan {
   int64_t k_valid = 0;    // K as the GEMMs see it
   int64_t ws_ld = 0;      // scale row length (kMx32: K / 32; kBlock128: K blocks padded to 4)
   bool colsum = false;    // INT8 with asymmetric activations: w_colsum is kept
+  // kBlock128: the scale rows of every fused shard's own block grid (qlinear/layer.hpp). A grid that is not
+  // uniform (a shard before the last ends in a partial block) gives the streaming kernel a scale row per
+  // output row (ws_row) and the cuBLASLt route one call per shard.
+  ScaleRowGrid grid;
   Shape w_shape() const { return {n, row_bytes}; }
   Shape scale_shape() const {
     if (scale_kind == WeightScale::kMx32) return {n, ws_ld};
-    if (scale_kind == WeightScale::kBlock128) return {(n + 127) / 128, ws_ld};
+    if (scale_kind == WeightScale::kBlock128) return {grid.rows, ws_ld};
     return {n};
   }
   DType scale_dtype() const { return scale_kind == WeightScale::kMx32 ? DType::kU8 : DType::kF32; }
@@ -48,6 +52,8 @@ struct LayerState : LayoutPlan {
   bool bf16_exact = false;           // kDequantBf16 reproduces every weight value exactly (dequant_bf16.hpp)
   bool bf16_route = false;           // ... and the config suits it: kAuto may switch to it above stream_max_m
   Tensor w_colsum;                   // i64 [N], sum over K of the codes (plan.colsum)
+  Tensor ws_row;                     // i32 [N]: kBlock128 with a grid that is not uniform, each row's scale row
+                                     // (derived from the config at upload, not part of the processed form)
 };
 
 bool is_w8a8_fp8(Family f);

@@ -70,6 +70,36 @@ Status apply_cublaslt_prequantized(const ApplyCtx& a) {
   return run_lt_into_out(a, g);
 }
 
+// Fused shards that keep their own 128x128 grids (ScaleRowGrid with a partial block before the last shard):
+// cuBLASLt's BLK128x128 mode takes one grid per matrix, and re-tiling the scales into one grid over the fused
+// rows is not exact (a 128-row block would span two shards with different scales). Each shard is its own
+// GEMM on the same quantized activation instead, writing its columns of one F32 result (ld N), and one
+// epilogue adds the bias and rounds. Shard widths are multiples of 16 (can_implement), so each call's output
+// columns start 64-byte aligned; its weight rows and scale rows start where the shard's do.
+Status run_lt_per_shard(const ApplyCtx& a, LtGemm& g) {
+  const LinearConfig& c = a.c;
+  const ScaleRowGrid& grid = a.st.grid;
+  QL_ASSIGN_OR_RETURN(Scratch acc, Scratch::make(sizeof(float) * static_cast<size_t>(g.m * c.n), a.stream));
+  const auto* w = static_cast<const uint8_t*>(a.st.w.raw());
+  const float* ws = static_cast<const float*>(a.st.w_scale.raw());
+  for (size_t s = 0; s < grid.row_begin.size(); ++s) {
+    const int64_t row = grid.row_begin[s];
+    const int64_t end = s + 1 < grid.row_begin.size() ? grid.row_begin[s + 1] : c.n;
+    if (end == row) continue;
+    LtGemm shard = g;
+    shard.w = w + row * a.st.row_bytes;
+    shard.w_scale = ws + grid.scale_row_begin[s] * a.st.ws_ld;
+    shard.n = end - row;
+    shard.out = acc.as<float>() + row;
+    shard.out_dtype = DType::kF32;
+    shard.ld_out = c.n;
+    shard.bias = nullptr;
+    QL_RETURN_IF_ERROR(lt_gemm(shard, a.stream));
+  }
+  return launch_bias_epilogue(acc.as<float>(), a.bias ? a.bias->raw() : nullptr,
+                              a.bias ? a.bias->dtype() : DType::kF32, a.out.raw(), a.out.dtype(), a.m, c.n, a.stream);
+}
+
 }  // namespace
 
 Status apply_cublaslt(const ApplyCtx& a) {
@@ -126,6 +156,7 @@ Status apply_cublaslt(const ApplyCtx& a) {
   }
   QL_RETURN_IF_ERROR(launch_act_quant(q, a.stream));
 
+  if (block && !a.st.grid.uniform) return run_lt_per_shard(a, g);
   return run_lt_into_out(a, g);
 }
 

@@ -16,6 +16,7 @@ Status apply_stream(const ApplyCtx& a) {
   s.w_row_bytes = a.st.row_bytes;
   s.w_scale = a.st.w_scale.raw();
   s.ws_ld = a.st.ws_ld;
+  s.ws_row = a.st.ws_row.defined() ? a.st.ws_row.data<int32_t>() : nullptr;
   s.k_valid = a.st.k_valid;
   s.x = xf.as<float>();
   s.ld_x = ld;

@@ -275,7 +275,8 @@ __global__ void __launch_bounds__(kThreads, MT <= 2 ? 3 : 1) weight_stream_kerne
             if constexpr (S == WeightScale::kMx32) {
               ws = codec::decode_e8m0(static_cast<const uint8_t*>(a.w_scale)[n * a.ws_ld + g]);
             } else {
-              ws = static_cast<const float*>(a.w_scale)[(n / 128) * a.ws_ld + g];
+              const int64_t sr = a.ws_row != nullptr ? a.ws_row[n] : n / 128;
+              ws = static_cast<const float*>(a.w_scale)[sr * a.ws_ld + g];
             }
 #pragma unroll
             for (int mm = 0; mm < MT; ++mm) {

@@ -5,7 +5,8 @@
 // Layouts it reads (made by process_weights_after_loading; see weight_stream.cuh for the work split):
 //   w        [N, w_row_bytes] packed codes, K padded with zero codes to a multiple of 32
 //   w_scale  kRow: f32 [N] (per-tensor and per-shard scales expanded per row)
-//            kBlock128: f32 [ceil(N/128), ws_ld]     kMx32: E8M0 bytes [N, ws_ld]
+//            kBlock128: f32 [scale rows, ws_ld], row n / 128, or ws_row[n] for fused shards that keep their
+//            own block grids (ScaleRowGrid)          kMx32: E8M0 bytes [N, ws_ld]
 //   x        f32 [M, ld_x], ld_x = steps * 1024, zero beyond K: the activation values (A16) or the exact
 //            values of its FP8 codes (W8A8), made by act_quant / widen_to_f32
 //   x_scale  optional f32 factor of row m for the weight's K group g at x_scale[m * xs_m + g * xs_g]
@@ -30,6 +31,7 @@ struct WeightStreamArgs {
   int64_t w_row_bytes = 0;
   const void* w_scale = nullptr;
   int64_t ws_ld = 0;
+  const int32_t* ws_row = nullptr;  // kBlock128: the scale row of each output row [N], or null (n / 128)
   int64_t k_valid = 0;  // K rounded up to 32: pieces at or beyond it are skipped
   const float* x = nullptr;
   int64_t ld_x = 0;

@@ -59,10 +59,12 @@ Result<Tensor> dequantized_weight(const LinearLayer& layer) {
   q.key = c.weight_key;
   q.rows = c.n;
   q.cols = c.k;
-  // Fused layers may carry one scalar per shard: dequantize shard by shard with its own scalar.
+  // Fused layers may carry one scalar per shard, or per-shard block grids (ScaleRowGrid): dequantize shard by
+  // shard with its own scalar or grid.
   const bool per_shard_scale = c.weight_key.scale.group.is_per_tensor() && scale.numel() > 1;
   const bool per_shard_global = global.defined() && global.numel() > 1;
-  if (!per_shard_scale && !per_shard_global) {
+  const ScaleRowGrid grid = scale_row_grid(c);
+  if (!per_shard_scale && !per_shard_global && grid.uniform) {
     q.data = weight;
     // Per-tensor scales arrive as [] or [1]; the quantizer's layout for them is [1].
     const bool scalar = c.weight_key.scale.group.is_per_tensor();
@@ -81,7 +83,8 @@ Result<Tensor> dequantized_weight(const LinearLayer& layer) {
     if (per_shard_scale) {
       shard.scale = Tensor::scalar_f32(scalar_at(scale, s)).reshape({1}).value();
     } else {
-      QL_ASSIGN_OR_RETURN(shard.scale, scale.narrow(0, row, width));
+      const int64_t first = grid.scale_row_begin[static_cast<size_t>(s)];
+      QL_ASSIGN_OR_RETURN(shard.scale, scale.narrow(0, first, (width + grid.block - 1) / grid.block));
       shard.scale = shard.scale.contiguous();
     }
     if (global.defined()) shard.scale2 = Tensor::scalar_f32(scalar_at(global, s)).reshape({1}).value();

@@ -12,6 +12,7 @@
 #include "backends/x86/amx_isa.hpp"
 #include "backends/x86/fp_isa.hpp"
 #include "backends/x86/host_state_io.hpp"
+#include "backends/x86/panel_block_scales.hpp"
 #include "backends/x86/x86_kernels.hpp"
 #include "core/threads.hpp"
 #include "qlinear/quantize.hpp"
@@ -41,7 +42,7 @@ struct FpState {
   FpGroupScale group_scale = FpGroupScale::kNone;
   int64_t group = 32;
   std::vector<uint8_t> grp;          // [n_pad/16][k_pad/group][16]
-  std::vector<float> block_scale;    // 128x128: [ceil(n/128)][ceil(k/128)]
+  std::vector<float> block_scale;    // 128x128: [n_pad/16][ceil(k/128)], per panel (panel_block_scales.hpp)
   int64_t block_cols = 0;
   std::vector<float> col_scale;      // [n_pad], empty = 1
   std::vector<float> col_nan;        // [n_pad], empty = no NaN weight code
@@ -210,8 +211,9 @@ Verdict FpAvx2Kernel::can_implement(const LinearConfig& c) const {
     return Verdict::no("input dtype is " + std::string(qlinear::name(c.input_dtype)) +
                        ", not bf16 (tdpbf16ps multiplies bf16; rounding the input to bf16 would change the numerics)");
   }
-  // Every key of the family's contract: check_config already holds them to it. Any N and K (padded).
-  return Verdict::yes();
+  // Every key of the family's contract: check_config already holds them to it. Any N and K (padded); fused
+  // 128x128 shards with their own block grids while each 16-column panel stays in one shard.
+  return panels_take_block_grid(c);
 }
 
 Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
@@ -297,7 +299,7 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
     }
   } else if (g == kBlock128x128) {
     st->block_cols = (c.k + 127) / 128;
-    st->block_scale.assign(ws.data<float>(), ws.data<float>() + ws.numel());
+    st->block_scale = panel_block_scales(c, ws, st->n_pad);
   } else {
     st->col_scale = per_column(c, ws, st->n_pad, g.is_per_channel());
   }
@@ -310,9 +312,10 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
   return Status::ok();
 }
 
-// Processed layout version 3 (1 had FP4 records in column pairs, 2 per k with flipped codes and FP6 per k): meta I64 [n, k, n_pad, k_pad, wdtype,
-// group_scale, group, block_cols]; flags I64 [has col_nan, use_reference]; scalars F32 [in_scale, in_global]; packed U8 [panel bytes];
-// grp U8 [n_pad/16 * k_pad/group * 16] (MX, NVFP4); block_scale F32 [ceil(n/128) * block_cols] (128x128);
+// Processed layout version 4 (1 had FP4 records in column pairs, 2 per k with flipped codes and FP6 per k, 3 block
+// scales per 128 rows): meta I64 [n, k, n_pad, k_pad, wdtype, group_scale, group, block_cols]; flags I64 [has col_nan,
+// use_reference]; scalars F32 [in_scale, in_global]; packed U8 [panel bytes]; grp U8 [n_pad/16 * k_pad/group * 16]
+// (MX, NVFP4); block_scale F32 [n_pad/16 * block_cols] (128x128, one row per panel);
 // col_scale F32 [n_pad] (per-tensor / per-channel, NVFP4); col_nan F32 [n_pad] (when flagged).
 namespace {
 
@@ -360,7 +363,7 @@ const processed_io::StateSchema<FpState>& fp_schema() {
               "grp", [](const S& s) { return Shape{s.n_pad / 16 * (s.k_pad / s.group) * 16}; },
               [](const S& s) { return s.group_scale != FpGroupScale::kNone; }),
           io::vector_entry<&S::block_scale, DType::kF32>(
-              "block_scale", [](const S& s) { return Shape{(s.n + 127) / 128 * s.block_cols}; },
+              "block_scale", [](const S& s) { return Shape{s.n_pad / 16 * s.block_cols}; },
               [](const S& s) { return s.block_cols > 0; }),
           io::vector_entry<&S::col_scale, DType::kF32>("col_scale", n_pad, &has_col_scale),
           io::vector_entry<&S::col_nan, DType::kF32>("col_nan", n_pad, [](const S& s) { return !s.col_nan.empty(); }),

@@ -253,7 +253,7 @@ void run_fused(const FpGemm& g, int64_t p0, int panels, int64_t k0, int64_t len,
 // activation scale where there is one, for `rows` rows.
 void block_scales(const FpGemm& g, int64_t p, int64_t m0, int64_t rows, int64_t k0, float* s) {
   const int64_t kb = k0 / 128;
-  const float ws = g.block_scale[(p * 16 / 128) * g.block_cols + kb];
+  const float ws = g.block_scale[p * g.block_cols + kb];
   for (int64_t r = 0; r < rows; ++r) s[r] = g.act_block_scale ? g.act_block_scale[(m0 + r) * g.block_cols + kb] * ws : ws;
 }
 

@@ -64,8 +64,8 @@ struct FpGemm {
   FpGroupScale group_scale = FpGroupScale::kNone;
   const uint8_t* grp = nullptr;     // [n_pad/16][k_pad/group][16] scale codes
   int64_t group = 32;               // 32 (MX) or 16 (NVFP4)
-  // 128x128 weight blocks: partial sums over each 128-wide K block times block_scale[n/128][k/128]
-  // (times act_block_scale[m][k/128] when set).
+  // 128x128 weight blocks: partial sums over each 128-wide K block times block_scale[n/16][k/128], the scale
+  // of panel n/16's block (panel_block_scales.hpp; times act_block_scale[m][k/128] when set).
   const float* block_scale = nullptr;
   int64_t block_cols = 0;           // ceil(k / 128)
   const float* act_block_scale = nullptr;  // [m][block_cols] (fp8_block_scaled's 1x128 activation scales)

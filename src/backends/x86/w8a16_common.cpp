@@ -10,6 +10,7 @@
 #include "backends/x86/amx_isa.hpp"
 #include "backends/x86/w8a16_isa.hpp"
 #include "backends/x86/host_state_io.hpp"
+#include "backends/x86/panel_block_scales.hpp"
 #include "backends/x86/x86_kernels.hpp"
 #include "core/threads.hpp"
 
@@ -30,7 +31,7 @@ struct W8A16State {
   AlignedBytes packed;
   W8ScaleMode mode = W8ScaleMode::kPerColumn;
   std::vector<float> col_scale;    // [n_pad]
-  std::vector<float> block_scale;  // [ceil(n/128) * ceil(k/128)]
+  std::vector<float> block_scale;  // [n_pad/16 * ceil(k/128)], per panel (panel_block_scales.hpp)
   int64_t block_cols = 0;
   std::vector<uint8_t> mx_scale;   // [n_pad/16][k_pad/32][16]
   // Exact scalar path: NaN weight codes, or MX scales that would push folded BF16 weights out of range.
@@ -74,7 +75,7 @@ double weight_value(const W8A16State& st, int64_t n, int64_t k) {
   const double v = decode(elem_dtype(st.elem), code_at(st, n, k));
   switch (st.mode) {
     case W8ScaleMode::kPerColumn: return v * st.col_scale[n];
-    case W8ScaleMode::kBlock128: return v * st.block_scale[(n / 128) * st.block_cols + k / 128];
+    case W8ScaleMode::kBlock128: return v * st.block_scale[(n / 16) * st.block_cols + k / 128];
     case W8ScaleMode::kMx: return std::ldexp(v, static_cast<int>(st.mx_raw[n * (st.k / 32) + k / 32]) - 127);
   }
   return v;
@@ -161,7 +162,7 @@ Verdict W8A16Kernel::can_implement(const LinearConfig& c) const {
     return Verdict::no("128x128 block weight scales (the AMX kernel takes per-tensor/channel or MX scales; the "
                        "AVX-512 kernel runs them)");
   }
-  return Verdict::yes();  // any N and K: padded at prepack
+  return panels_take_block_grid(c);  // any N and K: padded at prepack
 }
 
 Status W8A16Kernel::process_impl(LinearLayer& layer) const {
@@ -222,7 +223,7 @@ Status W8A16Kernel::process_impl(LinearLayer& layer) const {
   } else if (g == kBlock128x128) {
     st->mode = W8ScaleMode::kBlock128;
     st->block_cols = (c.k + 127) / 128;
-    st->block_scale.assign(ws.data<float>(), ws.data<float>() + ws.numel());
+    st->block_scale = panel_block_scales(c, ws, st->n_pad);
   } else {
     st->mode = W8ScaleMode::kPerColumn;
     st->col_scale.assign(static_cast<size_t>(st->n_pad), 0.0f);
@@ -243,9 +244,9 @@ Status W8A16Kernel::process_impl(LinearLayer& layer) const {
   return Status::ok();
 }
 
-// Processed layout version 1: meta I64 [n, k, n_pad, k_pad, elem, mode, block_cols]; exact_path I64 [1];
-// packed U8 [panel bytes]; then by scale mode: col_scale F32 [n_pad] | block_scale F32 [ceil(n/128) *
-// block_cols] | mx_scale U8 [n_pad/16 * k_pad/32 * 16] and mx_raw U8 [n * k/32].
+// Processed layout version 2 (1 had block scales per 128 rows): meta I64 [n, k, n_pad, k_pad, elem, mode,
+// block_cols]; exact_path I64 [1]; packed U8 [panel bytes]; then by scale mode: col_scale F32 [n_pad] |
+// block_scale F32 [n_pad/16 * block_cols] | mx_scale U8 [n_pad/16 * k_pad/32 * 16] and mx_raw U8 [n * k/32].
 namespace {
 
 // Sizes and modes from the layer's config (the processed buffers are filled by import).
@@ -280,7 +281,7 @@ const processed_io::StateSchema<W8A16State>& w8a16_schema() {
               "col_scale", [](const S& s) { return Shape{s.n_pad}; },
               [](const S& s) { return s.mode == W8ScaleMode::kPerColumn; }),
           io::vector_entry<&S::block_scale, DType::kF32>(
-              "block_scale", [](const S& s) { return Shape{(s.n + 127) / 128 * s.block_cols}; },
+              "block_scale", [](const S& s) { return Shape{s.n_pad / 16 * s.block_cols}; },
               [](const S& s) { return s.mode == W8ScaleMode::kBlock128; }),
           io::vector_entry<&S::mx_scale, DType::kU8>(
               "mx_scale", [](const S& s) { return Shape{s.n_pad / 16 * (s.k_pad / 32) * 16}; }, mx),

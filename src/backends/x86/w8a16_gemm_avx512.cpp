@@ -272,7 +272,7 @@ void run_range(const W8A16Gemm& g, const Buffers& buf, int64_t m_begin, int64_t 
       float scales[kNv];
       const float* panel_scale = nullptr;
       if (g.mode == W8ScaleMode::kBlock128) {
-        for (int v = 0; v < nv; ++v) scales[v] = g.block_scale[((p0 + v) * 16 / 128) * g.block_cols + q0 * 4 / 128];
+        for (int v = 0; v < nv; ++v) scales[v] = g.block_scale[(p0 + v) * g.block_cols + q0 * 4 / 128];
         panel_scale = scales;
       }
       for (int64_t m0 = m_begin; m0 < m_end; m0 += kMaxMr) {

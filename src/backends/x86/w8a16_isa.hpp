@@ -41,7 +41,7 @@ struct W8A16Gemm {
   int64_t n = 0, n_pad = 0, k_pad = 0;
   W8ScaleMode mode = W8ScaleMode::kPerColumn;
   const float* col_scale = nullptr;    // kPerColumn: [n_pad]
-  const float* block_scale = nullptr;  // kBlock128: [ceil(n/128)][ceil(k/128)] row-major
+  const float* block_scale = nullptr;  // kBlock128: [n_pad/16][ceil(k/128)], one row per panel
   int64_t block_cols = 0;              // ceil(k/128)
   const uint8_t* mx_scale = nullptr;   // kMx: [n_pad/16][k_pad/32][16] E8M0 codes
   const uint16_t* act = nullptr;       // BF16 [m, lda], columns k..k_pad-1 zero

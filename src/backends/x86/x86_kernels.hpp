@@ -105,7 +105,8 @@ class W8A16Kernel final : public LinearKernel {
   Verdict can_implement(const LinearConfig& config) const override;
   Result<Tensor> row_major_weight(const LinearLayer& layer) const override;
   bool supports_pre_processed_weights() const override { return true; }
-  uint32_t processed_layout_version() const override { return 1; }
+  // 2: 128x128 block scales per 16-column panel (panel_block_scales.hpp)
+  uint32_t processed_layout_version() const override { return 2; }
   // AMX variants: M = 1 streams the weights (VBMI decode, vdpbf16ps), tiles from kAmxBf16MinM.
   std::vector<MRoute> m_routes(const LinearConfig& config) const override;
 
@@ -150,7 +151,8 @@ class FpAvx2Kernel final : public LinearKernel {
   std::optional<QuantKey> input_quant_key(const LinearConfig& config) const override;
   Result<Tensor> row_major_weight(const LinearLayer& layer) const override;
   bool supports_pre_processed_weights() const override { return true; }
-  uint32_t processed_layout_version() const override { return 3; }  // 3: FP4 / FP6 quad records (fp_isa.hpp)
+  // 3: FP4 / FP6 quad records (fp_isa.hpp); 4: 128x128 block scales per 16-column panel (panel_block_scales.hpp)
+  uint32_t processed_layout_version() const override { return 4; }
   // One route for every M; explain says when the reference kernel runs a layer instead, and the dispatch
   // log names it for a layer whose scales are not exact in f32 (the exact path is a visible route).
   std::vector<MRoute> m_routes(const LinearConfig& config) const override;
