@@ -5,7 +5,7 @@
 //   QL_MMA_BENCH_CSV=out.csv test_cuda --gtest_also_run_disabled_tests --gtest_filter='*MmaDecodeBench*'
 // prints one line per (layer, M, scheme) and writes the CSV the device script joins with torch's times.
 // QL_MMA_BENCH_ONLY="70b.down,w4a16-mxfp4" keeps the layers and schemes named there (for a profiler run);
-// QL_MMA_BENCH_MS="1,16,256" the token counts. Beside the table's choice, every forced variant of
+// QL_MMA_BENCH_MS="1,16,256" the token counts; QL_MMA_BENCH_VARIANTS="wgmma,oldbf16" the variants. Beside the table's choice, every forced variant of
 // cuda_test::mma_variants() for the M (rows "scheme/variant"), and the older BF16 route kernel of the
 // family (sm90_*_bf16: row-major codes widened in row blocks + cuBLASLt; rows "scheme/oldbf16") from M = 65.
 #include <gtest/gtest.h>
@@ -87,6 +87,14 @@ bool selected(const std::string& name, bool is_layer) {
     start = end + 1;
   }
   return !any_of_kind;
+}
+
+// Whether a forced variant (or "oldbf16") passes QL_MMA_BENCH_VARIANTS (a comma list of variant names;
+// unset: every variant).
+bool variant_selected(const std::string& name) {
+  const char* only = std::getenv("QL_MMA_BENCH_VARIANTS");
+  if (only == nullptr || *only == '\0') return true;
+  return (std::string(",") + only + ",").find("," + name + ",") != std::string::npos;
 }
 
 Tensor random_u8(Shape shape, DType dtype, uint64_t seed, uint8_t lo, uint8_t hi, bool e4m3) {
@@ -212,7 +220,7 @@ TEST(CudaMmaDecodeBench, DISABLED_VersusCublasLtBf16) {
       // The older BF16 route processes its own copy of the checkpoint tensors (row-major codes).
       const LinearKernel* old_kernel = s.old_bf16_kernel ? find_kernel(s.old_bf16_kernel) : nullptr;
       LinearLayer old_layer;
-      if (old_kernel != nullptr && kBenchMs.back() > 64) {
+      if (old_kernel != nullptr && kBenchMs.back() > 64 && variant_selected("oldbf16")) {
         old_layer = layer;
         if (!old_kernel->process_weights_after_loading(old_layer).is_ok()) old_kernel = nullptr;
         old_layer.params.clear();
@@ -255,11 +263,11 @@ TEST(CudaMmaDecodeBench, DISABLED_VersusCublasLtBf16) {
         };
         row(s.name, *s.kernel, layer);
         for (const cuda_test::MmaVariant& v : variants) {
-          if (m < v.min_m || m > v.max_m) continue;
+          if (m < v.min_m || m > v.max_m || !variant_selected(v.name)) continue;
           cuda_test::ForceScope force(v.force);
           row(std::string(s.name) + "/" + v.name, *s.kernel, layer);
         }
-        if (old_kernel != nullptr && m > 64) row(std::string(s.name) + "/oldbf16", *old_kernel, old_layer);
+        if (old_kernel != nullptr && m > 64 && variant_selected("oldbf16")) row(std::string(s.name) + "/oldbf16", *old_kernel, old_layer);
       }
     }
   }

@@ -252,6 +252,48 @@ TEST(CudaMmaDecode, EveryForcedVariantMatchesTheReference) {
   }
 }
 
+// The swap-AB wgmma kernel forced at every M from 17 (token tiles 32 / 64 / 128 / 256 by M, several M tiles at
+// 300), on N and K off its 128-row and 64-K tiles, split K, bias and output dtypes; each token tile forced
+// on its own too (FP6 layers and MX scales outside the fold range keep the mma.sync kernel).
+TEST(CudaMmaDecode, WgmmaKernelMatchesTheReference) {
+  QL_REQUIRE_SM90();
+  for (const KernelScheme& ks : kAll) {
+    if (ks.kernel == &cuda::kSm90MmaDecodeMxfp6) continue;
+    const Scheme s = scheme_of(ks);
+    {
+      cuda::MmaDecodeForce f;
+      f.wgmma = 1;
+      cuda_test::ForceScope force(f);
+      LinearConfig config;  // the route explain shows for M = 64 is the wgmma kernel's
+      config.family = ks.kernel->family();
+      config.weight_key = s.weight_key;
+      config.n = 200;
+      config.k = 800;
+      bool named = false;
+      for (const MRoute& r : ks.kernel->m_routes(config)) {
+        if (r.contains(64)) named = r.why.find("wgmma") != std::string::npos;
+      }
+      EXPECT_TRUE(named) << s.name;
+      for (int64_t m : {17, 63, 64, 65, 128, 255, 256, 300}) {
+        check({ks.kernel, s, m, 200, 800});
+        check({ks.kernel, s, m, 1040, 1088});  // 9 N blocks, the last partial
+      }
+      for (int64_t m : {24, 130}) {
+        check({ks.kernel, s, m, 128, 8192});  // one N block: split K
+        check({ks.kernel, s, m, 136, 512, Spread::kNarrow, DType::kF32, DType::kBF16});
+        check({ks.kernel, s, m, 96, 320, Spread::kNarrow, DType::kF16, DType::kF32, {32, 64}});
+      }
+    }
+    for (int tokens : {32, 64, 128, 256}) {
+      cuda::MmaDecodeForce f;
+      f.wgmma = 1;
+      f.wgmma_tokens = tokens;
+      cuda_test::ForceScope force(f);
+      check({ks.kernel, s, 200, 272, 1024});
+    }
+  }
+}
+
 // Captured once into a CUDA graph (after a warm-up call outside capture) and replayed on new inputs
 // written into the same buffers: the replay's output equals a direct call's, bit for bit.
 TEST(CudaMmaDecode, CapturesAndReplaysInACudaGraph) {

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "backends/cuda/mma_decode_regs.cuh"
+#include "backends/cuda/mma_decode_wgmma.hpp"
 
 namespace qlinear::cuda {
 
@@ -137,6 +138,7 @@ SplitShape split_shape(const MmaDecodeArgs& a) {
 // fills whole waves of the GPU's block slots, with a minimum of K per split (1024 for the pipelined kernel)
 // and the FP32 partial sums at most a quarter of the weight bytes.
 int mma_decode_splits(const MmaDecodeArgs& a) {
+  if (mma_takes_wgmma_route(a)) return mma_wgmma_splits(a);
   const SplitShape sh = split_shape(a);
   const double slots = static_cast<double>(sh.per_sm * a.sm_count);
   const int64_t blocks = (a.layout.n_tiles() + sh.tiles_per_block - 1) / sh.tiles_per_block *
@@ -175,6 +177,7 @@ bool mma_takes_widen_route(const MmaDecodeArgs& a) {
 std::vector<int64_t> mma_route_bucket_ends() { return {8, 16, kMmaDecodeMaxM, kMmaWidenAboveM}; }
 
 std::string mma_route_description(const MmaDecodeArgs& a) {
+  if (mma_takes_wgmma_route(a)) return mma_wgmma_description(a);
   if (mma_takes_widen_route(a)) {
     return "weights widened to BF16 per call (fragment decode; the whole weight at once up to 1 GiB of scratch, "
            "row blocks of 1 GiB beyond) + cuBLASLt BF16 GEMM";
@@ -197,6 +200,7 @@ std::string mma_route_description(const MmaDecodeArgs& a) {
 
 Status launch_mma_decode(const MmaDecodeArgs& a, Stream stream) {
   if (a.m == 0 || a.layout.n == 0) return Status::ok();
+  if (mma_takes_wgmma_route(a)) return launch_mma_wgmma(a, stream);
   if (mma_takes_widen_route(a)) return launch_mma_widen_gemm(a, stream);
   const MmaTileConfig t = mma_config_for(a);
   const int splits = mma_decode_splits(a);

@@ -84,6 +84,8 @@ struct MmaDecodeForce {
   MmaWidenKind widen = MmaWidenKind::kTable;              // how the widen route makes BF16
   int64_t widen_block_mib = 0;                            // BF16 row-block size in MiB; -1: the whole weight
   int large_m_config = 0;                                 // M > 16: 1 = 64 tokens x 64 rows, 2 = 64 x 128
+  int wgmma = 0;                                          // M > 16: 1 = the swap-AB wgmma kernel, -1 = never
+  int wgmma_tokens = 0;                                   // its token tile (32, 64, 128, 256; 0 = by M)
 };
 void mma_decode_force(const MmaDecodeForce& f);
 const MmaDecodeForce& mma_decode_forced();
