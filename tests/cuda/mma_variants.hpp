@@ -46,10 +46,11 @@ inline std::vector<MmaVariant> mma_variants() {
     f.register_depth = 4;
     f.splits = 1;
   });
-  // 17 <= M: larger tiles of the pipelined kernel (the widen route off so that they run at every M).
-  add("mma64", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; });
-  add("t64x64", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.large_m_config = 1; });
-  add("t64x128", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.large_m_config = 2; });
+  // 17 <= M: larger tiles of the pipelined kernel (the widen route and the wgmma kernel off so that they run
+  // at every M).
+  add("mma64", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.wgmma = -1; });
+  add("t64x64", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.wgmma = -1; f.large_m_config = 1; });
+  add("t64x128", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.wgmma = -1; f.large_m_config = 2; });
   // The swap-AB wgmma kernel (mma_decode_wgmma.hpp; E4M3 and E2M1 layers whose scales fold, the rest keep
   // the mma.sync kernel): its token tile by M (32, 64, 128, 256), or 64 / 128 tokens per M tile, or without
   // split-K.
@@ -57,25 +58,29 @@ inline std::vector<MmaVariant> mma_variants() {
   add("wg_t64", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_tokens = 64; });
   add("wg_t128", 129, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_tokens = 128; });
   add("wg_s1", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.splits = 1; });
-  // The widen route from M = 65: fragments or gathered elements, row blocks or the whole weight (the table:
+  // The widen route from M = 65 (the wgmma kernel off): fragments or gathered elements, row blocks or the whole weight (the table:
   // whole up to 1 GiB of BF16).
   add("wfrag32", 65, 1 << 20, [](MmaDecodeForce& f) {
     f.widen_above_m = 64;
+    f.wgmma = -1;
     f.widen = MmaWidenKind::kFragments;
     f.widen_block_mib = 32;
   });
   add("wgather32", 65, 1 << 20, [](MmaDecodeForce& f) {
     f.widen_above_m = 64;
+    f.wgmma = -1;
     f.widen = MmaWidenKind::kGather;
     f.widen_block_mib = 32;
   });
   add("wfrag8", 65, 1 << 20, [](MmaDecodeForce& f) {
     f.widen_above_m = 64;
+    f.wgmma = -1;
     f.widen = MmaWidenKind::kFragments;
     f.widen_block_mib = 8;
   });
   add("wfrag_all", 65, 1 << 20, [](MmaDecodeForce& f) {
     f.widen_above_m = 64;
+    f.wgmma = -1;
     f.widen = MmaWidenKind::kFragments;
     f.widen_block_mib = -1;
   });
