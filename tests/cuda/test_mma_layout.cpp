@@ -70,7 +70,7 @@ TEST(MmaLayout, ScalesRoundTripAndPadWithOne) {
       const int64_t last = l.k_slabs() - 1;
       for (int64_t j = 0; j < per_slab; ++j) {
         if (last * per_slab + j < s.k / group) continue;
-        EXPECT_EQ(packed[static_cast<size_t>(last * 32 * rec + j)], sc == MmaScale::kMx32 ? 127 : 0x38);
+        EXPECT_EQ(packed[static_cast<size_t>(last * cuda::kMmaScaleRecords * rec + j)], sc == MmaScale::kMx32 ? 127 : 0x38);
       }
     }
   }

@@ -12,7 +12,13 @@
 //             row r at c ^ (r & 7), so the 8 rows one ldmatrix reads hit 8 different bank groups
 // and warp (wn, wk) multiplies its tiles with slab wk of the stage: per 32-wide K group it loads the token
 // fragments with ldmatrix.x4, decodes its A fragments from the lane's packed words and issues TN MMAs per
-// 16x16 tile. The two K warps of a tile add their sums through shared memory at the end.
+// 16x16 tile. The two K warps of a tile add their sums through shared memory at the end; with split-K the
+// splits of an N block then add up in a thread-block cluster (rank 0 in rank order) or write FP32 partial
+// sums for mma_decode_reduce_kernel.
+//
+// After the activation pass (quantized activations) the kernel is a programmatic dependent launch: the
+// first stages' weight and scale copies go out before griddepcontrol.wait, the activation copies after it,
+// so the launch and the first weight bytes overlap the pass.
 //
 // Decode, exactly. A code's sign and magnitude bits are moved into a BF16 (sign to bit 15, exponent and
 // mantissa bits to the bottom of BF16's exponent and the top of its mantissa): the result is the code's value
@@ -32,6 +38,8 @@
 // The tensor core multiplies BF16 pairs exactly and accumulates in FP32; x is used as given.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <cooperative_groups.h>
 
 #include <atomic>
 
@@ -54,9 +62,10 @@ template <MmaCode C, MmaScale S, int TN, int NT, int STAGES>
 struct Shape {
   static constexpr int kUnitBytes = 32 * 4 * CodeTraits<C>::kWords;
   static constexpr int kRec = static_cast<int>(mma_scale_record_bytes(S));
+  static constexpr int kRecords = static_cast<int>(kMmaScaleRecords);  // per unit
   static constexpr int kTiles = kWarpsN * NT;  // A tiles per block
   static constexpr int kWBytes = kTiles * kWarpsK * kUnitBytes;
-  static constexpr int kSBytes = kTiles * kWarpsK * 32 * kRec;
+  static constexpr int kSBytes = kTiles * kWarpsK * kRecords * kRec;
   static constexpr int kXRows = 8 * TN;
   static constexpr int kXBytes = kXRows * kStageK * 2;
   static constexpr int kStageBytes = kWBytes + kSBytes + kXBytes;
@@ -87,6 +96,9 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+// Programmatic dependent launch (sm_90): wait until the grid this one was launched after has completed and
+// its writes are visible (returns at once when there is none).
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -179,11 +191,12 @@ __device__ __forceinline__ void store_out(void* out, DType d, int64_t i, float v
 }
 
 // grid (N blocks, splits, M tiles). partial: null -> the epilogue writes out; else [splits][M][N] f32 sums.
+// cluster_reduce: the grid's splits form clusters of (1, splits, 1) and add up in rank 0 (partial is null).
 // PROMOTE (kMx32 only): the block scales multiply each group's FP32 partial sum instead of folding into the
 // BF16 weights (layers whose scales leave the fold range).
 template <MmaCode C, MmaScale S, int TN, int NT, int STAGES, bool PROMOTE>
 __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
-    mma_decode_kernel(const MmaDecodeArgs a, int steps_per_split, float* __restrict__ partial) {
+    mma_decode_kernel(const MmaDecodeArgs a, int steps_per_split, float* __restrict__ partial, bool cluster_reduce) {
   static_assert(!PROMOTE || S == MmaScale::kMx32, "promotion is for E8M0 block scales");
   using Sh = Shape<C, S, TN, NT, STAGES>;
   constexpr int kWords = CodeTraits<C>::kWords;
@@ -204,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
   constexpr int kTileChunks = kWarpsK * Sh::kUnitBytes / 16;  // a tile's two slabs: one contiguous run
   constexpr int kWChunks = Sh::kTiles * kTileChunks;
   constexpr int kWPerThread = (kWChunks + kThreads - 1) / kThreads;
-  constexpr int kSTileChunks = kWarpsK * 32 * Sh::kRec / 16;
+  constexpr int kSTileChunks = kWarpsK * Sh::kRecords * Sh::kRec / 16;
   constexpr int kSChunks = Sh::kTiles * kSTileChunks;
   constexpr int kXChunks = Sh::kXRows * 32;  // 32 chunks of 8 BF16 per row
   constexpr int kXPerThread = (kXChunks + kThreads - 1) / kThreads;
@@ -222,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
     for (int j = 0; j < kSPerThread; ++j) {
       const int i0 = threadIdx.x + j * kThreads, i = i0 < kSChunks ? i0 : 0;
       const int64_t tile = min(tile0 + i / kSTileChunks, n_tiles - 1);
-      ssrc[j] = a.w_scale + (tile * k_slabs + static_cast<int64_t>(step0) * kWarpsK) * 32 * Sh::kRec +
+      ssrc[j] = a.w_scale + (tile * k_slabs + static_cast<int64_t>(step0) * kWarpsK) * Sh::kRecords * Sh::kRec +
                 (i % kSTileChunks) * 16;
     }
   }
@@ -237,7 +250,8 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
     xsrc[j] = static_cast<const __nv_bfloat16*>(a.x) + (xrow_ok[j] ? m * a.ld_x : 0) + (i % 32) * 8;
   }
 
-  auto load_stage = [&](int buf, int step) {
+  // A stage's weights and scales (never written by a kernel before this one) and its activations.
+  auto load_weights = [&](int buf, int step) {
     uint8_t* st = smem + buf * Sh::kStageBytes;
     const int64_t wstep = static_cast<int64_t>(step) * kWarpsK * Sh::kUnitBytes;
 #pragma unroll
@@ -250,10 +264,13 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
       for (int j = 0; j < kSPerThread; ++j) {
         const int i = threadIdx.x + j * kThreads;
         if (i < kSChunks) {
-          cp_async16(st + Sh::kWBytes + i * 16, ssrc[j] + static_cast<int64_t>(step) * kWarpsK * 32 * Sh::kRec);
+          cp_async16(st + Sh::kWBytes + i * 16, ssrc[j] + static_cast<int64_t>(step) * kWarpsK * Sh::kRecords * Sh::kRec);
         }
       }
     }
+  };
+  auto load_x = [&](int buf, int step) {
+    uint8_t* st = smem + buf * Sh::kStageBytes;
     const int64_t kcol0 = (step0 + step) * static_cast<int64_t>(kStageK);
 #pragma unroll
     for (int j = 0; j < kXPerThread; ++j) {
@@ -264,7 +281,6 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
       cp_async16_zfill(st + Sh::kWBytes + Sh::kSBytes + (r * 32 + (c ^ (r & 7))) * 16, ok ? xsrc[j] + kcol0 : xsrc[j],
                        ok ? 16 : 0);
     }
-    cp_async_commit();
   };
 
   float acc[NT][TN][4];
@@ -275,13 +291,18 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[j][tt][e] = 0.0f;
 
+  // The first stages' weights go out before the wait for the kernel that writes x (programmatic dependent
+  // launch: a no-op when launched without it), so they stream while that kernel finishes; the groups stay
+  // one per stage (group 0 also holds the later stages' weights, which were issued first anyway).
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < steps) {
-      load_stage(s, s);
-    } else {
-      cp_async_commit();
-    }
+    if (s < steps) load_weights(s, s);
+  }
+  grid_dependency_wait();
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < steps) load_x(s, s);
+    cp_async_commit();
   }
 
   constexpr int kBias = CodeTraits<C>::kBias;
@@ -289,10 +310,10 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
     cp_async_wait<STAGES - 2>();
     __syncthreads();  // stage `it` landed for every thread; every warp is done with stage it - 1
     if (it + STAGES - 1 < steps) {
-      load_stage((it + STAGES - 1) % STAGES, it + STAGES - 1);
-    } else {
-      cp_async_commit();
+      load_weights((it + STAGES - 1) % STAGES, it + STAGES - 1);
+      load_x((it + STAGES - 1) % STAGES, it + STAGES - 1);
     }
+    cp_async_commit();
 
     const uint8_t* st = smem + (it % STAGES) * Sh::kStageBytes;
     const uint8_t* xs = st + Sh::kWBytes + Sh::kSBytes;
@@ -311,11 +332,11 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
         w[j][4 * p + 3] = v.w;
       }
       if constexpr (S == MmaScale::kMx32) {
-        const uint2 v = *reinterpret_cast<const uint2*>(st + Sh::kWBytes + (unit * 32 + lane) * 8);
+        const uint2 v = *reinterpret_cast<const uint2*>(st + Sh::kWBytes + (unit * Sh::kRecords + lane / 4) * 8);
         sc[j][0] = v.x;
         sc[j][1] = v.y;
       } else if constexpr (S == MmaScale::kNv16) {
-        const uint4 v = *reinterpret_cast<const uint4*>(st + Sh::kWBytes + (unit * 32 + lane) * 16);
+        const uint4 v = *reinterpret_cast<const uint4*>(st + Sh::kWBytes + (unit * Sh::kRecords + lane / 4) * 16);
         sc[j][0] = v.x;
         sc[j][1] = v.y;
         sc[j][2] = v.z;
@@ -387,15 +408,55 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
 
   // The K warps' sums: wk = 1 hands its accumulators to wk = 0 through shared memory ([value][lane]).
   float* red = reinterpret_cast<float*>(smem);
+  auto red_at = [&](int j, int tt, int e) -> int { return (((wn * NT + j) * TN + tt) * 4 + e) * 32 + lane; };
   if (wk == 1) {
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int tt = 0; tt < TN; ++tt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) red[(((wn * NT + j) * TN + tt) * 4 + e) * 32 + lane] = acc[j][tt][e];
+        for (int e = 0; e < 4; ++e) red[red_at(j, tt, e)] = acc[j][tt][e];
   }
   __syncthreads();
+  if (wk == 0) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int tt = 0; tt < TN; ++tt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][tt][e] += red[red_at(j, tt, e)];
+  }
+  if (cluster_reduce) {
+    // The splits of this N block are one thread-block cluster (rank = split): each puts its block sums in its
+    // shared memory, rank 0 adds the others' in rank order (the order of mma_decode_reduce_kernel, so the
+    // result is the same bit for bit) and writes the output; no scratch, no second launch.
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    __syncthreads();  // wk = 0 has read its partner's sums: the memory takes the block's
+    if (wk == 0) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int tt = 0; tt < TN; ++tt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) red[red_at(j, tt, e)] = acc[j][tt][e];
+    }
+    cluster.sync();
+    const unsigned rank = cluster.block_rank();
+    if (rank == 0 && wk == 0) {
+      for (unsigned r = 1; r < cluster.num_blocks(); ++r) {
+        const float* other = cluster.map_shared_rank(red, r);
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int tt = 0; tt < TN; ++tt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[j][tt][e] += other[red_at(j, tt, e)];
+      }
+    }
+    cluster.sync();  // the other ranks' shared memory stays until rank 0 has read it
+    if (rank != 0) return;
+  }
   if (wk == 1) return;
 
   const int g = lane / 4, t = lane % 4;
@@ -405,7 +466,7 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
     for (int tt = 0; tt < TN; ++tt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float v = acc[j][tt][e] + red[(((wn * NT + j) * TN + tt) * 4 + e) * 32 + lane];
+        const float v = acc[j][tt][e];
         const int64_t row = (tile0 + wn * NT + j) * kMmaTileN + g + 8 * (e >> 1);
         const int64_t m = m0 + tt * 8 + 2 * t + (e & 1);
         if (row >= n || m >= a.m) continue;
@@ -443,9 +504,37 @@ Status launch_config(const MmaDecodeArgs& a, int splits, float* partial, Stream 
   const int total_steps = static_cast<int>(a.layout.k_slabs() / kWarpsK);
   const int per_split = (total_steps + splits - 1) / splits;
   const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(splits), static_cast<unsigned>(m_tiles));
-  kernel<<<grid, kThreads, Sh::kSmem, stream>>>(a, per_split, partial);
-  QL_CUDA_CHECK_LAUNCH("mma_decode_kernel");
-  return Status::ok();
+  const bool cluster = splits > 1 && partial == nullptr;
+  if (!cluster && !a.programmatic) {
+    kernel<<<grid, kThreads, Sh::kSmem, stream>>>(a, per_split, partial, false);
+    QL_CUDA_CHECK_LAUNCH("mma_decode_kernel");
+    return Status::ok();
+  }
+  // Split-K without partial sums: the splits of an N block are one cluster (at most kMmaMaxClusterSplits).
+  // After the activation pass: a programmatic dependent launch (the kernel waits for it before reading x).
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = Sh::kSmem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  unsigned n_attr = 0;
+  if (cluster) {
+    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
+    attr[n_attr].val.clusterDim.x = 1;
+    attr[n_attr].val.clusterDim.y = static_cast<unsigned>(splits);
+    attr[n_attr].val.clusterDim.z = 1;
+    ++n_attr;
+  }
+  if (a.programmatic) {
+    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
+    ++n_attr;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = n_attr;
+  return check(cudaLaunchKernelEx(&cfg, kernel, a, per_split, partial, cluster),
+               "cudaLaunchKernelEx(mma_decode_kernel, split-K cluster / programmatic)");
 }
 
 // The instantiations of one code: the tile configurations of the tile table (mma_decode.cu) for layers

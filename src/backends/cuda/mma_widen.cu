@@ -79,10 +79,10 @@ __global__ void __launch_bounds__(32 * kWidenWarps)
     }
     uint4 sc = make_uint4(0, 0, 0, 0);
     if constexpr (kRec == 8) {
-      const uint2 v = __ldg(reinterpret_cast<const uint2*>(a.w_scale + (unit * 32 + lane) * kRec));
+      const uint2 v = __ldg(reinterpret_cast<const uint2*>(a.w_scale + (unit * kMmaScaleRecords + g) * kRec));
       sc = make_uint4(v.x, v.y, 0, 0);
     } else if constexpr (kRec == 16) {
-      sc = __ldg(reinterpret_cast<const uint4*>(a.w_scale + (unit * 32 + lane) * kRec));
+      sc = __ldg(reinterpret_cast<const uint4*>(a.w_scale + (unit * kMmaScaleRecords + g) * kRec));
     }
 #pragma unroll
     for (int q = 0; q < 4; ++q) {

@@ -30,9 +30,10 @@
 //        j = 7: code bits 5..2 at C[3:0], C[19:16] and bits 1..0 at B[1:0], B[17:16]
 //        (so every code lands at bits 15..10 of its half after at most two shifts and a mask).
 //
-// Scales, one record of S bytes per (unit, lane): MX E8M0 (S = 8): bytes 0..3 the scales of row g for the
-// unit's 4 K groups, bytes 4..7 those of row g+8. NVFP4 E4M3 per 16 (S = 16): bytes 0..7 row g's 8 groups,
-// 8..15 row g+8's. Stored [n16 tile][k128 slab][lane][S].
+// Scales, one record of S bytes per (unit, row pair g = lane / 4): MX E8M0 (S = 8): bytes 0..3 the scales of
+// row g for the unit's 4 K groups, bytes 4..7 those of row g+8. NVFP4 E4M3 per 16 (S = 16): bytes 0..7 row
+// g's 8 groups, 8..15 row g+8's. Stored [n16 tile][k128 slab][g < 8][S]: the 4 lanes of a row pair read the
+// same record, so the scales cost their checkpoint bytes (1 per 32 codes, 1 per 16 for NVFP4) and no more.
 //
 // Padding: N to a multiple of 16 and K to a multiple of 256 (a block stage is two slabs) with zero codes;
 // padded scales are 2^0 (E8M0 127, E4M3 0x38).
@@ -54,6 +55,7 @@ inline constexpr int64_t kMmaTileN = 16;     // weight rows per A tile
 inline constexpr int64_t kMmaSlabK = 128;    // K per unit
 inline constexpr int64_t kMmaPadK = 256;     // K is padded to this (two slabs: one block stage)
 inline constexpr int64_t kMmaLanes = 32;
+inline constexpr int64_t kMmaScaleRecords = 8;  // scale records per unit: one per row pair (g, g+8)
 
 // Bytes of one unit per lane: 64 (E4M3), 48 (FP6), 32 (E2M1).
 constexpr int64_t mma_lane_bytes(MmaCode c) {
@@ -69,7 +71,7 @@ struct MmaLayout {
   constexpr int64_t k_slabs() const { return (k + kMmaPadK - 1) / kMmaPadK * (kMmaPadK / kMmaSlabK); }
   constexpr int64_t unit_bytes() const { return kMmaLanes * mma_lane_bytes(code); }
   constexpr int64_t weight_bytes() const { return n_tiles() * k_slabs() * unit_bytes(); }
-  constexpr int64_t scale_bytes() const { return n_tiles() * k_slabs() * kMmaLanes * mma_scale_record_bytes(scale); }
+  constexpr int64_t scale_bytes() const { return n_tiles() * k_slabs() * kMmaScaleRecords * mma_scale_record_bytes(scale); }
 };
 
 // Where bits [code_shift, code_shift + bits) of one code sit among a lane's words of a unit.
@@ -133,7 +135,7 @@ inline QL_MMA_HD uint8_t mma_scale_at(const MmaLayout& l, const uint8_t* packed,
   const int64_t per_slab = l.scale == MmaScale::kMx32 ? 4 : 8, rec = mma_scale_record_bytes(l.scale);
   const int64_t tile = row / kMmaTileN, slab = group / per_slab;
   const int rr = static_cast<int>(row % kMmaTileN);
-  const uint8_t* p = packed + ((tile * l.k_slabs() + slab) * kMmaLanes + 4 * (rr % 8)) * rec;
+  const uint8_t* p = packed + ((tile * l.k_slabs() + slab) * kMmaScaleRecords + rr % 8) * rec;
   return p[(rr / 8) * per_slab + group % per_slab];
 }
 
