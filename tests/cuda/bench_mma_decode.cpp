@@ -7,7 +7,8 @@
 // prints one line per (layer, M, scheme) and writes the CSV. QL_MMA_BENCH_ONLY="70b.down,w4a16-mxfp4" keeps
 // the layers and schemes named there; QL_MMA_BENCH_MS="1,16,256" the token counts;
 // QL_MMA_BENCH_VARIANTS="cl2,ps" the forced variants (default: every one of cuda_test::mma_variants() for the
-// M, rows "scheme/variant"; "none": no variant). The table's choice and the anchor are timed a second time
+// M, rows "scheme/variant"; "none": no variant; "read": a plain streaming read of the layer's bytes, the
+// ceiling at that size, rows "scheme/read"). The table's choice and the anchor are timed a second time
 // after a flush that also reads the buffer back (QLINEAR_BENCH_L2_FLUSH=clean: clean lines in the L2), the
 // columns "clean". TB/s counts the bytes the kernel reads: packed codes with their padding, and scales.
 #include <gtest/gtest.h>
@@ -185,6 +186,10 @@ TEST(CudaMmaDecodeBench, DISABLED_VersusCublasBf16) {
   ASSERT_TRUE(timer && clean_timer);
   std::printf("[ bench ] %s; %s\n", (*timer)->describe().c_str(), (*timer)->method().c_str());
   const Scheme& bf16_scheme = *find_scheme("w8a16-fp8");  // any scheme: the bf16 anchor ignores it
+  auto read_buf = cuda::empty(DType::kU8, {int64_t{512} << 20}).value();  // the largest layer's bytes and more
+  ASSERT_TRUE(cuda::fill_bytes(read_buf, 0).is_ok());
+  auto sink = cuda::empty(DType::kF32, {1024}).value();
+  float* sink_p = static_cast<float*>(sink.raw());
   for (const BenchLayer& bl : kLayers) {
     if (!selected(bl.name, true)) continue;
     std::vector<double> lt_us, lt_clean_us;
@@ -251,6 +256,22 @@ TEST(CudaMmaDecodeBench, DISABLED_VersusCublasBf16) {
           }
         };
         row(s.name, *s.kernel, layer, true);
+        if (m == kBenchMs.front() && variant_selected("read")) {
+          // The ceiling at this size: a plain streaming read (16-byte loads, grid-stride) of the same bytes.
+          auto t = (*timer)->time(
+              [&](int) { return cuda::l2_flush_read(read_buf.raw(), static_cast<size_t>(bytes), sink_p, stream); },
+              bench::kMinDeviceReps);
+          if (t) {
+            const double us = 1000.0 * t->median_ms;
+            std::printf("[ bench ] %-11s %-31s %8.1f us  %5.2f TB/s\n", bl.name, (std::string(s.name) + "/read").c_str(),
+                        us, bytes / (us * 1e6));
+            if (csv) {
+              std::fprintf(csv, "%s,%lld,%lld,0,%s/read,%.2f,%.2f,0,0,0,%.0f,%.3f\n", bl.name,
+                           static_cast<long long>(bl.n), static_cast<long long>(bl.k), s.name, us, lt_us[mi], bytes,
+                           bytes / (us * 1e6));
+            }
+          }
+        }
         for (const cuda_test::MmaVariant& v : variants) {
           if (m < v.min_m || m > v.max_m || !variant_selected(v.name)) continue;
           cuda_test::ForceScope force(v.force);
