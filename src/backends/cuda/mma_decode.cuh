@@ -127,10 +127,32 @@ __device__ __forceinline__ uint32_t place(uint32_t x) {
   return (x & 0x80008000u) | ((x >> 5) & 0x03E003E0u);  // E3M2
 }
 
+// Two E2M1 codes as the BF16 pair `place` makes of them, from the byte selectors of the low 16 bits of sel
+// (nibbles: low byte m1 m0 of code 0 (0..3), high byte 4 + 2 s + m2 of code 0 (4..7), the same for code 1):
+// bytes 0..3 are 0x00 0x40 0x80 0xC0 (m1 m0 at bits 7..6), bytes 4..7 0x00 0x01 0x80 0x81 (s at 7, m2 at 0).
+// (__byte_perm would mask the selector first: prmt itself reads bit 3 of a nibble as its sign mode, 0 here.)
+// `lo` holds 0xC0804000 (e2m1_table_lo(): a register the kernel keeps; the other table is an immediate).
+__device__ __forceinline__ uint32_t e2m1_placed(uint32_t lo, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(lo), "n"(0x81800100u), "r"(sel));
+  return d;
+}
+// The low-byte table, loaded once per kernel from global memory: as a constant the compiler keeps it in a
+// uniform register and copies it into a vector register before every prmt (one more instruction each).
+__device__ const uint32_t kE2m1TableLo = 0xC0804000u;
+__device__ __forceinline__ uint32_t e2m1_table_lo() { return __ldg(&kE2m1TableLo); }
+// (a & b) | c in one lop3.
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
 // The 8 BF16 pairs (a[h][r]: tile h, register r) of K group q from the lane's words (mma_layout.hpp),
 // multiplied by f[h][r & 1] (row g or g+8 factor of tile h).
 template <MmaCode C>
-__device__ __forceinline__ void decode_group(const uint32_t* w, int q, const uint32_t (&f)[2][2], uint32_t (&a)[2][4]) {
+__device__ __forceinline__ void decode_group(const uint32_t* w, int q, const uint32_t (&f)[2][2], uint32_t (&a)[2][4],
+                                             uint32_t e2m1_lo) {
   if constexpr (C == MmaCode::kE4M3) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -142,11 +164,18 @@ __device__ __forceinline__ void decode_group(const uint32_t* w, int q, const uin
       }
     }
   } else if constexpr (C == MmaCode::kE2M1) {
+    // Each code's bits 1..0 select the low byte of its BF16 (bits 7..6: m1 m0 of `place`) and bits 3..2 the
+    // high byte (bit 15 sign, bit 8 m2) from two 4-byte tables: one prmt per register, the selectors of
+    // all four registers from two masks and two shifts (the layout puts the fields where the masks take them).
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint32_t word = w[2 * q + h];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) a[h][r] = bf16x2_mul(place<C>(word << (4 * r)), f[h][r & 1]);
+      const uint32_t u = and_or(word, 0x33333333u, 0x40404040u);       // r0 (low 16 bits), r2 (high)
+      const uint32_t v = and_or(word >> 2, 0x33333333u, 0x40404040u);  // r1, r3
+      a[h][0] = bf16x2_mul(e2m1_placed(e2m1_lo, u), f[h][0]);
+      a[h][1] = bf16x2_mul(e2m1_placed(e2m1_lo, v), f[h][1]);
+      a[h][2] = bf16x2_mul(e2m1_placed(e2m1_lo, u >> 16), f[h][0]);
+      a[h][3] = bf16x2_mul(e2m1_placed(e2m1_lo, v >> 16), f[h][1]);
     }
   } else {
     const uint32_t A = w[3 * q], B = w[3 * q + 1], Cw = w[3 * q + 2];
@@ -306,6 +335,7 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
   }
 
   constexpr int kBias = CodeTraits<C>::kBias;
+  const uint32_t e2m1_lo = C == MmaCode::kE2M1 ? e2m1_table_lo() : 0u;
   for (int it = 0; it < steps; ++it) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();  // stage `it` landed for every thread; every warp is done with stage it - 1
@@ -384,7 +414,7 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
           }
         }
         uint32_t af[2][4];
-        decode_group<C>(w[j], q, f, af);
+        decode_group<C>(w[j], q, f, af, e2m1_lo);
 #pragma unroll
         for (int tt = 0; tt < TN; ++tt) {
           if constexpr (PROMOTE) {

@@ -22,8 +22,12 @@
 //   E4M3 (P = 4): group q = words 4q .. 4q+3 of the lane (piece q); word 4q + 2h + (r >> 1) holds reg r of
 //        tile h: rows g in bytes 0 (low) and 2 (high), rows g+8 in bytes 1 and 3 (a code at bits 15..8 of
 //        each 16-bit half after `word << 8` resp. `word`).
-//   E2M1 (P = 2): tile h of group q = word 2q + h (piece q / 2); reg r takes nibble 3 - r (low half) and
-//        7 - r (high half): `word << 4r` brings both to bits 15..12 of their half.
+//   E2M1 (P = 2): tile h of group q = word 2q + h (piece q / 2); each code is two 2-bit fields, which the
+//        kernel turns into byte selectors of a prmt lookup (mma_decode.cuh, decode_group): reg r reads the
+//        word from bit sh = 2 (r & 1) + 16 (r >> 1), its low-half code's bits 1..0 at sh + 0 and bits 3..2 at
+//        sh + 4, its high-half code's at sh + 8 and sh + 12:
+//          bits  0-1 r0 lo[1:0]  2-3 r1 lo[1:0]  4-5 r0 lo[3:2]  6-7 r1 lo[3:2]  8-15 the same for the high
+//          halves; bits 16-31 the same for r2 and r3.
 //   FP6  (P = 3): group q = words A, B, C = 3q, 3q+1, 3q+2; pair j = 4h + r has its two 6-bit codes at
 //        j = 0: A[15:10], A[31:26]   j = 1: A[9:4], A[25:20]   j = 2, 3: B likewise   j = 4, 5: C likewise
 //        j = 6: code bits 5..2 at A[3:0], A[19:16] and bits 1..0 at B[3:2], B[19:18]
@@ -87,8 +91,10 @@ inline QL_MMA_HD int mma_fields_of(MmaCode c, int q, int h, int r, int half, Mma
     return 1;
   }
   if (c == MmaCode::kE2M1) {
-    f[0] = {2 * q + h, 4 * ((3 - r) + 4 * half), 4, 0};
-    return 1;
+    const int sh = 2 * (r & 1) + 16 * (r >> 1) + 8 * half;
+    f[0] = {2 * q + h, sh, 2, 0};
+    f[1] = {2 * q + h, sh + 4, 2, 2};
+    return 2;
   }
   const int j = 4 * h + r, a = 3 * q, b = 3 * q + 1, cw = 3 * q + 2;
   switch (j) {
