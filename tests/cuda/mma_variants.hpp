@@ -34,6 +34,16 @@ inline std::vector<MmaVariant> mma_variants() {
   add("nt1", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kPipelined; f.n16_per_warp = 1; });
   add("nt2", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kPipelined; f.n16_per_warp = 2; });
   add("pipe_s1", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kPipelined; f.splits = 1; });
+  // Split-K on the pipelined kernel: added in a cluster (forced counts), or through partial sums and a
+  // second launch with the splits that rule chose.
+  using cuda::MmaSplitReduce;
+  add("ps", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kPartials; });
+  add("cl2", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kCluster; f.splits = 2; });
+  add("cl3", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kCluster; f.splits = 3; });
+  add("cl4", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kCluster; f.splits = 4; });
+  add("cl8", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kCluster; f.splits = 8; });
+  // Quantized activations: the GEMM launched plainly after the activation pass (no programmatic launch).
+  add("nopdl", 1, 1 << 20, [](MmaDecodeForce& f) { f.no_programmatic = true; });
   add("reg2", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kRegisters; f.register_depth = 2; });
   add("reg4", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kRegisters; f.register_depth = 4; });
   add("reg4_nocl", 1, 16, [](MmaDecodeForce& f) {

@@ -294,6 +294,45 @@ TEST(CudaMmaDecode, WgmmaKernelMatchesTheReference) {
   }
 }
 
+// M <= 16 split-K: the splits added in a thread-block cluster and through FP32 partial sums plus the
+// reduction launch give the same output bit for bit (both add in split order), for 2 .. 8 splits, and a
+// second call gives it again.
+TEST(CudaMmaDecode, ClusterAndPartialSumSplitsAgreeBitForBit) {
+  QL_REQUIRE_SM90();
+  for (const KernelScheme& ks : kAll) {
+    for (int64_t m : {1, 7, 16}) {
+      const Case c{ks.kernel, scheme_of(ks), m, 144, 8448, Spread::kNarrow, DType::kBF16, DType::kF32};
+      const uint64_t seed = fresh_seed();
+      SCOPED_TRACE(describe(c, seed));
+      auto p = prepare(c, seed);
+      ASSERT_TRUE(p);
+      const Tensor x = to_dtype(random_normal(DType::kF32, {m, c.k}, seed + 1, 1.0), DType::kBF16);
+      const Tensor bias = to_dtype(random_normal(DType::kF32, {c.n}, seed + 2, 0.5), DType::kF32);
+      auto xd = cuda::to_device(x).value();
+      auto bd = cuda::to_device(bias).value();
+      auto run = [&](cuda::MmaSplitReduce how, int splits) {
+        cuda::MmaDecodeForce f;
+        f.split_reduce = how;
+        f.splits = splits;
+        cuda_test::ForceScope force(f);
+        auto od = cuda::empty(DType::kBF16, {m, c.n}).value();
+        EXPECT_TRUE(cuda::fill_bytes(od, 0xFF).is_ok());
+        const Status as = c.kernel->apply(p->mine, Activation::dense(xd), &bd, od);
+        EXPECT_TRUE(as.is_ok()) << as.message();
+        return cuda::to_host(od).value();
+      };
+      for (int splits : {2, 3, 8}) {
+        const Tensor a = run(cuda::MmaSplitReduce::kCluster, splits);
+        const Tensor b = run(cuda::MmaSplitReduce::kPartials, splits);
+        const Tensor again = run(cuda::MmaSplitReduce::kCluster, splits);
+        EXPECT_EQ(std::memcmp(a.raw(), b.raw(), static_cast<size_t>(a.nbytes())), 0) << splits << " splits";
+        EXPECT_EQ(std::memcmp(a.raw(), again.raw(), static_cast<size_t>(a.nbytes())), 0) << splits << " splits";
+        EXPECT_EQ(compare(c, *p, x, &bias, a, nullptr), 0) << splits << " splits";
+      }
+    }
+  }
+}
+
 // Captured once into a CUDA graph (after a warm-up call outside capture) and replayed on new inputs
 // written into the same buffers: the replay's output equals a direct call's, bit for bit.
 TEST(CudaMmaDecode, CapturesAndReplaysInACudaGraph) {

@@ -24,7 +24,7 @@ constexpr MmaTileConfig kTileTable[] = {
 
 int64_t stage_bytes(const MmaLayout& l, const MmaTileConfig& t) {
   const int64_t tiles = mma_detail::kWarpsN * t.n16_per_warp;
-  return tiles * mma_detail::kWarpsK * (l.unit_bytes() + kMmaLanes * mma_scale_record_bytes(l.scale)) +
+  return tiles * mma_detail::kWarpsK * (l.unit_bytes() + kMmaScaleRecords * mma_scale_record_bytes(l.scale)) +
          8 * t.token_tiles * mma_detail::kStageK * 2;
 }
 
@@ -103,6 +103,12 @@ bool mma_takes_registers_kernel(const MmaDecodeArgs& a) {
   return forced.small_m == MmaSmallMKernel::kRegisters;
 }
 
+// M <= 16 on the pipelined kernel: the K splits add up in a thread-block cluster unless partial sums are
+// forced (M > 16 keeps the partial sums: its tiles are wider than a cluster's shared memory wants).
+bool mma_split_in_cluster(const MmaDecodeArgs& a) {
+  return a.m <= 16 && !mma_takes_registers_kernel(a) && forced.split_reduce != MmaSplitReduce::kPartials;
+}
+
 namespace {
 
 int register_depth(const MmaDecodeArgs& a) {
@@ -129,7 +135,7 @@ SplitShape split_shape(const MmaDecodeArgs& a) {
   const int64_t by_regs = t.token_tiles <= 2 ? (t.stages <= 3 ? 3 : 2) : 1;
   const int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(by_regs, (228 << 10) / (smem + 1024)));
   return {mma_detail::kWarpsN * t.n16_per_warp, 8 * t.token_tiles, per_sm, a.layout.k_slabs() / mma_detail::kWarpsK, 4,
-          16};
+          mma_split_in_cluster(a) ? kMmaMaxClusterSplits : 16};
 }
 
 }  // namespace
@@ -153,15 +159,19 @@ int mma_decode_splits(const MmaDecodeArgs& a) {
   // the partial sums cost more than the idle SMs (measured: 70B qkv/o, 8B qkv and gate_up faster unsplit,
   // 70B down and 8B down faster split). E2M1 blocks carry half the bytes and keep the wave rule (70B qkv
   // measured 16% slower unsplit).
-  const bool small_pipelined = !mma_takes_registers_kernel(a) && a.m <= 16 && a.layout.code != MmaCode::kE2M1;
+  // With the splits added in a cluster (M <= 16) the wave rule holds for every code: no scratch, no second
+  // launch.
+  const bool cluster = mma_split_in_cluster(a);
+  const bool small_pipelined =
+      !cluster && !mma_takes_registers_kernel(a) && a.m <= 16 && a.layout.code != MmaCode::kE2M1;
   const bool worth_splitting =
       !small_pipelined || (blocks < a.sm_count && (2 * blocks <= a.sm_count || a.layout.k >= 16384));
   int64_t best = 1;
   if (forced.splits > 0) {
-    best = std::min<int64_t>(forced.splits, steps);
+    best = std::min<int64_t>({forced.splits, steps, sh.max_splits});
   } else if (worth_splitting) {
     for (int64_t s = 2; s <= sh.max_splits && steps / s >= sh.min_steps_per_split; ++s) {
-      if (s * a.m * a.layout.n * 4 > a.layout.weight_bytes() / 4) break;
+      if (!cluster && s * a.m * a.layout.n * 4 > a.layout.weight_bytes() / 4) break;
       if (efficiency(s) > efficiency(best) + 0.05) best = s;
     }
   }
@@ -193,6 +203,7 @@ std::string mma_route_description(const MmaDecodeArgs& a) {
   std::string why = "pipelined kernel: " + std::to_string(8 * t.token_tiles) + " tokens x " +
                     std::to_string(64 * t.n16_per_warp) + " rows per block, " + std::to_string(t.stages) +
                     " cp.async stages, split-K " + std::to_string(splits);
+  if (splits > 1) why += mma_split_in_cluster(a) ? " added in a thread-block cluster" : " through partial sums";
   if (a.m > 8 * t.token_tiles) why += ", M tiles decode the weights again each";
   if (a.layout.scale == MmaScale::kMx32 && !a.fold) why += ", E8M0 scales promoted per 32 in FP32";
   return why;
@@ -205,7 +216,8 @@ Status launch_mma_decode(const MmaDecodeArgs& a, Stream stream) {
   const MmaTileConfig t = mma_config_for(a);
   const int splits = mma_decode_splits(a);
   const bool regs = mma_takes_registers_kernel(a);
-  const bool cluster = regs && splits > 1 && splits <= kMmaMaxClusterSplits && !forced.no_cluster_reduce;
+  const bool cluster = splits > 1 && splits <= kMmaMaxClusterSplits &&
+                       (regs ? !forced.no_cluster_reduce : mma_split_in_cluster(a));
   Scratch partial;
   if (splits > 1 && !cluster) {
     QL_ASSIGN_OR_RETURN(partial, Scratch::make(sizeof(float) * splits * a.m * a.layout.n, stream));

@@ -321,7 +321,7 @@ Status MmaDecodeLinearKernel::process_impl(LinearLayer& layer) const {
   return Status::ok();
 }
 
-// Processed layout version 2: meta I64 [code, scale, n, k] (checked against the config), flags I64 [fold],
+// Processed layout version 4 (mma_layout.hpp: E2M1 codes as selector fields, one scale record per row pair): meta I64 [code, scale, n, k] (checked against the config), flags I64 [fold],
 // act_scalars F32 [in_scale, in_global] (the static activation scales; 1 where none), w U8 [weight_bytes],
 // w_scale U8 [scale_bytes] (MX, NVFP4), row_scale F32 [N] (FP8 per-channel, NVFP4).
 Result<ProcessedWeights> MmaDecodeLinearKernel::export_impl(const LinearLayer& layer) const {
@@ -441,6 +441,7 @@ Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activat
   a.out = out.raw();
   a.out_dtype = out.dtype();
   a.sm_count = st.sm_count;
+  a.programmatic = c.activation_key && m > 0 && !mma_decode_forced().no_programmatic;
   return launch_mma_decode(a, stream);
 }
 

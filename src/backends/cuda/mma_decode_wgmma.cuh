@@ -9,7 +9,7 @@
 // walks its K range (one split when split-K is on) in stages of 64 K through a kStages-deep ring in shared
 // memory, each stage
 //
-//   [ x: BN token rows x 64 BF16 (128 bytes), 128B-swizzled by TMA ][ w: 8 tiles x half a unit ][ s: 8 x 32 scale records ]
+//   [ x: BN token rows x 64 BF16 (128 bytes), 128B-swizzled by TMA ][ w: 8 tiles x half a unit ][ s: 8 units' scale records ]
 //
 // loaded by one producer thread: the x box by TMA from a tensor map of x (rows >= M and columns
 // >= K read as zeros), each tile's half unit (layout/mma_layout.hpp: the first or second half of a k128
@@ -56,8 +56,10 @@ struct Shape {
   static constexpr int kRec = static_cast<int>(mma_scale_record_bytes(S));
   static constexpr int kXBytes = BN * 128;
   static constexpr int kWBytes = kTilesPerBlock * kHalfUnit;
-  static constexpr int kSBytes = kTilesPerBlock * 32 * kRec;
-  static constexpr int kStageBytes = kXBytes + kWBytes + kSBytes;
+  static constexpr int kUnitRecBytes = static_cast<int>(kMmaScaleRecords) * kRec;  // a unit's scale records
+  static constexpr int kSBytes = kTilesPerBlock * kUnitRecBytes;
+  static constexpr int kLoadBytes = kXBytes + kWBytes + kSBytes;   // what a stage's copies bring (tx count)
+  static constexpr int kStageBytes = (kLoadBytes + 1023) / 1024 * 1024;  // padded: x tiles 1024-aligned
   static constexpr int kStages = kSmemBudget / kStageBytes < 8 ? kSmemBudget / kStageBytes : 8;
   static constexpr int kSmem = kStages * kStageBytes + 2 * kStages * 8 + 1024;  // + barriers, alignment
   static_assert(kStageBytes % 1024 == 0, "every stage's x tile 1024-byte aligned (128B swizzle)");
@@ -101,7 +103,8 @@ __device__ __forceinline__ void group_factors(const uint32_t (&rec)[2], int ql, 
 // One stage of a math warp: its tile's half unit and scale record from the ring slot `st` (stage `kst` of
 // the layer's K: half kst % 2 of slab kst / 2) decoded into the four k16 A fragments af[kk].
 template <MmaCode C, MmaScale S, int BN>
-__device__ __forceinline__ void decode_stage(const uint8_t* st, int tile, int lane, int kst, uint32_t (&af)[4][4]) {
+__device__ __forceinline__ void decode_stage(const uint8_t* st, int tile, int lane, int kst, uint32_t e2m1_lo,
+                                             uint32_t (&af)[4][4]) {
   using Sh = Shape<C, S, BN>;
   uint32_t w[Sh::kHalfWords];
   const uint8_t* unit = st + Sh::kXBytes + tile * Sh::kHalfUnit;
@@ -113,12 +116,12 @@ __device__ __forceinline__ void decode_stage(const uint8_t* st, int tile, int la
     w[4 * p + 2] = v.z;
     w[4 * p + 3] = v.w;
   }
-  // The scale record (mma_layout.hpp): kMx32 8 bytes, rows g then g + 8, one byte per 32-group; kNv16 16
-  // bytes, rows g then g + 8, one byte per 16-group. This half's groups: the upper half of each MX word, or
-  // the second NVFP4 word of each row.
+  // The row pair's scale record (mma_layout.hpp; the 4 lanes of a pair read the same one): kMx32 8 bytes,
+  // rows g then g + 8, one byte per 32-group; kNv16 16 bytes, rows g then g + 8, one byte per 16-group. This
+  // half's groups: the upper half of each MX word, or the second NVFP4 word of each row.
   const int half = kst & 1;
   uint32_t rec[2] = {0, 0};
-  const uint8_t* rp = st + Sh::kXBytes + Sh::kWBytes + (tile * 32 + lane) * Sh::kRec;
+  const uint8_t* rp = st + Sh::kXBytes + Sh::kWBytes + tile * Sh::kUnitRecBytes + (lane / 4) * Sh::kRec;
   if constexpr (S == MmaScale::kMx32) {
     const uint2 v = *reinterpret_cast<const uint2*>(rp);
     rec[0] = v.x >> (16 * half);
@@ -133,7 +136,7 @@ __device__ __forceinline__ void decode_stage(const uint8_t* st, int tile, int la
     uint32_t f[2][2];
     group_factors<C, S>(rec, ql, f);
     uint32_t a2[2][4];
-    mma_detail::decode_group<C>(w, ql, f, a2);  // the half's words: its groups are 0, 1 locally
+    mma_detail::decode_group<C>(w, ql, f, a2, e2m1_lo);  // the half's words: its groups are 0, 1 locally
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -185,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int it = 0; it < steps; ++it) {
       const int s = it % kStages, kst = kst0 + it;
       wgmma::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);  // a fresh barrier counts as released
-      wgmma::mbar_arrive_expect_tx(&full[s], Sh::kStageBytes);
+      wgmma::mbar_arrive_expect_tx(&full[s], Sh::kLoadBytes);
       uint8_t* st = smem + s * Sh::kStageBytes;
       wgmma::tma_load(st, &map_x, &full[s], kst * kStageK, static_cast<int>(m0));
       const int64_t slab = kst / 2;
@@ -195,8 +198,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         bulk_copy(st + Sh::kXBytes + t * Sh::kHalfUnit, a.w + (tile * k_slabs + slab) * unit_bytes + (kst & 1) * Sh::kHalfUnit,
                   Sh::kHalfUnit, &full[s]);
         if constexpr (Sh::kRec > 0) {
-          bulk_copy(st + Sh::kXBytes + Sh::kWBytes + t * 32 * Sh::kRec,
-                    a.w_scale + (tile * k_slabs + slab) * 32 * Sh::kRec, 32 * Sh::kRec, &full[s]);
+          bulk_copy(st + Sh::kXBytes + Sh::kWBytes + t * Sh::kUnitRecBytes,
+                    a.w_scale + (tile * k_slabs + slab) * Sh::kUnitRecBytes, Sh::kUnitRecBytes, &full[s]);
         }
       }
     }
@@ -207,6 +210,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
   uint32_t af0[4][4] = {}, af1[4][4] = {};
+  const uint32_t e2m1_lo = C == MmaCode::kE2M1 ? mma_detail::e2m1_table_lo() : 0u;  // decode_group's prmt table
 
   // Stage `it`: decode into `af` (the set whose group retired at the previous step), issue its four
   // wgmmas, then retire the previous stage's group and release that ring slot.
@@ -214,7 +218,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int s = it % kStages;
     const uint8_t* st = smem + s * Sh::kStageBytes;
     wgmma::mbar_wait(&full[s], (it / kStages) & 1);
-    decode_stage<C, S, BN>(st, tile, lane, kst0 + it, af);
+    decode_stage<C, S, BN>(st, tile, lane, kst0 + it, e2m1_lo, af);
     // Every input of the group (fragments, the four descriptors: +32 bytes per k16) defined before the
     // fence, none between its wgmmas.
     uint64_t db[4];
