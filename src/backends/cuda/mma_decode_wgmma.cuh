@@ -4,14 +4,14 @@
 // N dimension (BN = 32, 64, 128 or 256 per block), B = the activation tile in shared memory.
 //
 // Block: two math warpgroups (warps 0..7; warpgroup g owns weight rows 64 g .. 64 g + 63 of the block's
-// 128, warp w of it the n16 tile 4 g + w of the packed layout) and a producer warpgroup (warps 8..11: one
-// thread issues the copies; the warpgroup exists to hand its registers to the math warps). The block
+// 128, warp w of it the n16 tile 4 g + w of the packed layout) and a producer warpgroup (warps 8..11: 8
+// lanes issue the copies; the warpgroup exists to hand its registers to the math warps). The block
 // walks its K range (one split when split-K is on) in stages of 64 K through a kStages-deep ring in shared
 // memory, each stage
 //
 //   [ x: BN token rows x 64 BF16 (128 bytes), 128B-swizzled by TMA ][ w: 8 tiles x half a unit ][ s: 8 units' scale records ]
 //
-// loaded by one producer thread: the x box by TMA from a tensor map of x (rows >= M and columns
+// loaded by 8 producer lanes: the x box by TMA from a tensor map of x (rows >= M and columns
 // >= K read as zeros), each tile's half unit (layout/mma_layout.hpp: the first or second half of a k128
 // unit holds its K groups 0, 1 or 2, 3, contiguous for E4M3 and E2M1) and its unit's scale records by bulk
 // copies, all completing on the stage's `full` barrier. Math warps read their lane's words of the half
@@ -183,24 +183,28 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warp >= kProducerWarp) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    if (warp != kProducerWarp || lane != 0) return;
-    const int64_t unit_bytes = a.layout.unit_bytes();
+    // Lanes 0..7 of the first producer warp: lane t copies tile t's half unit and scale records, lane 0
+    // also waits for the slot, arms the barrier (before any copy is issued) and loads the x box.
+    if (warp != kProducerWarp || lane >= kTilesPerBlock) return;
+    constexpr unsigned kLanes = (1u << kTilesPerBlock) - 1;
+    const int64_t tile = min(tile0 + lane, n_tiles - 1);  // past the last tile: valid bytes, rows discarded
+    const uint8_t* wsrc = a.w + tile * k_slabs * a.layout.unit_bytes();
+    const uint8_t* ssrc = Sh::kRec > 0 ? a.w_scale + tile * k_slabs * Sh::kUnitRecBytes : nullptr;
     for (int it = 0; it < steps; ++it) {
       const int s = it % kStages, kst = kst0 + it;
-      wgmma::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);  // a fresh barrier counts as released
-      wgmma::mbar_arrive_expect_tx(&full[s], Sh::kLoadBytes);
       uint8_t* st = smem + s * Sh::kStageBytes;
-      wgmma::tma_load(st, &map_x, &full[s], kst * kStageK, static_cast<int>(m0));
+      if (lane == 0) {
+        wgmma::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);  // a fresh barrier counts as released
+        wgmma::mbar_arrive_expect_tx(&full[s], Sh::kLoadBytes);
+        wgmma::tma_load(st, &map_x, &full[s], kst * kStageK, static_cast<int>(m0));
+      }
+      __syncwarp(kLanes);
       const int64_t slab = kst / 2;
-#pragma unroll
-      for (int t = 0; t < kTilesPerBlock; ++t) {
-        const int64_t tile = min(tile0 + t, n_tiles - 1);  // past the last tile: valid bytes, rows discarded
-        bulk_copy(st + Sh::kXBytes + t * Sh::kHalfUnit, a.w + (tile * k_slabs + slab) * unit_bytes + (kst & 1) * Sh::kHalfUnit,
-                  Sh::kHalfUnit, &full[s]);
-        if constexpr (Sh::kRec > 0) {
-          bulk_copy(st + Sh::kXBytes + Sh::kWBytes + t * Sh::kUnitRecBytes,
-                    a.w_scale + (tile * k_slabs + slab) * Sh::kUnitRecBytes, Sh::kUnitRecBytes, &full[s]);
-        }
+      bulk_copy(st + Sh::kXBytes + lane * Sh::kHalfUnit,
+                wsrc + slab * a.layout.unit_bytes() + (kst & 1) * Sh::kHalfUnit, Sh::kHalfUnit, &full[s]);
+      if constexpr (Sh::kRec > 0) {
+        bulk_copy(st + Sh::kXBytes + Sh::kWBytes + lane * Sh::kUnitRecBytes, ssrc + slab * Sh::kUnitRecBytes,
+                  Sh::kUnitRecBytes, &full[s]);
       }
     }
   } else {
