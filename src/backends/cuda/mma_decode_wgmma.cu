@@ -11,8 +11,12 @@ namespace qlinear::cuda {
 
 namespace {
 
-// The M range the wgmma kernel runs by default (empty: only when forced).
-constexpr int64_t kWgmmaMinM = 17, kWgmmaMaxM = 0;
+// The M range the wgmma kernel runs by default, per weight code (empty: only when forced).
+struct WgmmaRange {
+  int64_t min_m, max_m;
+};
+constexpr WgmmaRange kDefaultE4M3{17, 0}, kDefaultE2M1{17, 0};
+constexpr int64_t kWgmmaMinM = 17;  // below: the M <= 16 kernels
 constexpr int kWgmmaRowsPerBlock = 128;
 constexpr int kWgmmaMinStagesPerSplit = 8;  // 512 K
 
@@ -34,7 +38,8 @@ bool mma_takes_wgmma_route(const MmaDecodeArgs& a) {
   if (a.m < kWgmmaMinM || !mma_wgmma_supports(a)) return false;
   const int forced = mma_decode_forced().wgmma;
   if (forced != 0) return forced > 0;
-  return a.m <= kWgmmaMaxM;
+  const WgmmaRange r = a.layout.code == MmaCode::kE4M3 ? kDefaultE4M3 : kDefaultE2M1;
+  return a.m >= r.min_m && a.m <= r.max_m;
 }
 
 int mma_wgmma_tokens(const MmaDecodeArgs& a) {
