@@ -92,6 +92,7 @@ struct MmaDecodeForce {
   int large_m_config = 0;                                 // M > 16: 1 = 64 tokens x 64 rows, 2 = 64 x 128
   MmaSplitReduce split_reduce = MmaSplitReduce::kTable;   // pipelined kernel, M <= 16
   bool no_programmatic = false;                           // quantized activations: plain launch after the pass
+  bool no_l2_streaming = false;                           // M <= 16: weights without the L2 streaming window
 };
 void mma_decode_force(const MmaDecodeForce& f);
 const MmaDecodeForce& mma_decode_forced();
