@@ -42,6 +42,11 @@ inline std::vector<MmaVariant> mma_variants() {
   add("cl3", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kCluster; f.splits = 3; });
   add("cl4", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kCluster; f.splits = 4; });
   add("cl8", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kCluster; f.splits = 8; });
+  add("p2", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kPartials; f.splits = 2; });
+  add("p3", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kPartials; f.splits = 3; });
+  add("p4", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kPartials; f.splits = 4; });
+  // M <= 16: the weights read without the L2 streaming (evict-first) window.
+  add("nostream", 1, 16, [](MmaDecodeForce& f) { f.no_l2_streaming = true; });
   // Quantized activations: the GEMM launched plainly after the activation pass (no programmatic launch).
   add("nopdl", 1, 1 << 20, [](MmaDecodeForce& f) { f.no_programmatic = true; });
   add("reg2", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kRegisters; f.register_depth = 2; });

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -236,7 +237,11 @@ TEST(CudaMmaDecode, EveryForcedVariantMatchesTheReference) {
   small_blocks.name = "wfrag1";
   small_blocks.force.widen_block_mib = 1;
   variants.push_back(small_blocks);
+  // QL_MMA_TEST_VARIANTS="cl2,p3": only these (a device script short of time); unset: every variant.
+  const char* only = std::getenv("QL_MMA_TEST_VARIANTS");
+  const std::string list = only ? std::string(",") + only + "," : "";
   for (const cuda_test::MmaVariant& v : variants) {
+    if (only && list.find("," + v.name + ",") == std::string::npos) continue;
     SCOPED_TRACE("variant " + v.name);
     cuda_test::ForceScope force(v.force);
     const bool small = v.max_m <= 16;

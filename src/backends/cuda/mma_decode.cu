@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include <atomic>
 #include <mutex>
 
 #include "backends/cuda/mma_decode_regs.cuh"
@@ -42,6 +43,21 @@ __global__ void mma_decode_reduce_kernel(const MmaDecodeArgs a, int splits, cons
     if (a.bias != nullptr) v += load_bias(a.bias, a.bias_dtype, row);
     store_out(a.out, a.out_dtype, i, v);
   }
+}
+
+int max_access_policy_window() {
+  static std::atomic<int> cached[64];  // per device: 0 unknown, -1 none, else bytes
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  std::atomic<int>& c = cached[device & 63];
+  int v = c.load(std::memory_order_relaxed);
+  if (v == 0) {
+    int bytes = 0;
+    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxAccessPolicyWindowSize, device) != cudaSuccess) bytes = 0;
+    v = bytes > 0 ? bytes : -1;
+    c.store(v, std::memory_order_relaxed);
+  }
+  return v > 0 ? v : 0;
 }
 
 }  // namespace mma_detail
@@ -85,9 +101,9 @@ MmaTileConfig mma_config_for(const MmaDecodeArgs& a) {
   if (a.layout.scale == MmaScale::kMx32 && !a.fold) return kTileTable[std::size(kTileTable) - 1];  // promoted
   MmaTileConfig t = mma_tile_config(a.m);
   if (t.token_tiles <= 2) {
-    // E2M1 stages are half as many bytes as E4M3: 128 rows per block keep as many bytes in flight (measured
-    // up to 20% faster for MXFP4 at M = 1..16 on the Llama shapes, while E4M3/FP6 lost on some).
-    if (a.layout.code == MmaCode::kE2M1) t.n16_per_warp = 2;
+    // 64 weight rows per block for every code. (With 4x larger scale records and the shift-and-mask E2M1
+    // decode, 128 rows per block measured faster for E2M1; the forced partial-sum rule keeps that choice.)
+    if (a.layout.code == MmaCode::kE2M1 && forced.split_reduce == MmaSplitReduce::kPartials) t.n16_per_warp = 2;
     if (forced.stages != 0) t.stages = forced.stages;
     if (forced.n16_per_warp != 0) t.n16_per_warp = forced.n16_per_warp;
     return t;
@@ -105,8 +121,12 @@ bool mma_takes_registers_kernel(const MmaDecodeArgs& a) {
 
 // M <= 16 on the pipelined kernel: the K splits add up in a thread-block cluster unless partial sums are
 // forced (M > 16 keeps the partial sums: its tiles are wider than a cluster's shared memory wants).
+// After the activation pass (programmatic launch) the splits add up through partial sums: a cluster launch
+// that waits for the pass measured far slower (70B o W4A4, M = 1: 25.2 us against 18.9 for W4A16).
 bool mma_split_in_cluster(const MmaDecodeArgs& a) {
-  return a.m <= 16 && !mma_takes_registers_kernel(a) && forced.split_reduce != MmaSplitReduce::kPartials;
+  if (a.m > 16 || mma_takes_registers_kernel(a)) return false;
+  return forced.split_reduce == MmaSplitReduce::kCluster ||
+         (forced.split_reduce == MmaSplitReduce::kTable && !a.programmatic);
 }
 
 namespace {
@@ -161,7 +181,13 @@ int mma_decode_splits(const MmaDecodeArgs& a) {
   // measured 16% slower unsplit).
   // With the splits added in a cluster (M <= 16) the wave rule holds for every code: no scratch, no second
   // launch.
+  // M <= 16 (the table's rule): at most two splits, where they still fit one wave of block slots or fill
+  // the last wave better; the two add up in a cluster (or through partial sums after the activation pass).
+  // Measured on the H200 (70B and 8B shapes, every code): three or more splits in a cluster ran far slower
+  // (cluster scheduling), and more splits through partial sums lost to two in a cluster wherever two fit.
   const bool cluster = mma_split_in_cluster(a);
+  const bool table_small_m =
+      a.m <= 16 && !mma_takes_registers_kernel(a) && forced.split_reduce != MmaSplitReduce::kPartials;
   const bool small_pipelined =
       !cluster && !mma_takes_registers_kernel(a) && a.m <= 16 && a.layout.code != MmaCode::kE2M1;
   const bool worth_splitting =
@@ -169,6 +195,10 @@ int mma_decode_splits(const MmaDecodeArgs& a) {
   int64_t best = 1;
   if (forced.splits > 0) {
     best = std::min<int64_t>({forced.splits, steps, sh.max_splits});
+  } else if (table_small_m) {
+    const bool fits = 2 * static_cast<double>(blocks) <= slots;
+    const bool fills = static_cast<double>(blocks) > slots && efficiency(2) > efficiency(1) + 0.05;
+    if (steps >= 2 * sh.min_steps_per_split && (fits || fills)) best = 2;
   } else if (worth_splitting) {
     for (int64_t s = 2; s <= sh.max_splits && steps / s >= sh.min_steps_per_split; ++s) {
       if (!cluster && s * a.m * a.layout.n * 4 > a.layout.weight_bytes() / 4) break;

@@ -94,6 +94,7 @@ struct MmaDecodeForce {
   int wgmma_tokens = 0;                                   // its token tile (32, 64, 128, 256; 0 = by M)
   MmaSplitReduce split_reduce = MmaSplitReduce::kTable;   // pipelined kernel, M <= 16
   bool no_programmatic = false;                           // quantized activations: plain launch after the pass
+  bool no_l2_streaming = false;                           // M <= 16: weights without the L2 streaming window
 };
 void mma_decode_force(const MmaDecodeForce& f);
 const MmaDecodeForce& mma_decode_forced();

@@ -251,6 +251,7 @@ std::vector<MRoute> MmaDecodeLinearKernel::m_routes(const LinearConfig& config) 
   std::vector<MRoute> routes;
   int64_t lo = 1;
   const std::vector<int64_t> ends = mma_route_bucket_ends();
+  a.programmatic = config.activation_key.has_value();  // after the activation pass (mma_decode.hpp)
   for (size_t i = 0; i <= ends.size(); ++i) {
     const int64_t hi = i < ends.size() ? ends[i] : MRoute::kNoLimit;
     a.m = i < ends.size() ? hi : lo;
