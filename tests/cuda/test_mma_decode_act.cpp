@@ -226,6 +226,9 @@ TEST(CudaMmaDecodeAct, MatchesTheReferenceOverM) {
 // the row blocks: small enough for compute-sanitizer.
 TEST(CudaMmaDecodeAct, WideningRouteAtItsFirstM) {
   QL_REQUIRE_SM90();
+  cuda::MmaDecodeForce f;
+  f.wgmma = -1;  // the widening route, not the wgmma kernel
+  cuda_test::ForceScope force(f);
   for (const Scheme& s : all_act_schemes()) check({s, cuda::kMmaWidenAboveM + 1, 200, odd_k(s), DType::kBF16, DType::kBF16, DType::kBF16});
 }
 
