@@ -214,7 +214,8 @@ bool mma_takes_widen_route(const MmaDecodeArgs& a) {
   return above >= 0 && a.m > above && (a.layout.scale != MmaScale::kMx32 || a.fold);
 }
 
-std::vector<int64_t> mma_route_bucket_ends() { return {8, 16, kMmaDecodeMaxM, kMmaWidenAboveM}; }
+// 32 and 256: where the wgmma kernel's token tile and its default range change (mma_decode_wgmma.cu).
+std::vector<int64_t> mma_route_bucket_ends() { return {8, 16, 32, kMmaDecodeMaxM, kMmaWidenAboveM, 256}; }
 
 std::string mma_route_description(const MmaDecodeArgs& a) {
   if (mma_takes_wgmma_route(a)) return mma_wgmma_description(a);

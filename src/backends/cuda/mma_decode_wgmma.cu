@@ -11,11 +11,15 @@ namespace qlinear::cuda {
 
 namespace {
 
-// The M range the wgmma kernel runs by default, per weight code (empty: only when forced).
+// The M range the wgmma kernel runs by default, per measured (code, scale) pair (H200, llama3-8b and -70b
+// shapes at M = 32, 64, 128, 256 against the mma.sync kernel and the widen route in one process): FP8
+// per-channel won at every M measured but 70b.down / gate_up at M = 64 (within 7%); MXFP4 lost at M <= 64
+// (its decode-bound stages) and won at 128 and 256 on all but the two smallest 8B layers at 256. MXFP8
+// and NVFP4 were not timed on it: they keep the mma.sync kernel unless forced.
 struct WgmmaRange {
   int64_t min_m, max_m;
 };
-constexpr WgmmaRange kDefaultE4M3{17, 0}, kDefaultE2M1{17, 0};
+constexpr WgmmaRange kDefaultFp8Channel{17, 256}, kDefaultMxfp4{65, 256}, kNotByDefault{1, 0};
 constexpr int64_t kWgmmaMinM = 17;  // below: the M <= 16 kernels
 constexpr int kWgmmaRowsPerBlock = 128;
 constexpr int kWgmmaMinStagesPerSplit = 8;  // 512 K
@@ -38,7 +42,9 @@ bool mma_takes_wgmma_route(const MmaDecodeArgs& a) {
   if (a.m < kWgmmaMinM || !mma_wgmma_supports(a)) return false;
   const int forced = mma_decode_forced().wgmma;
   if (forced != 0) return forced > 0;
-  const WgmmaRange r = a.layout.code == MmaCode::kE4M3 ? kDefaultE4M3 : kDefaultE2M1;
+  const WgmmaRange r = a.layout.code == MmaCode::kE4M3 && a.layout.scale == MmaScale::kRow   ? kDefaultFp8Channel
+                       : a.layout.code == MmaCode::kE2M1 && a.layout.scale == MmaScale::kMx32 ? kDefaultMxfp4
+                                                                                              : kNotByDefault;
   return a.m >= r.min_m && a.m <= r.max_m;
 }
 
@@ -48,25 +54,23 @@ int mma_wgmma_tokens(const MmaDecodeArgs& a) {
   return a.m <= 32 ? 32 : (a.m <= 64 ? 64 : (a.m <= 128 ? 128 : 256));
 }
 
-// One block per SM (its ring takes most of the shared memory): split K when the blocks fill the SMs' waves
-// badly, into the count that fills them best, at least 512 K per split and the FP32 partial sums no larger
-// than the packed weights.
+// One block per SM (its ring takes most of the shared memory): split K only while the blocks leave SMs
+// idle, into the most splits that still fit one wave, with at least 512 K per split and the FP32 partial
+// sums no larger than the packed weights. Measured on the H200: splitting layers that already fill the SMs
+// (8b.gate_up, 224 blocks; 70b.gate_up, 448) into several waves of short blocks lost up to 35% (the ring's
+// fill per block and the partial sums); splitting the ones that leave them idle (64 blocks: 2 splits,
+// 32 blocks: 4) won up to 3x.
 int mma_wgmma_splits(const MmaDecodeArgs& a) {
   const int64_t tokens = mma_wgmma_tokens(a);
   const int64_t blocks = (a.layout.n + kWgmmaRowsPerBlock - 1) / kWgmmaRowsPerBlock * ((a.m + tokens - 1) / tokens);
   const int64_t stages = a.layout.k_slabs() * 2;
-  const double slots = static_cast<double>(a.sm_count);
-  auto efficiency = [&](int64_t s) {
-    const double waves = static_cast<double>(blocks * s) / slots;
-    return waves / std::ceil(waves);
-  };
   int64_t best = 1;
   if (mma_decode_forced().splits > 0) {
     best = std::min<int64_t>(mma_decode_forced().splits, stages);
   } else {
-    for (int64_t s = 2; s <= 16 && stages / s >= kWgmmaMinStagesPerSplit; ++s) {
+    for (int64_t s = 2; s <= 8 && blocks * s <= a.sm_count && stages / s >= kWgmmaMinStagesPerSplit; ++s) {
       if (s * a.m * a.layout.n * 4 > a.layout.weight_bytes()) break;
-      if (efficiency(s) > efficiency(best) + 0.05) best = s;
+      best = s;
     }
   }
   const int64_t per = (stages + best - 1) / best;
