@@ -97,13 +97,24 @@ const MmaDecodeForce& mma_decode_forced() { return forced; }
 // there at M = 64, while smaller layers lose the blocks they need to fill the GPU.
 bool wide_large_m_tiles(const MmaLayout& l) { return l.k >= 16384 || l.n >= 32768; }
 
+// The partial-sum rule of M <= 16 (forced, or after the activation pass): 128 rows per block for E2M1, K
+// split over up to 16 blocks by the wave rule, partial sums added by a second launch. After the activation
+// pass it measured 1.06x the best variant on average against 1.13-1.19x for the cluster rules (H200, 70B and
+// 8B shapes, W4A4 and W6A6 at M = 1 and 16).
+namespace {
+bool partial_sum_rule(const MmaDecodeArgs& a) {
+  return forced.split_reduce == MmaSplitReduce::kPartials ||
+         (forced.split_reduce == MmaSplitReduce::kTable && a.programmatic);
+}
+}  // namespace
+
 MmaTileConfig mma_config_for(const MmaDecodeArgs& a) {
   if (a.layout.scale == MmaScale::kMx32 && !a.fold) return kTileTable[std::size(kTileTable) - 1];  // promoted
   MmaTileConfig t = mma_tile_config(a.m);
   if (t.token_tiles <= 2) {
     // 64 weight rows per block for every code. (With 4x larger scale records and the shift-and-mask E2M1
     // decode, 128 rows per block measured faster for E2M1; the forced partial-sum rule keeps that choice.)
-    if (a.layout.code == MmaCode::kE2M1 && forced.split_reduce == MmaSplitReduce::kPartials) t.n16_per_warp = 2;
+    if (a.layout.code == MmaCode::kE2M1 && partial_sum_rule(a)) t.n16_per_warp = 2;
     if (forced.stages != 0) t.stages = forced.stages;
     if (forced.n16_per_warp != 0) t.n16_per_warp = forced.n16_per_warp;
     return t;
@@ -152,7 +163,11 @@ SplitShape split_shape(const MmaDecodeArgs& a) {
   const int64_t smem = t.stages * stage_bytes(a.layout, t);
   // Blocks per SM: the kernel's __launch_bounds__ minimum (3 for small token tiles with 3 stages, 2 with 4,
   // 1 for 64 tokens), capped by shared memory.
-  const int64_t by_regs = t.token_tiles <= 2 ? (t.stages <= 3 ? 3 : 2) : 1;
+  int64_t by_regs = t.token_tiles <= 2 ? (t.stages <= 3 ? 3 : 2) : 1;
+  // The cluster rule counts the blocks an SM really holds: 64-row blocks of 8 tokens use 53-59 registers (4
+  // blocks of 256 threads fit), of 16 tokens 68-76 (3 fit) (ptxas, sm_90a), so shared memory decides:
+  // FP6 and E2M1 stages are small enough for 3-4 blocks where E4M3 fits 2.
+  if (a.m <= 16 && t.token_tiles <= 2 && t.n16_per_warp == 1 && !partial_sum_rule(a)) by_regs = t.token_tiles == 1 ? 4 : 3;
   const int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(by_regs, (228 << 10) / (smem + 1024)));
   return {mma_detail::kWarpsN * t.n16_per_warp, 8 * t.token_tiles, per_sm, a.layout.k_slabs() / mma_detail::kWarpsK, 4,
           mma_split_in_cluster(a) ? kMmaMaxClusterSplits : 16};
@@ -186,8 +201,7 @@ int mma_decode_splits(const MmaDecodeArgs& a) {
   // Measured on the H200 (70B and 8B shapes, every code): three or more splits in a cluster ran far slower
   // (cluster scheduling), and more splits through partial sums lost to two in a cluster wherever two fit.
   const bool cluster = mma_split_in_cluster(a);
-  const bool table_small_m =
-      a.m <= 16 && !mma_takes_registers_kernel(a) && forced.split_reduce != MmaSplitReduce::kPartials;
+  const bool table_small_m = a.m <= 16 && !mma_takes_registers_kernel(a) && !partial_sum_rule(a);
   const bool small_pipelined =
       !cluster && !mma_takes_registers_kernel(a) && a.m <= 16 && a.layout.code != MmaCode::kE2M1;
   const bool worth_splitting =

@@ -227,6 +227,7 @@ int mma_decode_splits_for(const LinearLayer& layer, int64_t m) {
   a.layout = st->layout;
   a.m = m;
   a.sm_count = st->sm_count;
+  a.programmatic = layer.config.activation_key.has_value();  // as apply launches it
   return mma_decode_splits(a);
 }
 
