@@ -73,8 +73,8 @@ inline std::vector<MmaVariant> mma_variants() {
   add("wg_t64", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_tokens = 64; });
   add("wg_t128", 129, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_tokens = 128; });
   add("wg_s1", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.splits = 1; });
-  // The widen route from M = 65 (the wgmma kernel off): fragments or gathered elements, row blocks or the whole weight (the table:
-  // whole up to 1 GiB of BF16).
+  // The widen route from M = 65 (the wgmma kernel off): fragments or gathered elements, row blocks or the
+  // whole weight (the table: whole up to 1 GiB of BF16).
   add("wfrag32", 65, 1 << 20, [](MmaDecodeForce& f) {
     f.widen_above_m = 64;
     f.wgmma = -1;

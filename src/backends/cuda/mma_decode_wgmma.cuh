@@ -9,7 +9,8 @@
 // walks its K range (one split when split-K is on) in stages of 64 K through a kStages-deep ring in shared
 // memory, each stage
 //
-//   [ x: BN token rows x 64 BF16 (128 bytes), 128B-swizzled by TMA ][ w: 8 tiles x half a unit ][ s: 8 units' scale records ]
+//   [ x: BN token rows x 64 BF16 (128 bytes), 128B-swizzled by TMA ]
+//   [ w: 8 tiles x half a unit ][ s: the 8 units' scale records ]   (padded to 1024 bytes)
 //
 // loaded by 8 producer lanes: the x box by TMA from a tensor map of x (rows >= M and columns
 // >= K read as zeros), each tile's half unit (layout/mma_layout.hpp: the first or second half of a k128
@@ -261,7 +262,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < 2; ++i) {
     const int64_t row = (tile0 + tile) * kMmaTileN + g + 8 * i;
     if (row >= n) continue;
-    const float bias = (partial == nullptr && a.bias != nullptr) ? mma_detail::load_bias(a.bias, a.bias_dtype, row) : 0.0f;
+    const float bias =
+        (partial == nullptr && a.bias != nullptr) ? mma_detail::load_bias(a.bias, a.bias_dtype, row) : 0.0f;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
 #pragma unroll
@@ -325,7 +327,8 @@ Status launch_tokens(const MmaDecodeArgs& a, int bn, int splits, float* partial,
     case 256: return launch_tile<C, S, 256>(a, splits, partial, stream);
     default: break;
   }
-  return Status::error("mma_decode wgmma: token tile " + std::to_string(bn) + " is not instantiated (32, 64, 128, 256)");
+  return Status::error("mma_decode wgmma: token tile " + std::to_string(bn) +
+                       " is not instantiated (32, 64, 128, 256)");
 }
 
 }  // namespace qlinear::cuda::mma_wgmma

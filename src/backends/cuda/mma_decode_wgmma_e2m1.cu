@@ -5,7 +5,9 @@
 namespace qlinear::cuda::mma_wgmma {
 
 Status launch_e2m1(const MmaDecodeArgs& a, int tokens, int splits, float* partial, Stream stream) {
-  if (a.layout.scale == MmaScale::kNv16) return launch_tokens<MmaCode::kE2M1, MmaScale::kNv16>(a, tokens, splits, partial, stream);
+  if (a.layout.scale == MmaScale::kNv16) {
+    return launch_tokens<MmaCode::kE2M1, MmaScale::kNv16>(a, tokens, splits, partial, stream);
+  }
   return launch_tokens<MmaCode::kE2M1, MmaScale::kMx32>(a, tokens, splits, partial, stream);
 }
 

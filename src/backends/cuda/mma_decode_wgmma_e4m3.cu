@@ -5,7 +5,9 @@
 namespace qlinear::cuda::mma_wgmma {
 
 Status launch_e4m3(const MmaDecodeArgs& a, int tokens, int splits, float* partial, Stream stream) {
-  if (a.layout.scale == MmaScale::kRow) return launch_tokens<MmaCode::kE4M3, MmaScale::kRow>(a, tokens, splits, partial, stream);
+  if (a.layout.scale == MmaScale::kRow) {
+    return launch_tokens<MmaCode::kE4M3, MmaScale::kRow>(a, tokens, splits, partial, stream);
+  }
   return launch_tokens<MmaCode::kE4M3, MmaScale::kMx32>(a, tokens, splits, partial, stream);
 }
 
