@@ -1,13 +1,16 @@
-// Timing of the tensor-core decode kernels against a cuBLASLt BF16 GEMM on the unquantized-size weights, in
-// the same process: CUDA events around each call, the L2 flushed (by a read) before every call, median of
-// 30. Synthetic layers (random valid codes and scales) on Llama-3.1-70B and Llama-3-8B shapes. Disabled by
-// default (needs an H200 and a few minutes):
+// Timing of the tensor-core decode kernels against cuBLAS BF16 (cublasGemmEx, as torch.mm) on the
+// unquantized weights, in the same process, with the benchmark method of `qlinear bench` (bench/timing.hpp:
+// CUDA events around each call, the L2 flushed by a write before every call, median of at least 20).
+// Synthetic layers (random valid codes and scales) on Llama-3.1-70B and Llama-3-8B shapes. Disabled by
+// default (needs an H200 and a minute or two):
 //   QL_MMA_BENCH_CSV=out.csv test_cuda --gtest_also_run_disabled_tests --gtest_filter='*MmaDecodeBench*'
-// prints one line per (layer, M, scheme) and writes the CSV the device script joins with torch's times.
-// QL_MMA_BENCH_ONLY="70b.down,w4a16-mxfp4" keeps the layers and schemes named there (for a profiler run);
-// QL_MMA_BENCH_MS="1,16,256" the token counts. Beside the table's choice, every forced variant of
-// cuda_test::mma_variants() for the M (rows "scheme/variant"), and the older BF16 route kernel of the
-// family (sm90_*_bf16: row-major codes widened in row blocks + cuBLASLt; rows "scheme/oldbf16") from M = 65.
+// prints one line per (layer, M, scheme) and writes the CSV. QL_MMA_BENCH_ONLY="70b.down,w4a16-mxfp4" keeps
+// the layers and schemes named there; QL_MMA_BENCH_MS="1,16,256" the token counts;
+// QL_MMA_BENCH_VARIANTS="cl2,ps" the forced variants (default: every one of cuda_test::mma_variants() for the
+// M, rows "scheme/variant"; "none": no variant; "read": a plain streaming read of the layer's bytes, the
+// ceiling at that size, rows "scheme/read"). The table's choice and the anchor are timed a second time
+// after a flush that also reads the buffer back (QLINEAR_BENCH_L2_FLUSH=clean: clean lines in the L2), the
+// columns "clean". TB/s counts the bytes the kernel reads: packed codes with their padding, and scales.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -29,7 +32,10 @@
 #include "backends/cuda/cuda_util.hpp"
 #include "backends/cuda/mma_decode.hpp"
 #include "backends/cuda/mma_decode_kernels.hpp"
+#include "bench/cuda_anchors.hpp"
+#include "bench/timing.hpp"
 #include "cuda/mma_variants.hpp"
+#include "qlinear/scheme.hpp"
 #include "qlinear/cuda.hpp"
 #endif
 
@@ -89,6 +95,14 @@ bool selected(const std::string& name, bool is_layer) {
   return !any_of_kind;
 }
 
+// Whether a variant passes QL_MMA_BENCH_VARIANTS (a comma list; unset: every variant; "none": none).
+bool variant_selected(const std::string& name) {
+  const char* only = std::getenv("QL_MMA_BENCH_VARIANTS");
+  if (only == nullptr || *only == '\0') return true;
+  const std::string list = std::string(",") + only + ",";
+  return list.find("," + name + ",") != std::string::npos;
+}
+
 Tensor random_u8(Shape shape, DType dtype, uint64_t seed, uint8_t lo, uint8_t hi, bool e4m3) {
   Tensor t = Tensor::empty(dtype, shape);
   uint8_t* p = static_cast<uint8_t*>(t.raw());
@@ -135,84 +149,69 @@ LinearLayer synthetic_layer(const BenchScheme& s, int64_t n, int64_t k) {
   return l;
 }
 
-// Median of `reps` timed calls of fn, each after an L2 flush.
-template <class Fn>
-double median_us(Fn&& fn, const Tensor& flush_buf, float* sink, cudaStream_t stream, int reps = 30) {
-  std::vector<float> ms;
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  fn();  // warm-up
-  for (int i = 0; i < reps; ++i) {
-    (void)cuda::l2_flush_read(flush_buf.raw(), static_cast<size_t>(flush_buf.nbytes()), sink, stream);
-    cudaEventRecord(a, stream);
-    fn();
-    cudaEventRecord(b, stream);
-    cudaEventSynchronize(b);
-    float t = 0;
-    cudaEventElapsedTime(&t, a, b);
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return 1000.0 * ms[ms.size() / 2];
-}
-
-TEST(CudaMmaDecodeBench, DISABLED_VersusCublasLtBf16) {
+TEST(CudaMmaDecodeBench, DISABLED_VersusCublasBf16) {
   auto platform = Platform::cuda_device(0);
   if (!platform || platform->cuda->compute_capability != 90) GTEST_SKIP() << "needs an sm_90 GPU";
+  auto act = [](const char* scheme) { return find_scheme(scheme)->activation_key; };
   const BenchScheme schemes[] = {
       {"w8a16-fp8", &cuda::kSm90MmaDecodeFp8WeightOnly, kFp8StaticChannelSym, std::nullopt, "sm90_fp8_weight_only_bf16"},
       {"w8a16-mxfp8", &cuda::kSm90MmaDecodeMxfp8, kMxfp8Static, std::nullopt, "sm90_mxfp8_bf16"},
       {"w8a8-mxfp8", &cuda::kSm90MmaDecodeMxfp8, kMxfp8Static, kMxfp8Dynamic, nullptr},
       {"w6a16-mxfp6-e2m3", &cuda::kSm90MmaDecodeMxfp6, kMxfp6E2M3Static, std::nullopt, "sm90_mxfp6_bf16"},
+      {"w6a6-mxfp6-e2m3", &cuda::kSm90MmaDecodeMxfp6, kMxfp6E2M3Static, act("w6a6-mxfp6-e2m3"), nullptr},
       {"w4a16-mxfp4", &cuda::kSm90MmaDecodeMxfp4, kMxfp4Static, std::nullopt, "sm90_mxfp4_bf16"},
+      {"w4a4-mxfp4", &cuda::kSm90MmaDecodeMxfp4, kMxfp4Static, act("w4a4-mxfp4"), nullptr},
       {"w4a16-nvfp4", &cuda::kSm90MmaDecodeNvfp4, kNvfp4Static, std::nullopt, nullptr},
   };
   const std::vector<int64_t> kBenchMs = bench_ms();
   const std::vector<cuda_test::MmaVariant> variants = cuda_test::mma_variants();
   const char* csv_path = std::getenv("QL_MMA_BENCH_CSV");
   FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
-  if (csv) std::fprintf(csv, "layer,n,k,m,scheme,us,bf16_lt_us,splits,weight_gbps\n");
+  if (csv) std::fprintf(csv, "layer,n,k,m,scheme,us,bf16_us,clean_us,bf16_clean_us,splits,bytes,tbps\n");
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   cuda::StreamGuard guard(stream);
-  auto flush = cuda::empty(DType::kU8, {512LL << 20}).value();
-  ASSERT_TRUE(cuda::fill_bytes(flush, 0).is_ok());
+  // Two timers: the write flush of `qlinear bench` (as triton's do_bench), and the same followed by a read.
+  const char* flush_env = std::getenv("QLINEAR_BENCH_L2_FLUSH");
+  const std::string flush_was = flush_env ? flush_env : "";
+  unsetenv("QLINEAR_BENCH_L2_FLUSH");
+  auto timer = bench::DeviceTimer::create(0);
+  setenv("QLINEAR_BENCH_L2_FLUSH", "clean", 1);
+  auto clean_timer = bench::DeviceTimer::create(0);
+  if (flush_env) {
+    setenv("QLINEAR_BENCH_L2_FLUSH", flush_was.c_str(), 1);
+  } else {
+    unsetenv("QLINEAR_BENCH_L2_FLUSH");
+  }
+  ASSERT_TRUE(timer && clean_timer);
+  std::printf("[ bench ] %s; %s\n", (*timer)->describe().c_str(), (*timer)->method().c_str());
+  const Scheme& bf16_scheme = *find_scheme("w8a16-fp8");  // any scheme: the bf16 anchor ignores it
+  auto read_buf = cuda::empty(DType::kU8, {int64_t{512} << 20}).value();  // the largest layer's bytes and more
+  ASSERT_TRUE(cuda::fill_bytes(read_buf, 0).is_ok());
   auto sink = cuda::empty(DType::kF32, {1024}).value();
   float* sink_p = static_cast<float*>(sink.raw());
   for (const BenchLayer& bl : kLayers) {
     if (!selected(bl.name, true)) continue;
-    // The anchor: cuBLASLt BF16 on a [N, K] BF16 weight (contents do not matter for time).
-    auto wb = cuda::empty(DType::kBF16, {bl.n, bl.k}).value();
-    ASSERT_TRUE(cuda::fill_bytes(wb, 0x3C).is_ok());
-    std::vector<double> lt_us;
-    for (int64_t m : kBenchMs) {
-      auto x = cuda::empty(DType::kBF16, {m, bl.k}).value();
-      ASSERT_TRUE(cuda::fill_bytes(x, 0x3C).is_ok());
-      auto y = cuda::empty(DType::kBF16, {m, bl.n}).value();
-      cuda::LtGemm g;
-      g.ab_dtype = DType::kBF16;
-      g.w = wb.raw();
-      g.ld_w = bl.k;
-      g.x = x.raw();
-      g.ld_x = bl.k;
-      g.m = m;
-      g.n = bl.n;
-      g.k = bl.k;
-      g.out = y.raw();
-      g.out_dtype = DType::kBF16;
-      lt_us.push_back(median_us([&] { (void)cuda::lt_gemm(g, stream); }, flush, sink_p, stream));
+    std::vector<double> lt_us, lt_clean_us;
+    {
+      auto anchor = bench::CudaAnchor::create("bf16", bf16_scheme, bl.n, bl.k, **timer);
+      auto anchor_clean = bench::CudaAnchor::create("bf16", bf16_scheme, bl.n, bl.k, **clean_timer);
+      ASSERT_TRUE(anchor && anchor_clean) << (anchor ? anchor_clean.message() : anchor.message());
+      for (int64_t m : kBenchMs) {
+        auto t = (*anchor)->time(m, bench::kMinDeviceReps);
+        auto tc = (*anchor_clean)->time(m, bench::kMinDeviceReps);
+        ASSERT_TRUE(t && tc);
+        lt_us.push_back(1000.0 * t->median_ms);
+        lt_clean_us.push_back(1000.0 * tc->median_ms);
+      }
     }
-    wb = Tensor();
     for (const BenchScheme& s : schemes) {
       if (!selected(s.name, false)) continue;
       LinearLayer layer = synthetic_layer(s, bl.n, bl.k);
       // The older BF16 route processes its own copy of the checkpoint tensors (row-major codes).
       const LinearKernel* old_kernel = s.old_bf16_kernel ? find_kernel(s.old_bf16_kernel) : nullptr;
       LinearLayer old_layer;
-      if (old_kernel != nullptr && kBenchMs.back() > 64) {
+      if (old_kernel != nullptr && kBenchMs.back() > 64 && variant_selected("oldbf16")) {
         old_layer = layer;
         if (!old_kernel->process_weights_after_loading(old_layer).is_ok()) old_kernel = nullptr;
         old_layer.params.clear();
@@ -229,37 +228,56 @@ TEST(CudaMmaDecodeBench, DISABLED_VersusCublasLtBf16) {
         auto x = cuda::empty(DType::kBF16, {m, bl.k}).value();
         ASSERT_TRUE(cuda::fill_bytes(x, 0x3C).is_ok());
         auto y = cuda::empty(DType::kBF16, {m, bl.n}).value();
-        auto row = [&](const std::string& name, const LinearKernel& kernel, const LinearLayer& l) {
-          Status st = Status::ok();
-          const double us = median_us(
-              [&] {
-                const Status r = kernel.apply(l, Activation::dense(x), nullptr, y);
-                if (!r.is_ok()) st = r;
-              },
-              flush, sink_p, stream);
-          if (!st.is_ok()) {
+        auto row = [&](const std::string& name, const LinearKernel& kernel, const LinearLayer& l, bool clean) {
+          const bench::TimedCall call = [&](int) { return kernel.apply(l, Activation::dense(x), nullptr, y); };
+          auto t = (*timer)->time(call, bench::kMinDeviceReps);
+          if (!t) {
             std::printf("[ bench ] %s M=%lld %s: %s\n", bl.name, static_cast<long long>(m), name.c_str(),
-                        st.message().c_str());
+                        t.message().c_str());
             return;
           }
+          const double us = 1000.0 * t->median_ms;
+          double clean_us = 0;
+          if (clean) {
+            auto tc = (*clean_timer)->time(call, bench::kMinDeviceReps);
+            if (tc) clean_us = 1000.0 * tc->median_ms;
+          }
           const int splits = cuda::mma_decode_splits_for(layer, m);
-          const double gbps = bytes / (us * 1e3);
-          std::printf("[ bench ] %-12s M=%-5lld %-28s %9.1f us   cuBLASLt bf16 %9.1f us   x%.2f   splits %d   %6.0f GB/s\n",
-                      bl.name, static_cast<long long>(m), name.c_str(), us, lt_us[mi], lt_us[mi] / us, splits, gbps);
+          const double tbps = bytes / (us * 1e6);
+          std::printf("[ bench ] %-11s M=%-4lld %-26s %8.1f us  bf16 %8.1f us  x%.2f  clean %6.1f / %6.1f  "
+                      "splits %d  %5.2f TB/s\n",
+                      bl.name, static_cast<long long>(m), name.c_str(), us, lt_us[mi], lt_us[mi] / us, clean_us,
+                      lt_clean_us[mi], splits, tbps);
           if (csv) {
-            std::fprintf(csv, "%s,%lld,%lld,%lld,%s,%.2f,%.2f,%d,%.0f\n", bl.name, static_cast<long long>(bl.n),
-                         static_cast<long long>(bl.k), static_cast<long long>(m), name.c_str(), us, lt_us[mi], splits,
-                         gbps);
+            std::fprintf(csv, "%s,%lld,%lld,%lld,%s,%.2f,%.2f,%.2f,%.2f,%d,%.0f,%.3f\n", bl.name,
+                         static_cast<long long>(bl.n), static_cast<long long>(bl.k), static_cast<long long>(m),
+                         name.c_str(), us, lt_us[mi], clean_us, lt_clean_us[mi], splits, bytes, tbps);
             std::fflush(csv);
           }
         };
-        row(s.name, *s.kernel, layer);
-        for (const cuda_test::MmaVariant& v : variants) {
-          if (m < v.min_m || m > v.max_m) continue;
-          cuda_test::ForceScope force(v.force);
-          row(std::string(s.name) + "/" + v.name, *s.kernel, layer);
+        row(s.name, *s.kernel, layer, true);
+        if (m == kBenchMs.front() && variant_selected("read")) {
+          // The ceiling at this size: a plain streaming read (16-byte loads, grid-stride) of the same bytes.
+          auto t = (*timer)->time(
+              [&](int) { return cuda::l2_flush_read(read_buf.raw(), static_cast<size_t>(bytes), sink_p, stream); },
+              bench::kMinDeviceReps);
+          if (t) {
+            const double us = 1000.0 * t->median_ms;
+            std::printf("[ bench ] %-11s %-31s %8.1f us  %5.2f TB/s\n", bl.name, (std::string(s.name) + "/read").c_str(),
+                        us, bytes / (us * 1e6));
+            if (csv) {
+              std::fprintf(csv, "%s,%lld,%lld,0,%s/read,%.2f,%.2f,0,0,0,%.0f,%.3f\n", bl.name,
+                           static_cast<long long>(bl.n), static_cast<long long>(bl.k), s.name, us, lt_us[mi], bytes,
+                           bytes / (us * 1e6));
+            }
+          }
         }
-        if (old_kernel != nullptr && m > 64) row(std::string(s.name) + "/oldbf16", *old_kernel, old_layer);
+        for (const cuda_test::MmaVariant& v : variants) {
+          if (m < v.min_m || m > v.max_m || !variant_selected(v.name)) continue;
+          cuda_test::ForceScope force(v.force);
+          row(std::string(s.name) + "/" + v.name, *s.kernel, layer, false);
+        }
+        if (old_kernel != nullptr && m > 64 && variant_selected("oldbf16")) row(std::string(s.name) + "/oldbf16", *old_kernel, old_layer, false);
       }
     }
   }

@@ -34,6 +34,21 @@ inline std::vector<MmaVariant> mma_variants() {
   add("nt1", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kPipelined; f.n16_per_warp = 1; });
   add("nt2", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kPipelined; f.n16_per_warp = 2; });
   add("pipe_s1", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kPipelined; f.splits = 1; });
+  // Split-K on the pipelined kernel: added in a cluster (forced counts), or through partial sums and a
+  // second launch with the splits that rule chose.
+  using cuda::MmaSplitReduce;
+  add("ps", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kPartials; });
+  add("cl2", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kCluster; f.splits = 2; });
+  add("cl3", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kCluster; f.splits = 3; });
+  add("cl4", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kCluster; f.splits = 4; });
+  add("cl8", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kCluster; f.splits = 8; });
+  add("p2", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kPartials; f.splits = 2; });
+  add("p3", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kPartials; f.splits = 3; });
+  add("p4", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kPartials; f.splits = 4; });
+  // M <= 16: the weights read without the L2 streaming (evict-first) window.
+  add("nostream", 1, 16, [](MmaDecodeForce& f) { f.no_l2_streaming = true; });
+  // Quantized activations: the GEMM launched plainly after the activation pass (no programmatic launch).
+  add("nopdl", 1, 1 << 20, [](MmaDecodeForce& f) { f.no_programmatic = true; });
   add("reg2", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kRegisters; f.register_depth = 2; });
   add("reg4", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kRegisters; f.register_depth = 4; });
   add("reg4_nocl", 1, 16, [](MmaDecodeForce& f) {
@@ -46,29 +61,41 @@ inline std::vector<MmaVariant> mma_variants() {
     f.register_depth = 4;
     f.splits = 1;
   });
-  // 17 <= M: larger tiles of the pipelined kernel (the widen route off so that they run at every M).
-  add("mma64", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; });
-  add("t64x64", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.large_m_config = 1; });
-  add("t64x128", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.large_m_config = 2; });
-  // The widen route from M = 65: fragments or gathered elements, row blocks or the whole weight (the table:
-  // whole up to 1 GiB of BF16).
+  // 17 <= M: larger tiles of the pipelined kernel (the widen route and the wgmma kernel off so that they run
+  // at every M).
+  add("mma64", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.wgmma = -1; });
+  add("t64x64", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.wgmma = -1; f.large_m_config = 1; });
+  add("t64x128", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.wgmma = -1; f.large_m_config = 2; });
+  // The swap-AB wgmma kernel (mma_decode_wgmma.hpp; E4M3 and E2M1 layers whose scales fold, the rest keep
+  // the mma.sync kernel): its token tile by M (32, 64, 128, 256), or 64 / 128 tokens per M tile, or without
+  // split-K.
+  add("wgmma", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; });
+  add("wg_t64", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_tokens = 64; });
+  add("wg_t128", 129, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_tokens = 128; });
+  add("wg_s1", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.splits = 1; });
+  // The widen route from M = 65 (the wgmma kernel off): fragments or gathered elements, row blocks or the
+  // whole weight (the table: whole up to 1 GiB of BF16).
   add("wfrag32", 65, 1 << 20, [](MmaDecodeForce& f) {
     f.widen_above_m = 64;
+    f.wgmma = -1;
     f.widen = MmaWidenKind::kFragments;
     f.widen_block_mib = 32;
   });
   add("wgather32", 65, 1 << 20, [](MmaDecodeForce& f) {
     f.widen_above_m = 64;
+    f.wgmma = -1;
     f.widen = MmaWidenKind::kGather;
     f.widen_block_mib = 32;
   });
   add("wfrag8", 65, 1 << 20, [](MmaDecodeForce& f) {
     f.widen_above_m = 64;
+    f.wgmma = -1;
     f.widen = MmaWidenKind::kFragments;
     f.widen_block_mib = 8;
   });
   add("wfrag_all", 65, 1 << 20, [](MmaDecodeForce& f) {
     f.widen_above_m = 64;
+    f.wgmma = -1;
     f.widen = MmaWidenKind::kFragments;
     f.widen_block_mib = -1;
   });

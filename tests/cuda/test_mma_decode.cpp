@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -236,7 +237,11 @@ TEST(CudaMmaDecode, EveryForcedVariantMatchesTheReference) {
   small_blocks.name = "wfrag1";
   small_blocks.force.widen_block_mib = 1;
   variants.push_back(small_blocks);
+  // QL_MMA_TEST_VARIANTS="cl2,p3": only these (a device script short of time); unset: every variant.
+  const char* only = std::getenv("QL_MMA_TEST_VARIANTS");
+  const std::string list = only ? std::string(",") + only + "," : "";
   for (const cuda_test::MmaVariant& v : variants) {
+    if (only && list.find("," + v.name + ",") == std::string::npos) continue;
     SCOPED_TRACE("variant " + v.name);
     cuda_test::ForceScope force(v.force);
     const bool small = v.max_m <= 16;
@@ -247,6 +252,87 @@ TEST(CudaMmaDecode, EveryForcedVariantMatchesTheReference) {
         check({ks.kernel, s, m, 200, 800});
         if (m != 7 && m < 256) check({ks.kernel, s, m, 1040, 1024});  // several N blocks
         if (small) check({ks.kernel, s, m, 128, 8192});               // split K
+      }
+    }
+  }
+}
+
+// The swap-AB wgmma kernel forced at every M from 17 (token tiles 32 / 64 / 128 / 256 by M, several M tiles at
+// 300), on N and K off its 128-row and 64-K tiles, split K, bias and output dtypes; each token tile forced
+// on its own too (FP6 layers and MX scales outside the fold range keep the mma.sync kernel).
+TEST(CudaMmaDecode, WgmmaKernelMatchesTheReference) {
+  QL_REQUIRE_SM90();
+  for (const KernelScheme& ks : kAll) {
+    if (ks.kernel == &cuda::kSm90MmaDecodeMxfp6) continue;
+    const Scheme s = scheme_of(ks);
+    {
+      cuda::MmaDecodeForce f;
+      f.wgmma = 1;
+      cuda_test::ForceScope force(f);
+      LinearConfig config;  // the route explain shows for M = 64 is the wgmma kernel's
+      config.family = ks.kernel->family();
+      config.weight_key = s.weight_key;
+      config.n = 200;
+      config.k = 800;
+      bool named = false;
+      for (const MRoute& r : ks.kernel->m_routes(config)) {
+        if (r.contains(64)) named = r.why.find("wgmma") != std::string::npos;
+      }
+      EXPECT_TRUE(named) << s.name;
+      for (int64_t m : {17, 63, 64, 65, 128, 255, 256, 300}) {
+        check({ks.kernel, s, m, 200, 800});
+        check({ks.kernel, s, m, 1040, 1088});  // 9 N blocks, the last partial
+      }
+      for (int64_t m : {24, 130}) {
+        check({ks.kernel, s, m, 128, 8192});  // one N block: split K
+        check({ks.kernel, s, m, 136, 512, Spread::kNarrow, DType::kF32, DType::kBF16});
+        check({ks.kernel, s, m, 96, 320, Spread::kNarrow, DType::kF16, DType::kF32, {32, 64}});
+      }
+    }
+    for (int tokens : {32, 64, 128, 256}) {
+      cuda::MmaDecodeForce f;
+      f.wgmma = 1;
+      f.wgmma_tokens = tokens;
+      cuda_test::ForceScope force(f);
+      check({ks.kernel, s, 200, 272, 1024});
+    }
+  }
+}
+
+// M <= 16 split-K: the splits added in a thread-block cluster and through FP32 partial sums plus the
+// reduction launch give the same output bit for bit (both add in split order), for 2 .. 8 splits, and a
+// second call gives it again.
+TEST(CudaMmaDecode, ClusterAndPartialSumSplitsAgreeBitForBit) {
+  QL_REQUIRE_SM90();
+  for (const KernelScheme& ks : kAll) {
+    for (int64_t m : {1, 7, 16}) {
+      const Case c{ks.kernel, scheme_of(ks), m, 144, 8448, Spread::kNarrow, DType::kBF16, DType::kF32};
+      const uint64_t seed = fresh_seed();
+      SCOPED_TRACE(describe(c, seed));
+      auto p = prepare(c, seed);
+      ASSERT_TRUE(p);
+      const Tensor x = to_dtype(random_normal(DType::kF32, {m, c.k}, seed + 1, 1.0), DType::kBF16);
+      const Tensor bias = to_dtype(random_normal(DType::kF32, {c.n}, seed + 2, 0.5), DType::kF32);
+      auto xd = cuda::to_device(x).value();
+      auto bd = cuda::to_device(bias).value();
+      auto run = [&](cuda::MmaSplitReduce how, int splits) {
+        cuda::MmaDecodeForce f;
+        f.split_reduce = how;
+        f.splits = splits;
+        cuda_test::ForceScope force(f);
+        auto od = cuda::empty(DType::kBF16, {m, c.n}).value();
+        EXPECT_TRUE(cuda::fill_bytes(od, 0xFF).is_ok());
+        const Status as = c.kernel->apply(p->mine, Activation::dense(xd), &bd, od);
+        EXPECT_TRUE(as.is_ok()) << as.message();
+        return cuda::to_host(od).value();
+      };
+      for (int splits : {2, 3, 8}) {
+        const Tensor a = run(cuda::MmaSplitReduce::kCluster, splits);
+        const Tensor b = run(cuda::MmaSplitReduce::kPartials, splits);
+        const Tensor again = run(cuda::MmaSplitReduce::kCluster, splits);
+        EXPECT_EQ(std::memcmp(a.raw(), b.raw(), static_cast<size_t>(a.nbytes())), 0) << splits << " splits";
+        EXPECT_EQ(std::memcmp(a.raw(), again.raw(), static_cast<size_t>(a.nbytes())), 0) << splits << " splits";
+        EXPECT_EQ(compare(c, *p, x, &bias, a, nullptr), 0) << splits << " splits";
       }
     }
   }

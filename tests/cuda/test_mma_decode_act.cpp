@@ -27,6 +27,7 @@
 #include "backends/cuda/mma_decode_kernels.hpp"
 #include "backends/reference/reference_kernels.hpp"
 #include "cuda/cuda_test_util.hpp"
+#include "cuda/mma_variants.hpp"
 #include "qlinear/cuda.hpp"
 #endif
 
@@ -225,6 +226,9 @@ TEST(CudaMmaDecodeAct, MatchesTheReferenceOverM) {
 // the row blocks: small enough for compute-sanitizer.
 TEST(CudaMmaDecodeAct, WideningRouteAtItsFirstM) {
   QL_REQUIRE_SM90();
+  cuda::MmaDecodeForce f;
+  f.wgmma = -1;  // the widening route, not the wgmma kernel
+  cuda_test::ForceScope force(f);
   for (const Scheme& s : all_act_schemes()) check({s, cuda::kMmaWidenAboveM + 1, 200, odd_k(s), DType::kBF16, DType::kBF16, DType::kBF16});
 }
 
@@ -237,6 +241,21 @@ TEST(CudaMmaDecodeAct, SplitKInputDtypesBiasAndOutputDtypes) {
       check({s, m, 96, odd_k(s), DType::kF32, DType::kF16, DType::kF32});
       check({s, m, 72, 512, DType::kBF16, DType::kBF16, DType::kF16});
     }
+  }
+}
+
+// The swap-AB wgmma kernel forced (E4M3 / E2M1 weights; FP6 keeps the mma.sync kernel): the activation
+// factor (static FP8 scale, NVFP4 1/g) and the quantized values through its epilogue, split K and dtypes.
+TEST(CudaMmaDecodeAct, WgmmaKernelMatchesTheReference) {
+  QL_REQUIRE_SM90();
+  cuda::MmaDecodeForce f;
+  f.wgmma = 1;
+  cuda_test::ForceScope force(f);
+  for (const Scheme& s : all_act_schemes()) {
+    if (s.family == Family::kMxfp6) continue;
+    for (int64_t m : {17, 64, 65, 256, 300}) check({s, m, 200, odd_k(s)});
+    check({s, 40, 128, 8192});
+    check({s, 130, 96, odd_k(s), DType::kF16, DType::kF32, DType::kBF16});
   }
 }
 

@@ -70,7 +70,7 @@ TEST(MmaLayout, ScalesRoundTripAndPadWithOne) {
       const int64_t last = l.k_slabs() - 1;
       for (int64_t j = 0; j < per_slab; ++j) {
         if (last * per_slab + j < s.k / group) continue;
-        EXPECT_EQ(packed[static_cast<size_t>(last * 32 * rec + j)], sc == MmaScale::kMx32 ? 127 : 0x38);
+        EXPECT_EQ(packed[static_cast<size_t>(last * cuda::kMmaScaleRecords * rec + j)], sc == MmaScale::kMx32 ? 127 : 0x38);
       }
     }
   }
@@ -108,8 +108,20 @@ void placed_group(MmaCode c, const uint32_t* w, int q, uint32_t (&a)[2][4]) {
       }
     }
   } else if (c == MmaCode::kE2M1) {
+    // prmt with selector nibbles (index bits 2..0; bit 3 is 0 here): bytes 0..3 of lo, then 4..7 of hi.
+    auto prmt = [](uint32_t lo, uint32_t hi, uint32_t sel) {
+      const uint64_t bytes = (static_cast<uint64_t>(hi) << 32) | lo;
+      uint32_t out = 0;
+      for (int i = 0; i < 4; ++i) out |= static_cast<uint32_t>((bytes >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+      return out;
+    };
     for (int h = 0; h < 2; ++h) {
-      for (int r = 0; r < 4; ++r) a[h][r] = place(c, w[2 * q + h] << (4 * r));
+      const uint32_t word = w[2 * q + h];
+      const uint32_t u = (word & 0x33333333u) | 0x40404040u, v = ((word >> 2) & 0x33333333u) | 0x40404040u;
+      a[h][0] = prmt(0xC0804000u, 0x81800100u, u);
+      a[h][1] = prmt(0xC0804000u, 0x81800100u, v);
+      a[h][2] = prmt(0xC0804000u, 0x81800100u, u >> 16);
+      a[h][3] = prmt(0xC0804000u, 0x81800100u, v >> 16);
     }
   } else {
     const uint32_t A = w[3 * q], B = w[3 * q + 1], C = w[3 * q + 2];

@@ -38,6 +38,9 @@ struct Params {
 
 template <class T>
 __global__ void __launch_bounds__(kThreads) act_quant_bf16_kernel(const T* __restrict__ x, const Params p) {
+  // The GEMM after this pass may start now (programmatic dependent launch, mma_decode.cuh): it streams its
+  // first weights and waits for this grid's completion before it reads the values written here.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int64_t chunks_per_row = p.k / kVec;
   const int64_t c = blockIdx.x * int64_t{kThreads} + threadIdx.x;
   const bool valid = c < p.m * chunks_per_row;

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include <atomic>
 #include <mutex>
 
 #include "backends/cuda/mma_decode_regs.cuh"
+#include "backends/cuda/mma_decode_wgmma.hpp"
 
 namespace qlinear::cuda {
 
@@ -23,7 +25,7 @@ constexpr MmaTileConfig kTileTable[] = {
 
 int64_t stage_bytes(const MmaLayout& l, const MmaTileConfig& t) {
   const int64_t tiles = mma_detail::kWarpsN * t.n16_per_warp;
-  return tiles * mma_detail::kWarpsK * (l.unit_bytes() + kMmaLanes * mma_scale_record_bytes(l.scale)) +
+  return tiles * mma_detail::kWarpsK * (l.unit_bytes() + kMmaScaleRecords * mma_scale_record_bytes(l.scale)) +
          8 * t.token_tiles * mma_detail::kStageK * 2;
 }
 
@@ -41,6 +43,21 @@ __global__ void mma_decode_reduce_kernel(const MmaDecodeArgs a, int splits, cons
     if (a.bias != nullptr) v += load_bias(a.bias, a.bias_dtype, row);
     store_out(a.out, a.out_dtype, i, v);
   }
+}
+
+int max_access_policy_window() {
+  static std::atomic<int> cached[64];  // per device: 0 unknown, -1 none, else bytes
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  std::atomic<int>& c = cached[device & 63];
+  int v = c.load(std::memory_order_relaxed);
+  if (v == 0) {
+    int bytes = 0;
+    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxAccessPolicyWindowSize, device) != cudaSuccess) bytes = 0;
+    v = bytes > 0 ? bytes : -1;
+    c.store(v, std::memory_order_relaxed);
+  }
+  return v > 0 ? v : 0;
 }
 
 }  // namespace mma_detail
@@ -80,13 +97,24 @@ const MmaDecodeForce& mma_decode_forced() { return forced; }
 // there at M = 64, while smaller layers lose the blocks they need to fill the GPU.
 bool wide_large_m_tiles(const MmaLayout& l) { return l.k >= 16384 || l.n >= 32768; }
 
+// The partial-sum rule of M <= 16 (forced, or after the activation pass): 128 rows per block for E2M1, K
+// split over up to 16 blocks by the wave rule, partial sums added by a second launch. After the activation
+// pass it measured 1.06x the best variant on average against 1.13-1.19x for the cluster rules (H200, 70B and
+// 8B shapes, W4A4 and W6A6 at M = 1 and 16).
+namespace {
+bool partial_sum_rule(const MmaDecodeArgs& a) {
+  return forced.split_reduce == MmaSplitReduce::kPartials ||
+         (forced.split_reduce == MmaSplitReduce::kTable && a.programmatic);
+}
+}  // namespace
+
 MmaTileConfig mma_config_for(const MmaDecodeArgs& a) {
   if (a.layout.scale == MmaScale::kMx32 && !a.fold) return kTileTable[std::size(kTileTable) - 1];  // promoted
   MmaTileConfig t = mma_tile_config(a.m);
   if (t.token_tiles <= 2) {
-    // E2M1 stages are half as many bytes as E4M3: 128 rows per block keep as many bytes in flight (measured
-    // up to 20% faster for MXFP4 at M = 1..16 on the Llama shapes, while E4M3/FP6 lost on some).
-    if (a.layout.code == MmaCode::kE2M1) t.n16_per_warp = 2;
+    // 64 weight rows per block for every code. (With 4x larger scale records and the shift-and-mask E2M1
+    // decode, 128 rows per block measured faster for E2M1; the forced partial-sum rule keeps that choice.)
+    if (a.layout.code == MmaCode::kE2M1 && partial_sum_rule(a)) t.n16_per_warp = 2;
     if (forced.stages != 0) t.stages = forced.stages;
     if (forced.n16_per_warp != 0) t.n16_per_warp = forced.n16_per_warp;
     return t;
@@ -100,6 +128,16 @@ MmaTileConfig mma_config_for(const MmaDecodeArgs& a) {
 bool mma_takes_registers_kernel(const MmaDecodeArgs& a) {
   if (a.m > 16 || (a.layout.scale == MmaScale::kMx32 && !a.fold)) return false;
   return forced.small_m == MmaSmallMKernel::kRegisters;
+}
+
+// M <= 16 on the pipelined kernel: the K splits add up in a thread-block cluster unless partial sums are
+// forced (M > 16 keeps the partial sums: its tiles are wider than a cluster's shared memory wants).
+// After the activation pass (programmatic launch) the splits add up through partial sums: a cluster launch
+// that waits for the pass measured far slower (70B o W4A4, M = 1: 25.2 us against 18.9 for W4A16).
+bool mma_split_in_cluster(const MmaDecodeArgs& a) {
+  if (a.m > 16 || mma_takes_registers_kernel(a)) return false;
+  return forced.split_reduce == MmaSplitReduce::kCluster ||
+         (forced.split_reduce == MmaSplitReduce::kTable && !a.programmatic);
 }
 
 namespace {
@@ -125,10 +163,14 @@ SplitShape split_shape(const MmaDecodeArgs& a) {
   const int64_t smem = t.stages * stage_bytes(a.layout, t);
   // Blocks per SM: the kernel's __launch_bounds__ minimum (3 for small token tiles with 3 stages, 2 with 4,
   // 1 for 64 tokens), capped by shared memory.
-  const int64_t by_regs = t.token_tiles <= 2 ? (t.stages <= 3 ? 3 : 2) : 1;
+  int64_t by_regs = t.token_tiles <= 2 ? (t.stages <= 3 ? 3 : 2) : 1;
+  // The cluster rule counts the blocks an SM really holds: 64-row blocks of 8 tokens use 53-59 registers (4
+  // blocks of 256 threads fit), of 16 tokens 68-76 (3 fit) (ptxas, sm_90a), so shared memory decides:
+  // FP6 and E2M1 stages are small enough for 3-4 blocks where E4M3 fits 2.
+  if (a.m <= 16 && t.token_tiles <= 2 && t.n16_per_warp == 1 && !partial_sum_rule(a)) by_regs = t.token_tiles == 1 ? 4 : 3;
   const int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(by_regs, (228 << 10) / (smem + 1024)));
   return {mma_detail::kWarpsN * t.n16_per_warp, 8 * t.token_tiles, per_sm, a.layout.k_slabs() / mma_detail::kWarpsK, 4,
-          16};
+          mma_split_in_cluster(a) ? kMmaMaxClusterSplits : 16};
 }
 
 }  // namespace
@@ -137,6 +179,7 @@ SplitShape split_shape(const MmaDecodeArgs& a) {
 // fills whole waves of the GPU's block slots, with a minimum of K per split (1024 for the pipelined kernel)
 // and the FP32 partial sums at most a quarter of the weight bytes.
 int mma_decode_splits(const MmaDecodeArgs& a) {
+  if (mma_takes_wgmma_route(a)) return mma_wgmma_splits(a);
   const SplitShape sh = split_shape(a);
   const double slots = static_cast<double>(sh.per_sm * a.sm_count);
   const int64_t blocks = (a.layout.n_tiles() + sh.tiles_per_block - 1) / sh.tiles_per_block *
@@ -151,15 +194,28 @@ int mma_decode_splits(const MmaDecodeArgs& a) {
   // the partial sums cost more than the idle SMs (measured: 70B qkv/o, 8B qkv and gate_up faster unsplit,
   // 70B down and 8B down faster split). E2M1 blocks carry half the bytes and keep the wave rule (70B qkv
   // measured 16% slower unsplit).
-  const bool small_pipelined = !mma_takes_registers_kernel(a) && a.m <= 16 && a.layout.code != MmaCode::kE2M1;
+  // With the splits added in a cluster (M <= 16) the wave rule holds for every code: no scratch, no second
+  // launch.
+  // M <= 16 (the table's rule): at most two splits, where they still fit one wave of block slots or fill
+  // the last wave better; the two add up in a cluster (or through partial sums after the activation pass).
+  // Measured on the H200 (70B and 8B shapes, every code): three or more splits in a cluster ran far slower
+  // (cluster scheduling), and more splits through partial sums lost to two in a cluster wherever two fit.
+  const bool cluster = mma_split_in_cluster(a);
+  const bool table_small_m = a.m <= 16 && !mma_takes_registers_kernel(a) && !partial_sum_rule(a);
+  const bool small_pipelined =
+      !cluster && !mma_takes_registers_kernel(a) && a.m <= 16 && a.layout.code != MmaCode::kE2M1;
   const bool worth_splitting =
       !small_pipelined || (blocks < a.sm_count && (2 * blocks <= a.sm_count || a.layout.k >= 16384));
   int64_t best = 1;
   if (forced.splits > 0) {
-    best = std::min<int64_t>(forced.splits, steps);
+    best = std::min<int64_t>({forced.splits, steps, sh.max_splits});
+  } else if (table_small_m) {
+    const bool fits = 2 * static_cast<double>(blocks) <= slots;
+    const bool fills = static_cast<double>(blocks) > slots && efficiency(2) > efficiency(1) + 0.05;
+    if (steps >= 2 * sh.min_steps_per_split && (fits || fills)) best = 2;
   } else if (worth_splitting) {
     for (int64_t s = 2; s <= sh.max_splits && steps / s >= sh.min_steps_per_split; ++s) {
-      if (s * a.m * a.layout.n * 4 > a.layout.weight_bytes() / 4) break;
+      if (!cluster && s * a.m * a.layout.n * 4 > a.layout.weight_bytes() / 4) break;
       if (efficiency(s) > efficiency(best) + 0.05) best = s;
     }
   }
@@ -172,9 +228,11 @@ bool mma_takes_widen_route(const MmaDecodeArgs& a) {
   return above >= 0 && a.m > above && (a.layout.scale != MmaScale::kMx32 || a.fold);
 }
 
-std::vector<int64_t> mma_route_bucket_ends() { return {8, 16, kMmaDecodeMaxM, kMmaWidenAboveM}; }
+// 32 and 256: where the wgmma kernel's token tile and its default range change (mma_decode_wgmma.cu).
+std::vector<int64_t> mma_route_bucket_ends() { return {8, 16, 32, kMmaDecodeMaxM, kMmaWidenAboveM, 256}; }
 
 std::string mma_route_description(const MmaDecodeArgs& a) {
+  if (mma_takes_wgmma_route(a)) return mma_wgmma_description(a);
   if (mma_takes_widen_route(a)) {
     return "weights widened to BF16 per call (fragment decode; the whole weight at once up to 1 GiB of scratch, "
            "row blocks of 1 GiB beyond) + cuBLASLt BF16 GEMM";
@@ -190,6 +248,7 @@ std::string mma_route_description(const MmaDecodeArgs& a) {
   std::string why = "pipelined kernel: " + std::to_string(8 * t.token_tiles) + " tokens x " +
                     std::to_string(64 * t.n16_per_warp) + " rows per block, " + std::to_string(t.stages) +
                     " cp.async stages, split-K " + std::to_string(splits);
+  if (splits > 1) why += mma_split_in_cluster(a) ? " added in a thread-block cluster" : " through partial sums";
   if (a.m > 8 * t.token_tiles) why += ", M tiles decode the weights again each";
   if (a.layout.scale == MmaScale::kMx32 && !a.fold) why += ", E8M0 scales promoted per 32 in FP32";
   return why;
@@ -197,11 +256,13 @@ std::string mma_route_description(const MmaDecodeArgs& a) {
 
 Status launch_mma_decode(const MmaDecodeArgs& a, Stream stream) {
   if (a.m == 0 || a.layout.n == 0) return Status::ok();
+  if (mma_takes_wgmma_route(a)) return launch_mma_wgmma(a, stream);
   if (mma_takes_widen_route(a)) return launch_mma_widen_gemm(a, stream);
   const MmaTileConfig t = mma_config_for(a);
   const int splits = mma_decode_splits(a);
   const bool regs = mma_takes_registers_kernel(a);
-  const bool cluster = regs && splits > 1 && splits <= kMmaMaxClusterSplits && !forced.no_cluster_reduce;
+  const bool cluster = splits > 1 && splits <= kMmaMaxClusterSplits &&
+                       (regs ? !forced.no_cluster_reduce : mma_split_in_cluster(a));
   Scratch partial;
   if (splits > 1 && !cluster) {
     QL_ASSIGN_OR_RETURN(partial, Scratch::make(sizeof(float) * splits * a.m * a.layout.n, stream));

@@ -12,7 +12,13 @@
 //             row r at c ^ (r & 7), so the 8 rows one ldmatrix reads hit 8 different bank groups
 // and warp (wn, wk) multiplies its tiles with slab wk of the stage: per 32-wide K group it loads the token
 // fragments with ldmatrix.x4, decodes its A fragments from the lane's packed words and issues TN MMAs per
-// 16x16 tile. The two K warps of a tile add their sums through shared memory at the end.
+// 16x16 tile. The two K warps of a tile add their sums through shared memory at the end; with split-K the
+// splits of an N block then add up in a thread-block cluster (rank 0 in rank order) or write FP32 partial
+// sums for mma_decode_reduce_kernel.
+//
+// After the activation pass (quantized activations) the kernel is a programmatic dependent launch: the
+// first stages' weight and scale copies go out before griddepcontrol.wait, the activation copies after it,
+// so the launch and the first weight bytes overlap the pass.
 //
 // Decode, exactly. A code's sign and magnitude bits are moved into a BF16 (sign to bit 15, exponent and
 // mantissa bits to the bottom of BF16's exponent and the top of its mantissa): the result is the code's value
@@ -32,6 +38,10 @@
 // The tensor core multiplies BF16 pairs exactly and accumulates in FP32; x is used as given.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <cooperative_groups.h>
+
+#include <algorithm>
 
 #include <atomic>
 
@@ -54,9 +64,10 @@ template <MmaCode C, MmaScale S, int TN, int NT, int STAGES>
 struct Shape {
   static constexpr int kUnitBytes = 32 * 4 * CodeTraits<C>::kWords;
   static constexpr int kRec = static_cast<int>(mma_scale_record_bytes(S));
+  static constexpr int kRecords = static_cast<int>(kMmaScaleRecords);  // per unit
   static constexpr int kTiles = kWarpsN * NT;  // A tiles per block
   static constexpr int kWBytes = kTiles * kWarpsK * kUnitBytes;
-  static constexpr int kSBytes = kTiles * kWarpsK * 32 * kRec;
+  static constexpr int kSBytes = kTiles * kWarpsK * kRecords * kRec;
   static constexpr int kXRows = 8 * TN;
   static constexpr int kXBytes = kXRows * kStageK * 2;
   static constexpr int kStageBytes = kWBytes + kSBytes + kXBytes;
@@ -87,6 +98,9 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+// Programmatic dependent launch (sm_90): wait until the grid this one was launched after has completed and
+// its writes are visible (returns at once when there is none).
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -115,10 +129,32 @@ __device__ __forceinline__ uint32_t place(uint32_t x) {
   return (x & 0x80008000u) | ((x >> 5) & 0x03E003E0u);  // E3M2
 }
 
+// Two E2M1 codes as the BF16 pair `place` makes of them, from the byte selectors of the low 16 bits of sel
+// (nibbles: low byte m1 m0 of code 0 (0..3), high byte 4 + 2 s + m2 of code 0 (4..7), the same for code 1):
+// bytes 0..3 are 0x00 0x40 0x80 0xC0 (m1 m0 at bits 7..6), bytes 4..7 0x00 0x01 0x80 0x81 (s at 7, m2 at 0).
+// (__byte_perm would mask the selector first: prmt itself reads bit 3 of a nibble as its sign mode, 0 here.)
+// `lo` holds 0xC0804000 (e2m1_table_lo(): a register the kernel keeps; the other table is an immediate).
+__device__ __forceinline__ uint32_t e2m1_placed(uint32_t lo, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(lo), "n"(0x81800100u), "r"(sel));
+  return d;
+}
+// The low-byte table, loaded once per kernel from global memory: as a constant the compiler keeps it in a
+// uniform register and copies it into a vector register before every prmt (one more instruction each).
+__device__ const uint32_t kE2m1TableLo = 0xC0804000u;
+__device__ __forceinline__ uint32_t e2m1_table_lo() { return __ldg(&kE2m1TableLo); }
+// (a & b) | c in one lop3.
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
 // The 8 BF16 pairs (a[h][r]: tile h, register r) of K group q from the lane's words (mma_layout.hpp),
 // multiplied by f[h][r & 1] (row g or g+8 factor of tile h).
 template <MmaCode C>
-__device__ __forceinline__ void decode_group(const uint32_t* w, int q, const uint32_t (&f)[2][2], uint32_t (&a)[2][4]) {
+__device__ __forceinline__ void decode_group(const uint32_t* w, int q, const uint32_t (&f)[2][2], uint32_t (&a)[2][4],
+                                             uint32_t e2m1_lo) {
   if constexpr (C == MmaCode::kE4M3) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -130,11 +166,18 @@ __device__ __forceinline__ void decode_group(const uint32_t* w, int q, const uin
       }
     }
   } else if constexpr (C == MmaCode::kE2M1) {
+    // Each code's bits 1..0 select the low byte of its BF16 (bits 7..6: m1 m0 of `place`) and bits 3..2 the
+    // high byte (bit 15 sign, bit 8 m2) from two 4-byte tables: one prmt per register, the selectors of
+    // all four registers from two masks and two shifts (the layout puts the fields where the masks take them).
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint32_t word = w[2 * q + h];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) a[h][r] = bf16x2_mul(place<C>(word << (4 * r)), f[h][r & 1]);
+      const uint32_t u = and_or(word, 0x33333333u, 0x40404040u);       // r0 (low 16 bits), r2 (high)
+      const uint32_t v = and_or(word >> 2, 0x33333333u, 0x40404040u);  // r1, r3
+      a[h][0] = bf16x2_mul(e2m1_placed(e2m1_lo, u), f[h][0]);
+      a[h][1] = bf16x2_mul(e2m1_placed(e2m1_lo, v), f[h][1]);
+      a[h][2] = bf16x2_mul(e2m1_placed(e2m1_lo, u >> 16), f[h][0]);
+      a[h][3] = bf16x2_mul(e2m1_placed(e2m1_lo, v >> 16), f[h][1]);
     }
   } else {
     const uint32_t A = w[3 * q], B = w[3 * q + 1], Cw = w[3 * q + 2];
@@ -179,11 +222,12 @@ __device__ __forceinline__ void store_out(void* out, DType d, int64_t i, float v
 }
 
 // grid (N blocks, splits, M tiles). partial: null -> the epilogue writes out; else [splits][M][N] f32 sums.
+// cluster_reduce: the grid's splits form clusters of (1, splits, 1) and add up in rank 0 (partial is null).
 // PROMOTE (kMx32 only): the block scales multiply each group's FP32 partial sum instead of folding into the
 // BF16 weights (layers whose scales leave the fold range).
 template <MmaCode C, MmaScale S, int TN, int NT, int STAGES, bool PROMOTE>
 __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
-    mma_decode_kernel(const MmaDecodeArgs a, int steps_per_split, float* __restrict__ partial) {
+    mma_decode_kernel(const MmaDecodeArgs a, int steps_per_split, float* __restrict__ partial, bool cluster_reduce) {
   static_assert(!PROMOTE || S == MmaScale::kMx32, "promotion is for E8M0 block scales");
   using Sh = Shape<C, S, TN, NT, STAGES>;
   constexpr int kWords = CodeTraits<C>::kWords;
@@ -204,7 +248,7 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
   constexpr int kTileChunks = kWarpsK * Sh::kUnitBytes / 16;  // a tile's two slabs: one contiguous run
   constexpr int kWChunks = Sh::kTiles * kTileChunks;
   constexpr int kWPerThread = (kWChunks + kThreads - 1) / kThreads;
-  constexpr int kSTileChunks = kWarpsK * 32 * Sh::kRec / 16;
+  constexpr int kSTileChunks = kWarpsK * Sh::kRecords * Sh::kRec / 16;
   constexpr int kSChunks = Sh::kTiles * kSTileChunks;
   constexpr int kXChunks = Sh::kXRows * 32;  // 32 chunks of 8 BF16 per row
   constexpr int kXPerThread = (kXChunks + kThreads - 1) / kThreads;
@@ -222,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
     for (int j = 0; j < kSPerThread; ++j) {
       const int i0 = threadIdx.x + j * kThreads, i = i0 < kSChunks ? i0 : 0;
       const int64_t tile = min(tile0 + i / kSTileChunks, n_tiles - 1);
-      ssrc[j] = a.w_scale + (tile * k_slabs + static_cast<int64_t>(step0) * kWarpsK) * 32 * Sh::kRec +
+      ssrc[j] = a.w_scale + (tile * k_slabs + static_cast<int64_t>(step0) * kWarpsK) * Sh::kRecords * Sh::kRec +
                 (i % kSTileChunks) * 16;
     }
   }
@@ -237,7 +281,8 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
     xsrc[j] = static_cast<const __nv_bfloat16*>(a.x) + (xrow_ok[j] ? m * a.ld_x : 0) + (i % 32) * 8;
   }
 
-  auto load_stage = [&](int buf, int step) {
+  // A stage's weights and scales (never written by a kernel before this one) and its activations.
+  auto load_weights = [&](int buf, int step) {
     uint8_t* st = smem + buf * Sh::kStageBytes;
     const int64_t wstep = static_cast<int64_t>(step) * kWarpsK * Sh::kUnitBytes;
 #pragma unroll
@@ -250,10 +295,13 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
       for (int j = 0; j < kSPerThread; ++j) {
         const int i = threadIdx.x + j * kThreads;
         if (i < kSChunks) {
-          cp_async16(st + Sh::kWBytes + i * 16, ssrc[j] + static_cast<int64_t>(step) * kWarpsK * 32 * Sh::kRec);
+          cp_async16(st + Sh::kWBytes + i * 16, ssrc[j] + static_cast<int64_t>(step) * kWarpsK * Sh::kRecords * Sh::kRec);
         }
       }
     }
+  };
+  auto load_x = [&](int buf, int step) {
+    uint8_t* st = smem + buf * Sh::kStageBytes;
     const int64_t kcol0 = (step0 + step) * static_cast<int64_t>(kStageK);
 #pragma unroll
     for (int j = 0; j < kXPerThread; ++j) {
@@ -264,7 +312,6 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
       cp_async16_zfill(st + Sh::kWBytes + Sh::kSBytes + (r * 32 + (c ^ (r & 7))) * 16, ok ? xsrc[j] + kcol0 : xsrc[j],
                        ok ? 16 : 0);
     }
-    cp_async_commit();
   };
 
   float acc[NT][TN][4];
@@ -275,24 +322,30 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[j][tt][e] = 0.0f;
 
+  // The first stages' weights go out before the wait for the kernel that writes x (programmatic dependent
+  // launch: a no-op when launched without it), so they stream while that kernel finishes; the groups stay
+  // one per stage (group 0 also holds the later stages' weights, which were issued first anyway).
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < steps) {
-      load_stage(s, s);
-    } else {
-      cp_async_commit();
-    }
+    if (s < steps) load_weights(s, s);
+  }
+  grid_dependency_wait();
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < steps) load_x(s, s);
+    cp_async_commit();
   }
 
   constexpr int kBias = CodeTraits<C>::kBias;
+  const uint32_t e2m1_lo = C == MmaCode::kE2M1 ? e2m1_table_lo() : 0u;
   for (int it = 0; it < steps; ++it) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();  // stage `it` landed for every thread; every warp is done with stage it - 1
     if (it + STAGES - 1 < steps) {
-      load_stage((it + STAGES - 1) % STAGES, it + STAGES - 1);
-    } else {
-      cp_async_commit();
+      load_weights((it + STAGES - 1) % STAGES, it + STAGES - 1);
+      load_x((it + STAGES - 1) % STAGES, it + STAGES - 1);
     }
+    cp_async_commit();
 
     const uint8_t* st = smem + (it % STAGES) * Sh::kStageBytes;
     const uint8_t* xs = st + Sh::kWBytes + Sh::kSBytes;
@@ -311,11 +364,11 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
         w[j][4 * p + 3] = v.w;
       }
       if constexpr (S == MmaScale::kMx32) {
-        const uint2 v = *reinterpret_cast<const uint2*>(st + Sh::kWBytes + (unit * 32 + lane) * 8);
+        const uint2 v = *reinterpret_cast<const uint2*>(st + Sh::kWBytes + (unit * Sh::kRecords + lane / 4) * 8);
         sc[j][0] = v.x;
         sc[j][1] = v.y;
       } else if constexpr (S == MmaScale::kNv16) {
-        const uint4 v = *reinterpret_cast<const uint4*>(st + Sh::kWBytes + (unit * 32 + lane) * 16);
+        const uint4 v = *reinterpret_cast<const uint4*>(st + Sh::kWBytes + (unit * Sh::kRecords + lane / 4) * 16);
         sc[j][0] = v.x;
         sc[j][1] = v.y;
         sc[j][2] = v.z;
@@ -363,7 +416,7 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
           }
         }
         uint32_t af[2][4];
-        decode_group<C>(w[j], q, f, af);
+        decode_group<C>(w[j], q, f, af, e2m1_lo);
 #pragma unroll
         for (int tt = 0; tt < TN; ++tt) {
           if constexpr (PROMOTE) {
@@ -387,15 +440,55 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
 
   // The K warps' sums: wk = 1 hands its accumulators to wk = 0 through shared memory ([value][lane]).
   float* red = reinterpret_cast<float*>(smem);
+  auto red_at = [&](int j, int tt, int e) -> int { return (((wn * NT + j) * TN + tt) * 4 + e) * 32 + lane; };
   if (wk == 1) {
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int tt = 0; tt < TN; ++tt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) red[(((wn * NT + j) * TN + tt) * 4 + e) * 32 + lane] = acc[j][tt][e];
+        for (int e = 0; e < 4; ++e) red[red_at(j, tt, e)] = acc[j][tt][e];
   }
   __syncthreads();
+  if (wk == 0) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int tt = 0; tt < TN; ++tt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][tt][e] += red[red_at(j, tt, e)];
+  }
+  if (cluster_reduce) {
+    // The splits of this N block are one thread-block cluster (rank = split): each puts its block sums in its
+    // shared memory, rank 0 adds the others' in rank order (the order of mma_decode_reduce_kernel, so the
+    // result is the same bit for bit) and writes the output; no scratch, no second launch.
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    __syncthreads();  // wk = 0 has read its partner's sums: the memory takes the block's
+    if (wk == 0) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int tt = 0; tt < TN; ++tt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) red[red_at(j, tt, e)] = acc[j][tt][e];
+    }
+    cluster.sync();
+    const unsigned rank = cluster.block_rank();
+    if (rank == 0 && wk == 0) {
+      for (unsigned r = 1; r < cluster.num_blocks(); ++r) {
+        const float* other = cluster.map_shared_rank(red, r);
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int tt = 0; tt < TN; ++tt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[j][tt][e] += other[red_at(j, tt, e)];
+      }
+    }
+    cluster.sync();  // the other ranks' shared memory stays until rank 0 has read it
+    if (rank != 0) return;
+  }
   if (wk == 1) return;
 
   const int g = lane / 4, t = lane % 4;
@@ -405,7 +498,7 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
     for (int tt = 0; tt < TN; ++tt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float v = acc[j][tt][e] + red[(((wn * NT + j) * TN + tt) * 4 + e) * 32 + lane];
+        const float v = acc[j][tt][e];
         const int64_t row = (tile0 + wn * NT + j) * kMmaTileN + g + 8 * (e >> 1);
         const int64_t m = m0 + tt * 8 + 2 * t + (e & 1);
         if (row >= n || m >= a.m) continue;
@@ -420,6 +513,9 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
     }
   }
 }
+
+// The largest L2 access policy window of the current device in bytes (0: none), read once per device.
+int max_access_policy_window();
 
 // Sums the splits in order 0, 1, ... and applies the row scale, bias and output cast.
 __global__ void mma_decode_reduce_kernel(const MmaDecodeArgs a, int splits, const float* __restrict__ partial);
@@ -443,9 +539,51 @@ Status launch_config(const MmaDecodeArgs& a, int splits, float* partial, Stream 
   const int total_steps = static_cast<int>(a.layout.k_slabs() / kWarpsK);
   const int per_split = (total_steps + splits - 1) / splits;
   const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(splits), static_cast<unsigned>(m_tiles));
-  kernel<<<grid, kThreads, Sh::kSmem, stream>>>(a, per_split, partial);
-  QL_CUDA_CHECK_LAUNCH("mma_decode_kernel");
-  return Status::ok();
+  const bool cluster = splits > 1 && partial == nullptr;
+  // M <= 16: the weights read once, marked streaming (evict first) in the L2 through an access policy
+  // window on the launch, so that they replace each other rather than lines other kernels left there
+  // (dirty ones cost a write-back: measured 7-10 us per call after a write of the L2 at 70B shapes).
+  const int window = a.m <= 16 && !mma_decode_forced().no_l2_streaming ? max_access_policy_window() : 0;
+  if (!cluster && !a.programmatic && window <= 0) {
+    kernel<<<grid, kThreads, Sh::kSmem, stream>>>(a, per_split, partial, false);
+    QL_CUDA_CHECK_LAUNCH("mma_decode_kernel");
+    return Status::ok();
+  }
+  // Split-K without partial sums: the splits of an N block are one cluster (at most kMmaMaxClusterSplits).
+  // After the activation pass: a programmatic dependent launch (the kernel waits for it before reading x).
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = Sh::kSmem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[3];
+  unsigned n_attr = 0;
+  if (window > 0) {
+    attr[n_attr].id = cudaLaunchAttributeAccessPolicyWindow;
+    attr[n_attr].val.accessPolicyWindow.base_ptr = const_cast<uint8_t*>(a.w);
+    attr[n_attr].val.accessPolicyWindow.num_bytes =
+        static_cast<size_t>(std::min<int64_t>(a.layout.weight_bytes(), window));
+    attr[n_attr].val.accessPolicyWindow.hitRatio = 1.0f;
+    attr[n_attr].val.accessPolicyWindow.hitProp = cudaAccessPropertyStreaming;
+    attr[n_attr].val.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+    ++n_attr;
+  }
+  if (cluster) {
+    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
+    attr[n_attr].val.clusterDim.x = 1;
+    attr[n_attr].val.clusterDim.y = static_cast<unsigned>(splits);
+    attr[n_attr].val.clusterDim.z = 1;
+    ++n_attr;
+  }
+  if (a.programmatic) {
+    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
+    ++n_attr;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = n_attr;
+  return check(cudaLaunchKernelEx(&cfg, kernel, a, per_split, partial, cluster),
+               "cudaLaunchKernelEx(mma_decode_kernel, split-K cluster / programmatic / L2 window)");
 }
 
 // The instantiations of one code: the tile configurations of the tile table (mma_decode.cu) for layers

@@ -40,6 +40,9 @@ struct MmaDecodeArgs {
   void* out = nullptr;
   DType out_dtype = DType::kBF16;
   int sm_count = 132;
+  // Launched right after the kernel that writes x (the activation pass): a programmatic dependent launch,
+  // whose first weight loads overlap that kernel (mma_decode.cuh waits for it before it reads x).
+  bool programmatic = false;
 };
 
 // A tile configuration: the block covers 64 * n16_per_warp weight rows and 8 * token_tiles tokens, with
@@ -73,6 +76,9 @@ MmaTileConfig mma_config_for(const MmaDecodeArgs& a);
 // applies; every field 0 = the table / heuristic). One process times the variants side by side with them.
 enum class MmaSmallMKernel : uint8_t { kTable, kPipelined, kRegisters };
 enum class MmaWidenKind : uint8_t { kTable, kFragments, kGather };
+// How the pipelined kernel's K splits add up: in a thread-block cluster (one launch) or through FP32
+// partial sums and a second launch (mma_decode_reduce_kernel); both in split order, the same result.
+enum class MmaSplitReduce : uint8_t { kTable, kCluster, kPartials };
 struct MmaDecodeForce {
   int splits = 0;                                         // split-K count
   int stages = 0;                                         // pipelined kernel, M <= 16: 4, or 3 (64-row blocks)
@@ -84,6 +90,11 @@ struct MmaDecodeForce {
   MmaWidenKind widen = MmaWidenKind::kTable;              // how the widen route makes BF16
   int64_t widen_block_mib = 0;                            // BF16 row-block size in MiB; -1: the whole weight
   int large_m_config = 0;                                 // M > 16: 1 = 64 tokens x 64 rows, 2 = 64 x 128
+  int wgmma = 0;                                          // M > 16: 1 = the swap-AB wgmma kernel, -1 = never
+  int wgmma_tokens = 0;                                   // its token tile (32, 64, 128, 256; 0 = by M)
+  MmaSplitReduce split_reduce = MmaSplitReduce::kTable;   // pipelined kernel, M <= 16
+  bool no_programmatic = false;                           // quantized activations: plain launch after the pass
+  bool no_l2_streaming = false;                           // M <= 16: weights without the L2 streaming window
 };
 void mma_decode_force(const MmaDecodeForce& f);
 const MmaDecodeForce& mma_decode_forced();
@@ -99,6 +110,8 @@ bool mma_takes_widen_route(const MmaDecodeArgs& a);
 Status launch_mma_widen_gemm(const MmaDecodeArgs& a, Stream stream);
 // Whether M <= 16 runs the registers kernel (weights loaded straight into registers, mma_decode_regs.cuh).
 bool mma_takes_registers_kernel(const MmaDecodeArgs& a);
+// Whether the pipelined kernel's K splits for these arguments add up in a thread-block cluster (M <= 16).
+bool mma_split_in_cluster(const MmaDecodeArgs& a);
 
 // Runs the GEMM on `stream`: no synchronization; split-K partial sums go to stream-ordered scratch
 // (cudaMallocAsync, which a CUDA graph captures as an allocation node) and are summed in a fixed order.

@@ -227,6 +227,7 @@ int mma_decode_splits_for(const LinearLayer& layer, int64_t m) {
   a.layout = st->layout;
   a.m = m;
   a.sm_count = st->sm_count;
+  a.programmatic = layer.config.activation_key.has_value();  // as apply launches it
   return mma_decode_splits(a);
 }
 
@@ -251,6 +252,7 @@ std::vector<MRoute> MmaDecodeLinearKernel::m_routes(const LinearConfig& config) 
   std::vector<MRoute> routes;
   int64_t lo = 1;
   const std::vector<int64_t> ends = mma_route_bucket_ends();
+  a.programmatic = config.activation_key.has_value();  // after the activation pass (mma_decode.hpp)
   for (size_t i = 0; i <= ends.size(); ++i) {
     const int64_t hi = i < ends.size() ? ends[i] : MRoute::kNoLimit;
     a.m = i < ends.size() ? hi : lo;
@@ -321,7 +323,7 @@ Status MmaDecodeLinearKernel::process_impl(LinearLayer& layer) const {
   return Status::ok();
 }
 
-// Processed layout version 2: meta I64 [code, scale, n, k] (checked against the config), flags I64 [fold],
+// Processed layout version 4 (mma_layout.hpp: E2M1 codes as selector fields, one scale record per row pair): meta I64 [code, scale, n, k] (checked against the config), flags I64 [fold],
 // act_scalars F32 [in_scale, in_global] (the static activation scales; 1 where none), w U8 [weight_bytes],
 // w_scale U8 [scale_bytes] (MX, NVFP4), row_scale F32 [N] (FP8 per-channel, NVFP4).
 Result<ProcessedWeights> MmaDecodeLinearKernel::export_impl(const LinearLayer& layer) const {
@@ -441,6 +443,7 @@ Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activat
   a.out = out.raw();
   a.out_dtype = out.dtype();
   a.sm_count = st.sm_count;
+  a.programmatic = c.activation_key && m > 0 && !mma_decode_forced().no_programmatic;
   return launch_mma_decode(a, stream);
 }
 

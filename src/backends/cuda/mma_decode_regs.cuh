@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(kRegThreads, reg_blocks_per_sm(C, DEPTH))
   const int slab0 = blockIdx.y * slabs_per_split;
   const int slabs = max(0, min(slabs_per_split, static_cast<int>(k_slabs) - slab0));
   const uint8_t* wsrc = a.w + (load_tile * k_slabs + slab0) * kUnitBytes + lane * 16;
-  const uint8_t* ssrc = kRec > 0 ? a.w_scale + ((load_tile * k_slabs + slab0) * 32 + lane) * kRec : nullptr;
+  const uint8_t* ssrc =
+      kRec > 0 ? a.w_scale + ((load_tile * k_slabs + slab0) * kMmaScaleRecords + lane / 4) * kRec : nullptr;
 
   // Chunk c holds token rows m0 .. m0 + 8 TN - 1 at K from (slab0 + 8c) * 128, zero-filled beyond M and K;
   // 16-byte chunk j of row r sits at j ^ (r & 7), so the 8 rows one ldmatrix reads hit 8 bank groups.
@@ -97,10 +98,10 @@ __global__ void __launch_bounds__(kRegThreads, reg_blocks_per_sm(C, DEPTH))
 #pragma unroll
     for (int piece = 0; piece < kPieces; ++piece) wbuf[d][piece] = ld_stream16(p + piece * 512);
     if constexpr (kRec == 8) {
-      const uint2 v = ld_stream8(ssrc + static_cast<int64_t>(i) * 32 * kRec);
+      const uint2 v = ld_stream8(ssrc + static_cast<int64_t>(i) * kMmaScaleRecords * kRec);
       sbuf[d] = make_uint4(v.x, v.y, 0, 0);
     } else if constexpr (kRec == 16) {
-      sbuf[d] = ld_stream16(ssrc + static_cast<int64_t>(i) * 32 * kRec);
+      sbuf[d] = ld_stream16(ssrc + static_cast<int64_t>(i) * kMmaScaleRecords * kRec);
     }
   };
 #pragma unroll
@@ -115,6 +116,7 @@ __global__ void __launch_bounds__(kRegThreads, reg_blocks_per_sm(C, DEPTH))
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[tt][e] = 0.0f;
 
+  const uint32_t e2m1_lo = C == MmaCode::kE2M1 ? e2m1_table_lo() : 0u;
   for (int i0 = 0; i0 < slabs; i0 += DEPTH) {
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
@@ -167,7 +169,7 @@ __global__ void __launch_bounds__(kRegThreads, reg_blocks_per_sm(C, DEPTH))
           }
         }
         uint32_t af[2][4];
-        decode_group<C>(w, q, f, af);
+        decode_group<C>(w, q, f, af, e2m1_lo);
 #pragma unroll
         for (int tt = 0; tt < TN; ++tt) {
           mma_bf16(acc[tt], af[0], b[tt][0], b[tt][1]);

@@ -111,10 +111,10 @@ std::vector<uint8_t> mma_pack_scales(const MmaLayout& l, const uint8_t* row_majo
   std::vector<uint8_t> out(static_cast<size_t>(l.scale_bytes()), one);
   for (int64_t tile = 0; tile < l.n_tiles(); ++tile) {
     for (int64_t slab = 0; slab < l.k_slabs(); ++slab) {
-      for (int lane = 0; lane < kMmaLanes; ++lane) {
-        uint8_t* dst = out.data() + ((tile * l.k_slabs() + slab) * kMmaLanes + lane) * rec;
+      for (int pair = 0; pair < kMmaScaleRecords; ++pair) {
+        uint8_t* dst = out.data() + ((tile * l.k_slabs() + slab) * kMmaScaleRecords + pair) * rec;
         for (int half = 0; half < 2; ++half) {
-          const int64_t row = tile * kMmaTileN + lane / 4 + 8 * half;
+          const int64_t row = tile * kMmaTileN + pair + 8 * half;
           for (int64_t j = 0; j < per_slab; ++j) {
             const int64_t g = slab * per_slab + j;
             if (row < l.n && g < row_len) dst[half * per_slab + j] = row_major[row * row_len + g];
@@ -131,10 +131,10 @@ void mma_unpack_scales(const MmaLayout& l, const uint8_t* packed, uint8_t* row_m
   const int64_t group = kMmaSlabK / per_slab, row_len = l.k / group;
   for (int64_t tile = 0; tile < l.n_tiles(); ++tile) {
     for (int64_t slab = 0; slab < l.k_slabs(); ++slab) {
-      for (int lane = 0; lane < kMmaLanes; ++lane) {
-        const uint8_t* src = packed + ((tile * l.k_slabs() + slab) * kMmaLanes + lane) * rec;
+      for (int pair = 0; pair < kMmaScaleRecords; ++pair) {
+        const uint8_t* src = packed + ((tile * l.k_slabs() + slab) * kMmaScaleRecords + pair) * rec;
         for (int half = 0; half < 2; ++half) {
-          const int64_t row = tile * kMmaTileN + lane / 4 + 8 * half;
+          const int64_t row = tile * kMmaTileN + pair + 8 * half;
           for (int64_t j = 0; j < per_slab; ++j) {
             const int64_t g = slab * per_slab + j;
             if (row < l.n && g < row_len) row_major[row * row_len + g] = src[half * per_slab + j];

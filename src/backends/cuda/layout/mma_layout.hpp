@@ -22,17 +22,22 @@
 //   E4M3 (P = 4): group q = words 4q .. 4q+3 of the lane (piece q); word 4q + 2h + (r >> 1) holds reg r of
 //        tile h: rows g in bytes 0 (low) and 2 (high), rows g+8 in bytes 1 and 3 (a code at bits 15..8 of
 //        each 16-bit half after `word << 8` resp. `word`).
-//   E2M1 (P = 2): tile h of group q = word 2q + h (piece q / 2); reg r takes nibble 3 - r (low half) and
-//        7 - r (high half): `word << 4r` brings both to bits 15..12 of their half.
+//   E2M1 (P = 2): tile h of group q = word 2q + h (piece q / 2); each code is two 2-bit fields, which the
+//        kernel turns into byte selectors of a prmt lookup (mma_decode.cuh, decode_group): reg r reads the
+//        word from bit sh = 2 (r & 1) + 16 (r >> 1), its low-half code's bits 1..0 at sh + 0 and bits 3..2 at
+//        sh + 4, its high-half code's at sh + 8 and sh + 12:
+//          bits  0-1 r0 lo[1:0]  2-3 r1 lo[1:0]  4-5 r0 lo[3:2]  6-7 r1 lo[3:2]  8-15 the same for the high
+//          halves; bits 16-31 the same for r2 and r3.
 //   FP6  (P = 3): group q = words A, B, C = 3q, 3q+1, 3q+2; pair j = 4h + r has its two 6-bit codes at
 //        j = 0: A[15:10], A[31:26]   j = 1: A[9:4], A[25:20]   j = 2, 3: B likewise   j = 4, 5: C likewise
 //        j = 6: code bits 5..2 at A[3:0], A[19:16] and bits 1..0 at B[3:2], B[19:18]
 //        j = 7: code bits 5..2 at C[3:0], C[19:16] and bits 1..0 at B[1:0], B[17:16]
 //        (so every code lands at bits 15..10 of its half after at most two shifts and a mask).
 //
-// Scales, one record of S bytes per (unit, lane): MX E8M0 (S = 8): bytes 0..3 the scales of row g for the
-// unit's 4 K groups, bytes 4..7 those of row g+8. NVFP4 E4M3 per 16 (S = 16): bytes 0..7 row g's 8 groups,
-// 8..15 row g+8's. Stored [n16 tile][k128 slab][lane][S].
+// Scales, one record of S bytes per (unit, row pair g = lane / 4): MX E8M0 (S = 8): bytes 0..3 the scales of
+// row g for the unit's 4 K groups, bytes 4..7 those of row g+8. NVFP4 E4M3 per 16 (S = 16): bytes 0..7 row
+// g's 8 groups, 8..15 row g+8's. Stored [n16 tile][k128 slab][g < 8][S]: the 4 lanes of a row pair read the
+// same record, so the scales cost their checkpoint bytes (1 per 32 codes, 1 per 16 for NVFP4) and no more.
 //
 // Padding: N to a multiple of 16 and K to a multiple of 256 (a block stage is two slabs) with zero codes;
 // padded scales are 2^0 (E8M0 127, E4M3 0x38).
@@ -54,6 +59,7 @@ inline constexpr int64_t kMmaTileN = 16;     // weight rows per A tile
 inline constexpr int64_t kMmaSlabK = 128;    // K per unit
 inline constexpr int64_t kMmaPadK = 256;     // K is padded to this (two slabs: one block stage)
 inline constexpr int64_t kMmaLanes = 32;
+inline constexpr int64_t kMmaScaleRecords = 8;  // scale records per unit: one per row pair (g, g+8)
 
 // Bytes of one unit per lane: 64 (E4M3), 48 (FP6), 32 (E2M1).
 constexpr int64_t mma_lane_bytes(MmaCode c) {
@@ -69,7 +75,7 @@ struct MmaLayout {
   constexpr int64_t k_slabs() const { return (k + kMmaPadK - 1) / kMmaPadK * (kMmaPadK / kMmaSlabK); }
   constexpr int64_t unit_bytes() const { return kMmaLanes * mma_lane_bytes(code); }
   constexpr int64_t weight_bytes() const { return n_tiles() * k_slabs() * unit_bytes(); }
-  constexpr int64_t scale_bytes() const { return n_tiles() * k_slabs() * kMmaLanes * mma_scale_record_bytes(scale); }
+  constexpr int64_t scale_bytes() const { return n_tiles() * k_slabs() * kMmaScaleRecords * mma_scale_record_bytes(scale); }
 };
 
 // Where bits [code_shift, code_shift + bits) of one code sit among a lane's words of a unit.
@@ -85,8 +91,10 @@ inline QL_MMA_HD int mma_fields_of(MmaCode c, int q, int h, int r, int half, Mma
     return 1;
   }
   if (c == MmaCode::kE2M1) {
-    f[0] = {2 * q + h, 4 * ((3 - r) + 4 * half), 4, 0};
-    return 1;
+    const int sh = 2 * (r & 1) + 16 * (r >> 1) + 8 * half;
+    f[0] = {2 * q + h, sh, 2, 0};
+    f[1] = {2 * q + h, sh + 4, 2, 2};
+    return 2;
   }
   const int j = 4 * h + r, a = 3 * q, b = 3 * q + 1, cw = 3 * q + 2;
   switch (j) {
@@ -133,7 +141,7 @@ inline QL_MMA_HD uint8_t mma_scale_at(const MmaLayout& l, const uint8_t* packed,
   const int64_t per_slab = l.scale == MmaScale::kMx32 ? 4 : 8, rec = mma_scale_record_bytes(l.scale);
   const int64_t tile = row / kMmaTileN, slab = group / per_slab;
   const int rr = static_cast<int>(row % kMmaTileN);
-  const uint8_t* p = packed + ((tile * l.k_slabs() + slab) * kMmaLanes + 4 * (rr % 8)) * rec;
+  const uint8_t* p = packed + ((tile * l.k_slabs() + slab) * kMmaScaleRecords + rr % 8) * rec;
   return p[(rr / 8) * per_slab + group % per_slab];
 }
 
