@@ -31,7 +31,9 @@ def machine_title(run):
     if "gpu" in m:
         # A machine may have several runs (say, every scheme on one model's shapes, decode on another's).
         shapes = re.search(r"--shapes (\S+)", run.get("command", ""))
-        return m["gpu"].split(",")[0] + (f", {shapes.group(1)} shapes" if shapes else "")
+        sustained = " --sustain-ms" in run.get("command", "")
+        return (m["gpu"].split(",")[0] + (f", {shapes.group(1)} shapes" if shapes else "") +
+                (", sustained clock" if sustained else ""))
     return m.get("cpu", "unknown machine").split(",")[0] + f" ({run['backend']})"
 
 
@@ -143,7 +145,9 @@ def crosscheck(json_path):
     other = cc.get("other_method")
     out = [f"#### Cross-check against `triton.testing.do_bench` (torch {cc['torch']}, triton {cc['triton']})\n",
            f"`tools/bench_crosscheck.py` timed the same shapes right after the run. Agreement = qlinear bench's "
-           f"time / do_bench's (tolerance {tol}). qlinear bench's method: {cc['method']}." +
+           f"time / do_bench's, each above its timer's floor (do_bench {1e3 * cc.get('do_bench_floor_ms', 0):.2f} µs, "
+           f"qlinear bench {1e3 * cc.get('bench_floor_ms', 0):.2f} µs; tolerance {tol}). qlinear bench's method: "
+           f"{cc['method']}." +
            (f" The second agreement column is the run with: {other}." if other else "") + "\n",
            "| shape | M | cublas_bf16, qlinear bench (µs) | torch.mm, do_bench (µs) | agreement |" +
            (" agreement, other flush |" if other else ""),
