@@ -101,6 +101,8 @@ __m512i add_exponent(__m512i w, __m512i off) {
   return _mm512_mask_add_epi16(w, nonzero, w, off);
 }
 
+constexpr int64_t kW8PrefetchBytes = 2048;  // as the AMX decoders' kDecodePrefetchBytes
+
 // Decodes quads [q0, q1) of panels p0 .. p0+nv-1 into scratch[v][pair][32 words].
 void decode_chunk(const W8A16Gemm& g, const Decoder& dec, int64_t p0, int nv, int64_t q0, int64_t q1,
                   uint16_t* scratch) {
@@ -109,9 +111,16 @@ void decode_chunk(const W8A16Gemm& g, const Decoder& dec, int64_t p0, int nv, in
     const int64_t p = p0 + v;
     uint16_t* dst = scratch + v * pairs * 32;
     __m512i off = _mm512_setzero_si512();
+    // Each panel's weights are read once, sequentially: prefetch kDecodePrefetchBytes ahead, since the
+    // hardware prefetchers stop at 4 KiB pages and the decode keeps too few loads in flight to cover DRAM.
+    const uint8_t* src = g.elem == W8Elem::kE2M1 ? g.packed + p * 8 * g.k_pad : g.packed + p * 16 * g.k_pad;
+    const int64_t quad_bytes = g.elem == W8Elem::kE2M1 ? 32 : 64;
     for (int64_t q = q0; q < q1; ++q) {
+      _mm_prefetch(reinterpret_cast<const char*>(src + q * quad_bytes + kW8PrefetchBytes), _MM_HINT_T0);
       if (g.mode == W8ScaleMode::kMx && (q % 8 == 0 || q == q0)) {
-        off = mx_offsets(g.mx_scale + (p * (g.k_pad / 32) + q / 8) * 16);
+        const uint8_t* codes = g.mx_scale + (p * (g.k_pad / 32) + q / 8) * 16;
+        _mm_prefetch(reinterpret_cast<const char*>(codes + 256), _MM_HINT_T0);
+        off = mx_offsets(codes);
       }
       __m512i a, b;
       dec.decode_any(g, p, q, a, b);
