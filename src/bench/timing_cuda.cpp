@@ -92,11 +92,7 @@ class CudaDeviceTimer final : public DeviceTimer {
   Result<Timing> time(const TimedCall& call, int reps) override {
     reps = std::max(reps, kMinDeviceReps);
     const cudaStream_t s = cuda::current_stream();
-    while (events_.size() < 2 * static_cast<size_t>(reps)) {
-      cudaEvent_t e = nullptr;
-      QL_CUDA_CHECK(cudaEventCreate(&e));
-      events_.push_back(e);
-    }
+    QL_RETURN_IF_ERROR(ensure_events(reps));
     const int asked = reps;
     const auto w0 = std::chrono::steady_clock::now();
     QL_RETURN_IF_ERROR(call(0));
@@ -128,11 +124,7 @@ class CudaDeviceTimer final : public DeviceTimer {
     };
     std::vector<double> host_us, device_ms;
     for (int i = 0; more(i); ++i) {
-      while (events_.size() < 2 * static_cast<size_t>(i + 1)) {
-        cudaEvent_t e = nullptr;
-        QL_CUDA_CHECK(cudaEventCreate(&e));
-        events_.push_back(e);
-      }
+      QL_RETURN_IF_ERROR(ensure_events(i + 1));  // sustained runs time more repetitions than asked
       // The flush is queued first, so the GPU is busy while the host enqueues the call: the events then
       // bracket the call's device work, not the host's launch latency.
       QL_RETURN_IF_ERROR(flush(i, s));
@@ -165,6 +157,16 @@ class CudaDeviceTimer final : public DeviceTimer {
   }
 
  private:
+  // A pair of events per repetition, created before the repetitions that use them.
+  Status ensure_events(int reps) {
+    while (events_.size() < 2 * static_cast<size_t>(reps)) {
+      cudaEvent_t e = nullptr;
+      QL_CUDA_CHECK(cudaEventCreate(&e));
+      events_.push_back(e);
+    }
+    return Status::ok();
+  }
+
   int device_ = 0;
   int64_t l2_ = 0;
   void* flush_ = nullptr;
