@@ -25,6 +25,7 @@
 #include "backends/reference/reference_kernels.hpp"
 #include "qlinear/cuda.hpp"
 #include "cuda/cuda_test_util.hpp"
+#include "cuda/mma_reference_check.hpp"
 #include "cuda/mma_variants.hpp"
 #endif
 
@@ -38,18 +39,7 @@ TEST(CudaMmaDecode, BuiltWithoutCuda) { GTEST_SKIP() << "qlinear was built witho
 using cuda_test::fresh_seed;
 using cuda_test::to_dtype;
 
-constexpr double kTensorCoreBound = 1.0 / 1024;  // of sum |x w|
-
-
-double ulp_of(DType d, double v) {
-  const double a = std::fabs(v);
-  const int e = a > 0 ? std::ilogb(a) : -1000;
-  switch (d) {
-    case DType::kBF16: return std::ldexp(1.0, std::max(e, -126) - 7);
-    case DType::kF16: return std::ldexp(1.0, std::max(e, -14) - 10);
-    default: return std::ldexp(1.0, std::max(e, -126) - 23);
-  }
-}
+using cuda_test::kTensorCoreBound;
 
 Scheme scheme_named(const char* name) { return *find_scheme(name); }
 Scheme nvfp4_a16() { return Scheme{"w4a16-nvfp4", Family::kNvfp4, kNvfp4Static, std::nullopt, ""}; }
@@ -103,43 +93,10 @@ std::optional<Prepared> prepare(const Case& c, uint64_t seed) {
   return p;
 }
 
-// Compares `got` (host copy of the kernel's output) with the reference's output for x; returns the failures.
+// Failures of `got` (host copy of the kernel's output) against the reference's output for x.
 int64_t compare(const Case& c, const Prepared& p, const Tensor& x, const Tensor* bias, const Tensor& got,
                 double* worst_out) {
-  const LinearKernel& ref = *find_kernel("reference_" + std::string(family_name(c.scheme.family)));
-  Tensor ref_out = Tensor::empty(c.out, {c.m, c.n});
-  const Status rs = ref.apply(p.ref, Activation::dense(x), bias, ref_out);
-  EXPECT_TRUE(rs.is_ok()) << rs.message();
-  const Tensor wd = reference::dequantized_weight(p.ref).value();
-  const Tensor xa = reference::effective_activation(p.ref, Activation::dense(x)).value();
-  const double* wp = wd.data<double>();
-  const double* xp = xa.data<double>();
-  const int64_t m = c.m, n = c.n, k = c.k;
-  std::vector<double> ratio(static_cast<size_t>(m * n), 0.0);
-  std::vector<uint8_t> fail(static_cast<size_t>(m * n), 0);
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double s = 0;
-      for (int64_t q = 0; q < k; ++q) s += std::fabs(xp[i * k + q] * wp[j * k + q]);
-      const double g = element_as_double(got, i * n + j);
-      const double r = element_as_double(ref_out, i * n + j);
-      const double slack = std::fabs(g - r) - ulp_of(c.out, std::max(std::fabs(g), std::fabs(r)));
-      ratio[i * n + j] = slack <= 0 ? 0.0 : (s > 0 ? slack / s : HUGE_VAL);
-      fail[i * n + j] = !(std::isfinite(g) && ratio[i * n + j] <= kTensorCoreBound);
-    }
-  }
-  int64_t bad = 0;
-  double worst = 0;
-  for (int64_t i = 0; i < m * n; ++i) {
-    worst = std::max(worst, ratio[i]);
-    if (fail[i] && bad++ < 5) {
-      ADD_FAILURE() << "out(" << i / n << ", " << i % n << ") = " << element_as_double(got, i) << ", reference "
-                    << element_as_double(ref_out, i) << " (|err| / sum|xw| " << ratio[i] << ")";
-    }
-  }
-  if (worst_out) *worst_out = worst;
-  return bad;
+  return cuda_test::compare_with_reference(c.scheme.family, p.ref, c.out, c.m, c.n, c.k, x, bias, got, worst_out);
 }
 
 std::string describe(const Case& c, uint64_t seed) {
