@@ -149,7 +149,8 @@ def crosscheck(json_path):
            f"qlinear bench {1e3 * cc.get('bench_floor_ms', 0):.2f} µs; tolerance {tol}). qlinear bench's method: "
            f"{cc['method']}." +
            (f" The second agreement column is the run with: {other}." if other else "") + "\n",
-           "| shape | M | cublas_bf16, qlinear bench (µs) | torch.mm, do_bench (µs) | agreement |" +
+           "| shape | M | cublas_bf16, qlinear bench (µs) | torch.mm" +
+           (" from a CUDA graph" if cc.get("graph_run") else "") + ", do_bench (µs) | agreement |" +
            (" agreement, other flush |" if other else ""),
            "|---|---|---|---|---|" + ("---|" if other else "")]
     seen = set()

@@ -98,13 +98,12 @@ class CudaAnchorImpl final : public CudaAnchor {
       QL_ASSIGN_OR_RETURN(x_scale, cuda::to_device(f32_filled({std::max<int64_t>(m * kb, 1)}, 0.02f)));
     }
     QL_ASSIGN_OR_RETURN(out, cuda::empty(kind_ == Kind::kInt8 ? DType::kI32 : DType::kBF16, {m, n_}));
-    const cudaStream_t stream = cuda::current_stream();
     TimedCall call;
     if (kind_ == Kind::kBf16) {
       // y[M, N] = x[M, K] W[N, K]^T, column-major: y^T[N, M] = W^T(op T of the [K, N] view) x^T.
-      call = [&, stream](int rep) -> Status {
+      call = [&](int rep) -> Status {
         const float alpha = 1.0f, beta = 0.0f;
-        cublasSetStream(blas_, stream);
+        cublasSetStream(blas_, cuda::current_stream());
         const cublasStatus_t st = cublasGemmEx(
             blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_), static_cast<int>(m), static_cast<int>(k_), &alpha,
             weights_[rep % weights_.size()].raw(), CUDA_R_16BF, static_cast<int>(k_), x.raw(), CUDA_R_16BF,
@@ -135,12 +134,12 @@ class CudaAnchorImpl final : public CudaAnchor {
         g.w_scale = w_scale_.data<float>();
         g.x_scale = x_scale.data<float>();
       }
-      call = [this, g, stream](int rep) mutable -> Status {
+      call = [this, g](int rep) mutable -> Status {
         g.w = weights_[rep % weights_.size()].raw();
-        return cuda::lt_gemm(g, stream);
+        return cuda::lt_gemm(g, cuda::current_stream());
       };
     }
-    return timer_.time(call, reps);
+    return timer_.time(call, reps, static_cast<int>(weights_.size()));
   }
 
  private:

@@ -11,6 +11,10 @@
 //         repetitions after kDeviceWarmup warm-up calls; median and min. The host-side cost of one call
 //         (launches, argument checks: what a CUDA graph removes) is the median host time of enqueuing it,
 //         reported apart from the device time.
+//         Graph replay (QLINEAR_BENCH_GRAPH=1, `qlinear bench --graph`): the same method around
+//         cudaGraphLaunch of the call, captured once per weight copy on a stream of the timer's own: what a
+//         caller that captures its decode step (as vLLM and torch.compile do) pays, and the figure to compare
+//         with a framework's own graph replay. host_us is then the cost of one cudaGraphLaunch.
 //         Sustained (QLINEAR_BENCH_SUSTAIN_MS=T, `qlinear bench --sustain-ms T`): back-to-back flushed calls
 //         for T ms before the timed ones, which then go on until T ms have passed (as do_bench's warm-up and
 //         rep times do). Under such continuous load an H200 holds a lower, power-limited SM clock than a short
@@ -80,8 +84,10 @@ class DeviceTimer {
   // Copies of `bytes` of weights to rotate: enough to exceed 2 x L2 when the layer fits in it, else 1.
   int device_copies_for(int64_t bytes) const;
   // kDeviceWarmup warm-up calls, then max(reps, kMinDeviceReps) timed ones (fewer, after one warm-up,
-  // when the first call shows that they would exceed kBudgetSeconds).
-  virtual Result<Timing> time(const TimedCall& call, int reps) = 0;
+  // when the first call shows that they would exceed kBudgetSeconds). `copies`: the call rotates weight
+  // copies as rep % copies (graph replay captures one graph per copy). The call must enqueue its work on
+  // cuda::current_stream() as it is when called (graph replay sets a stream of its own).
+  virtual Result<Timing> time(const TimedCall& call, int reps, int copies = 1) = 0;
 };
 
 }  // namespace qlinear::bench

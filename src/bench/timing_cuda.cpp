@@ -47,13 +47,16 @@ class CudaDeviceTimer final : public DeviceTimer {
       }
       sustain_ms_ = ms;
     }
+    const char* graph = std::getenv("QLINEAR_BENCH_GRAPH");
+    graph_ = graph != nullptr && std::string(graph) == "1";
     return Status::ok();
   }
 
   int64_t l2_bytes() const override { return l2_; }
 
   std::string method() const override {
-    return "CUDA events around each call, L2 flushed before each repetition by writing " +
+    return std::string(graph_ ? "CUDA events around each call replayed from a CUDA graph" : "CUDA events around each call") +
+           ", L2 flushed before each repetition by writing " +
            std::to_string(flush_bytes_ >> 20) + " MiB" + (clean_ ? " and reading it back" : "") +
            (sustain_ms_ > 0
                 ? ", back-to-back warm-up calls for " + std::to_string(int(sustain_ms_)) +
@@ -89,7 +92,31 @@ class CudaDeviceTimer final : public DeviceTimer {
     return Status::ok();
   }
 
-  Result<Timing> time(const TimedCall& call, int reps) override {
+  Result<Timing> time(const TimedCall& call, int reps, int copies) override {
+    return graph_ ? time_graph(call, reps, copies) : time_calls(call, reps);
+  }
+
+ private:
+  Result<Timing> time_graph(const TimedCall& call, int reps, int copies) {
+    // Capture needs a stream other than the legacy default one; the calls run on it for the whole
+    // measurement (ordered after the work already queued on the caller's stream).
+    const cudaStream_t caller = cuda::current_stream();
+    cudaStream_t s = nullptr;
+    QL_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    QL_CUDA_CHECK(cudaStreamSynchronize(caller));
+    std::vector<cudaGraphExec_t> execs;
+    Result<Timing> r = Status::error("graph capture did not run");
+    {
+      cuda::StreamGuard guard(s);
+      r = capture_and_time(call, reps, std::max(copies, 1), s, execs);
+    }
+    cudaStreamSynchronize(s);
+    for (cudaGraphExec_t e : execs) cudaGraphExecDestroy(e);
+    cudaStreamDestroy(s);
+    return r;
+  }
+
+  Result<Timing> time_calls(const TimedCall& call, int reps) {
     reps = std::max(reps, kMinDeviceReps);
     const cudaStream_t s = cuda::current_stream();
     QL_RETURN_IF_ERROR(ensure_events(reps));
@@ -157,6 +184,32 @@ class CudaDeviceTimer final : public DeviceTimer {
   }
 
  private:
+  Result<Timing> capture_and_time(const TimedCall& call, int reps, int copies, cudaStream_t s,
+                                  std::vector<cudaGraphExec_t>& execs) {
+    QL_RETURN_IF_ERROR(call(0));  // a first call outside the capture: lazy set-up (cuBLASLt plans, scratch pools)
+    QL_CUDA_CHECK(cudaStreamSynchronize(s));
+    for (int c = 0; c < copies; ++c) {
+      cudaGraph_t graph = nullptr;
+      QL_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      const Status st = call(c);
+      const cudaError_t end = cudaStreamEndCapture(s, &graph);
+      if (!st.is_ok()) {
+        if (graph != nullptr) cudaGraphDestroy(graph);
+        return Status::error("capturing the call in a CUDA graph: " + st.message());
+      }
+      QL_CUDA_CHECK(end);
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      QL_CUDA_CHECK(inst);
+      execs.push_back(exec);
+    }
+    return time_calls([&](int rep) -> Status {
+      QL_CUDA_CHECK(cudaGraphLaunch(execs[static_cast<size_t>(rep % copies)], s));
+      return Status::ok();
+    }, reps);
+  }
+
   // A pair of events per repetition, created before the repetitions that use them.
   Status ensure_events(int reps) {
     while (events_.size() < 2 * static_cast<size_t>(reps)) {
@@ -174,6 +227,7 @@ class CudaDeviceTimer final : public DeviceTimer {
   bool clean_ = false;
   size_t flush_bytes_ = 0;
   double sustain_ms_ = 0;  // QLINEAR_BENCH_SUSTAIN_MS (timing.hpp)
+  bool graph_ = false;     // QLINEAR_BENCH_GRAPH=1: each call replayed from a CUDA graph
   std::vector<cudaEvent_t> events_;
 };
 

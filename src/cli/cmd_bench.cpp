@@ -39,6 +39,8 @@ const std::vector<OptionSpec> kSpecs = {
     {"--reps", "N", "timed repetitions (default 20; at least 20 on CUDA)"},
     {"--sustain-ms", "T", "CUDA: warm up back to back for T ms, then time for at least T ms (the clock under "
                           "continuous load; as QLINEAR_BENCH_SUSTAIN_MS)"},
+    {"--graph", "", "CUDA: time each call replayed from a CUDA graph (ours and the anchors; as QLINEAR_BENCH_GRAPH=1): "
+                    "what a caller that captures its decode step pays, without launch latency"},
     {"--check", "", "also compare each output with the reference kernel"},
     {"--roofline", "", "measure and print this machine's roofline (with no --scheme: only that)"},
     {"--load", "N", "run N busy processes for the duration (a machine that is not idle)"},
@@ -217,7 +219,7 @@ int cmd_bench(int argc, char** argv) {
   if (!args) return usage_error(args.message());
   if (args->flag("--help")) {
     std::printf("Usage: qlinear bench --scheme A[,B...] [--backend B] [--m LIST] [--n N --k K | --shapes SET]\n"
-                "                     [--compare bf16,vendor,reference] [--load N] [--sustain-ms T] [--json]\n"
+                "                     [--compare bf16,vendor,reference] [--load N] [--sustain-ms T] [--graph] [--json]\n"
                 "                     [--roofline] [--plot FILE.svg] [--report FILE.html]\n\n%s",
                 options_help(kSpecs).c_str());
     return 0;
@@ -274,6 +276,13 @@ int cmd_bench(int argc, char** argv) {
       platform = parse_platform("cuda");
       if (!platform) return usage_error("--backend " + run.backend + ": " + platform.message());
     }
+  }
+
+  if (args->flag("--graph")) {
+    if (platform->kind != PlatformKind::kCuda) {
+      return usage_error("--graph: CUDA graphs time CUDA calls; this run is on the " + run.backend + " backend (use --backend cuda)");
+    }
+    setenv("QLINEAR_BENCH_GRAPH", "1", 1);
   }
 
   // SIGTERM / SIGINT (timeout, Ctrl-C): finish the current row, then print what was measured.

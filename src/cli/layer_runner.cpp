@@ -75,7 +75,7 @@ Result<Measurement> LayerRunner::measure(int64_t m, int reps, bool check, uint64
   const bench::TimedCall call = [&](int rep) { return kernel_->apply(copies_[rep % copies_.size()], act, b, out); };
   bench::Timing t;
   if (timer_) {
-    QL_ASSIGN_OR_RETURN(t, timer_->time(call, reps));
+    QL_ASSIGN_OR_RETURN(t, timer_->time(call, reps, static_cast<int>(copies_.size())));
   } else {
     QL_ASSIGN_OR_RETURN(t, bench::time_host(call, reps));
   }

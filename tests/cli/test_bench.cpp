@@ -114,6 +114,13 @@ TEST(Bench, SustainOutsideItsRangeIsAUsageError) {
   EXPECT_EQ(n.code, 2) << n.out;
 }
 
+TEST(Bench, GraphReplayNeedsTheCudaBackend) {
+  CliRun r = run("bench --scheme w8a16-fp8 --n 64 --k 64 --m 1 --graph");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("--graph: CUDA graphs time CUDA calls; this run is on the cpu backend"), std::string::npos)
+      << r.out;
+}
+
 TEST(Bench, LoadStartsBusyProcessesAndStopsThemAfter) {
   CliRun r = run("bench --scheme w8a16-fp8 --n 64 --k 64 --m 1 --reps 2 --load 2 --json");
   ASSERT_EQ(r.code, 0) << r.out;
