@@ -6,6 +6,8 @@
 
 #include "backends/x86/amx_isa.hpp"
 #include "backends/x86/x86_kernels.hpp"
+#include "core/threads.hpp"
+#include "qlinear/platform.hpp"
 #include "qlinear/registry.hpp"
 #include "x86_test_util.hpp"
 
@@ -94,6 +96,33 @@ TEST(X86Amx, Int8ThreadsAndRoundTrip) {
   QL_SKIP_UNLESS_SUPPORTED(x86::kAmxInt8);
   x86_test::expect_thread_safe(x86::kAmxInt8, *find_scheme("w8a8-int8-dynamic"), {33, 130, 320}, 73);
   x86_test::expect_round_trip(x86::kAmxInt8, *find_scheme("w8a8-int8-static"), {1, 35, 130}, 74);
+}
+
+// Enough column blocks for the INT8 kernel's claimed items (runs of >= 4 blocks, up to 8 per thread), on 4
+// threads forced for these small layers: the same bits as the VNNI kernel and one AMX thread.
+TEST(X86Amx, Int8ColumnItemsOnManyThreads) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAmxInt8);
+  const Scheme& s = *find_scheme("w8a8-int8-dynamic");
+  for (const Case& c : {Case{16, 4200, 130}, Case{33, 1100, 256, DType::kBF16, DType::kF32, true}, Case{9, 700, 64}}) {
+    LinearLayer layer = x86_test::make_layer(s, c, 91);
+    ASSERT_TRUE(x86::kAmxInt8.process_weights_after_loading(layer));
+    const Tensor x = random_normal(c.in, {c.m, c.k}, 92, 1.0);
+    set_cpu_threads(1);
+    auto one = x86::kAmxInt8.apply(layer, Activation::dense(x));
+    set_cpu_threads(4);
+    threads::set_min_ns_per_thread_for_testing(1.0);
+    auto many = x86::kAmxInt8.apply(layer, Activation::dense(x));
+    threads::set_min_ns_per_thread_for_testing(0);
+    set_cpu_threads(0);
+    ASSERT_TRUE(one && many);
+    EXPECT_EQ(std::memcmp(one->raw(), many->raw(), static_cast<size_t>(one->nbytes())), 0) << x86_test::describe(c);
+    x86_test::expect_matches_reference(x86::kAmxInt8, s, c, 93, kInt8Rel);
+    set_cpu_threads(4);
+    threads::set_min_ns_per_thread_for_testing(1.0);
+    expect_bitwise_equal(x86::kAmxInt8, x86::kAvx512VnniInt8, s, c, 94);
+    threads::set_min_ns_per_thread_for_testing(0);
+    set_cpu_threads(0);
+  }
 }
 
 TEST(X86Amx, Fp8WeightOnlyMatchesReference) {
