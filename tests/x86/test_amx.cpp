@@ -225,11 +225,9 @@ TEST(X86Amx, StreamBelowTheTileRangeMatchesReference) {
       EXPECT_EQ(x86::amx_bf16_gemms_on_this_thread() - tiles, 0) << kernel->name() << " " << scheme->name;
     }
   }
+  // Per-column scales: the AVX-512 kernel's summation order (MX streams sum per 32-k block, so only the
+  // reference tolerance above holds for them).
   expect_bitwise_equal(x86::kAmxBf16Fp8W8A16, x86::kAvx512Bf16Fp8W8A16, *find_scheme("w8a16-fp8"), {1, 200, 1056}, 7590);
-  expect_bitwise_equal(x86::kAmxBf16Mxfp8W8A16, x86::kAvx512Bf16Mxfp8W8A16, *find_scheme("w8a16-mxfp8"), {1, 67, 544},
-                       7591);
-  expect_bitwise_equal(x86::kAmxBf16Mxfp4W4A16, x86::kAvx512Bf16Mxfp4W4A16, *find_scheme("w4a16-mxfp4"), {1, 129, 96},
-                       7592);
 }
 
 TEST(X86Amx, RefusesFloatActivationsAndBlockScales) {

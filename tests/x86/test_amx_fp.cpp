@@ -138,15 +138,17 @@ TEST(X86AmxFp, MxScalesFarFromOneStayExact) {
   for (const auto& [kernel, scheme] : {std::pair{&x86::kAmxBf16Mxfp6, "w6a6-mxfp6-e3m2"},
                                        std::pair{&x86::kAmxBf16Mxfp4, "w4a4-mxfp4"}}) {
     QL_SKIP_UNLESS_SUPPORTED(*kernel);
-    const Case c{17, 40, 256, DType::kBF16, DType::kF32, false};
-    auto r = x86_test::run_with_edited_scales(*kernel, *find_scheme(scheme), c, 41, [](uint8_t* e, int64_t count) {
-      for (int64_t i = 0; i < count; ++i) e[i] = i % 3 == 0 ? 200 : (i % 3 == 1 ? 20 : 127);
-    });
-    ASSERT_TRUE(r);
-    EXPECT_EQ(kernel->apply_route(r->layer, Activation::dense(r->x)), kernel->name());
-    for (int64_t i = 0; i < c.m * c.n; ++i) {
-      const double g = r->got.data<float>()[i], want = r->want.data<float>()[i];
-      EXPECT_LE(std::fabs(g - want), std::ldexp(std::fabs(want), -16) + 1e-30) << scheme << " " << i;
+    for (const int64_t m : {17, 1}) {  // the tiles (scales folded into the words) and the stream (per block)
+      const Case c{m, 40, 256, DType::kBF16, DType::kF32, false};
+      auto r = x86_test::run_with_edited_scales(*kernel, *find_scheme(scheme), c, 41, [](uint8_t* e, int64_t count) {
+        for (int64_t i = 0; i < count; ++i) e[i] = i % 3 == 0 ? 200 : (i % 3 == 1 ? 20 : 127);
+      });
+      ASSERT_TRUE(r);
+      EXPECT_EQ(kernel->apply_route(r->layer, Activation::dense(r->x)), kernel->name());
+      for (int64_t i = 0; i < c.m * c.n; ++i) {
+        const double g = r->got.data<float>()[i], want = r->want.data<float>()[i];
+        EXPECT_LE(std::fabs(g - want), std::ldexp(std::fabs(want), -16) + 1e-30) << scheme << " m " << m << " " << i;
+      }
     }
   }
 }

@@ -291,6 +291,13 @@ inline __m512i mx_offsets(const uint8_t* e16) {
   return _mm512_slli_epi16(_mm512_sub_epi16(_mm512_permutexvar_epi16(dup, w), _mm512_set1_epi16(127)), 7);
 }
 
+// MX: the f32 scales 2^(e - 127) of the 16 columns of one block (E8M0 codes e16; code 0 gives 0, which only
+// an all-zero block can carry: process keeps every folded value normal).
+inline __m512 mx_scale_f32(const uint8_t* e16) {
+  const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(e16));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(e), 23));
+}
+
 inline __m512i add_exponent(__m512i w, __m512i off) {
   return _mm512_mask_add_epi16(w, _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x7FFF)), w, off);
 }
