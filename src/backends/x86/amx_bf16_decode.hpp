@@ -71,6 +71,7 @@ struct DecodeTables {
   alignas(64) uint8_t e2m1_hi[64], e2m1_lo[64];    // kQuadE2M1: code i % 16 (vpshufb, per lane)
   alignas(64) uint8_t rec_e2m1_hi[64], rec_e2m1_lo[64];  // kRecordE2M1: code i % 16 (as kQuadE2M1's, by vpermb)
   alignas(64) uint8_t e2m3_hi[64], e2m3_lo[64], e3m2_hi[64], e3m2_lo[64];
+  alignas(64) uint16_t e2m1_words[32];  // BF16 of E2M1 code i % 16 (vpermw reads 5 index bits)
   // NVFP4, by index (m << 4) | code (the E2M1 code, m = a block scale's 3 mantissa bits): the BF16
   // bytes of value(code) * (1 + m / 8) (exact: at most 6 significant bits, normal).
   alignas(64) uint8_t nv_hi[128], nv_lo[128];
@@ -79,7 +80,7 @@ struct DecodeTables {
   alignas(64) uint8_t sc_m[128], sc_e_hi[128], sc_e_lo[128];
   constexpr DecodeTables()
       : e4m3_hi(), e4m3_lo(), e2m1_hi(), e2m1_lo(), rec_e2m1_hi(), rec_e2m1_lo(), e2m3_hi(), e2m3_lo(), e3m2_hi(),
-        e3m2_lo(), nv_hi(), nv_lo(), sc_m(), sc_e_hi(), sc_e_lo() {
+        e3m2_lo(), e2m1_words(), nv_hi(), nv_lo(), sc_m(), sc_e_hi(), sc_e_lo() {
     for (int c = 0; c < 128; ++c) {
       e4m3_hi[c] = static_cast<uint8_t>(float_code_bf16(c, 4, 3) >> 8);
       e4m3_lo[c] = static_cast<uint8_t>(float_code_bf16(c, 4, 3) & 0xFF);
@@ -104,6 +105,7 @@ struct DecodeTables {
     for (int i = 0; i < 64; ++i) {
       const uint16_t f4 = float_code_bf16(i % 16, 2, 1), r4 = f4;
       const uint16_t f6a = float_code_bf16(i, 2, 3), f6b = float_code_bf16(i, 3, 2);
+      if (i < 32) e2m1_words[i] = f4;
       e2m1_hi[i] = static_cast<uint8_t>(f4 >> 8);
       e2m1_lo[i] = static_cast<uint8_t>(f4 & 0xFF);
       rec_e2m1_hi[i] = static_cast<uint8_t>(r4 >> 8);
@@ -138,11 +140,16 @@ struct GatherTables {
   alignas(64) uint8_t fp6_nib_idx[64], fp6_nib_shift[64];  // the same for FP6's low nibbles
   alignas(64) uint8_t fp6_top_idx[64], fp6_top_shift[64];  // FP6's top two bits -> bits 4..5
   alignas(64) uint8_t e4m3_idx[64];                        // byte kk*16 + c
+  // E2M1 straight to words: for row r (0: a, 1: b) of layout kQuadE2M1 (quad) or kRecordE2M1 (rec), word w's
+  // source byte (at byte 2w of a vpermb index; odd bytes are zeroed by the mask) and the shift that brings its
+  // nibble to bits 0..3 (the other nibble may stay in bits 4..7: the word table repeats at 16).
+  alignas(64) uint8_t quad_byte[2][64], rec_byte[2][64];
+  alignas(64) uint16_t quad_shift[2][32], rec_shift[2][32];
   alignas(64) uint16_t scale_idx[32];  // NVFP4 scales: word 2j + t <- column j (j < 8: word j, else 32 + j - 8)
   alignas(64) uint8_t column[64];      // NVFP4 scales: quad byte Q <- column c
   constexpr GatherTables()
       : e2m1_idx(), e2m1_shift(), fp6_nib_idx(), fp6_nib_shift(), fp6_top_idx(), fp6_top_shift(), e4m3_idx(),
-        scale_idx(), column() {
+        scale_idx(), column(), quad_byte(), rec_byte(), quad_shift(), rec_shift() {
     for (int q = 0; q < 64; ++q) {
       const int l = q / 16, h = (q / 8) % 2, i = q % 8;
       const int c = 4 * l + i / 2, kk = 2 * h + i % 2;
@@ -159,6 +166,17 @@ struct GatherTables {
       column[q] = static_cast<uint8_t>(c);
     }
     for (int w = 0; w < 32; ++w) scale_idx[w] = static_cast<uint16_t>(w / 2 < 8 ? w / 2 : 32 + w / 2 - 8);
+    // Row a's word w is quad byte Q = w + 8 (w / 8) (vpunpcklbw takes the low 8 bytes of each 16-byte lane),
+    // row b's Q + 8. kQuadE2M1: Q < 32 in the low nibble of byte Q, else the high nibble of byte Q - 32.
+    for (int r = 0; r < 2; ++r) {
+      for (int w = 0; w < 32; ++w) {
+        const int q = w + 8 * (w / 8) + 8 * r;
+        quad_byte[r][2 * w] = static_cast<uint8_t>(q % 32);
+        quad_shift[r][w] = static_cast<uint16_t>(q < 32 ? 0 : 4);
+        rec_byte[r][2 * w] = e2m1_idx[q];
+        rec_shift[r][w] = static_cast<uint16_t>(e2m1_shift[q] - 8 * (q % 8));
+      }
+    }
   }
 };
 inline constexpr GatherTables kGather;
@@ -186,6 +204,15 @@ class QuadDecoder {
                                                      : t.e4m3_lo;
     hi0_ = _mm512_load_si512(hi);
     lo0_ = _mm512_load_si512(lo);
+    if constexpr (L == Layout::kQuadE2M1 || L == Layout::kRecordE2M1) {
+      const GatherTables& gt = kGather;
+      const bool quad = L == Layout::kQuadE2M1;
+      hi0_ = _mm512_load_si512(t.e2m1_words);
+      byte_a_ = _mm512_load_si512(quad ? gt.quad_byte[0] : gt.rec_byte[0]);
+      byte_b_ = _mm512_load_si512(quad ? gt.quad_byte[1] : gt.rec_byte[1]);
+      shift_a_ = _mm512_load_si512(quad ? gt.quad_shift[0] : gt.rec_shift[0]);
+      shift_b_ = _mm512_load_si512(quad ? gt.quad_shift[1] : gt.rec_shift[1]);
+    }
     if constexpr (kTable128) {
       hi1_ = _mm512_load_si512(hi + 64);
       lo1_ = _mm512_load_si512(lo + 64);
@@ -195,18 +222,14 @@ class QuadDecoder {
   // Quad at `src` (the layout's bytes of 4 k) -> rows a (k pair 2q) and b (2q + 1).
   void quad(const uint8_t* src, __m512i& a, __m512i& b) const {
     __m512i hi, lo;
-    if constexpr (L == Layout::kQuadE2M1) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-      const __m256i m0f = _mm256_set1_epi8(0x0F);
-      const __m256i lo4 = _mm256_and_si256(x, m0f), hi4 = _mm256_and_si256(_mm256_srli_epi16(x, 4), m0f);
-      const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(lo4), hi4, 1);
-      hi = _mm512_shuffle_epi8(hi0_, idx);
-      lo = _mm512_shuffle_epi8(lo0_, idx);
-    } else if constexpr (L == Layout::kRecordE2M1) {
+    if constexpr (L == Layout::kQuadE2M1 || L == Layout::kRecordE2M1) {
+      // Each row's words gathered straight from the 32 bytes (vpermb, odd bytes zeroed), the nibble shifted to
+      // the bottom (vpsrlvw), looked up as a word (vpermw): 4 shuffles per 64 codes instead of 5-6.
       const __m512i x = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
-      const __m512i codes = _mm512_multishift_epi64_epi8(ld(kGather.e2m1_shift), _mm512_permutexvar_epi8(ld(kGather.e2m1_idx), x));
-      hi = _mm512_permutexvar_epi8(codes, hi0_);
-      lo = _mm512_permutexvar_epi8(codes, lo0_);
+      constexpr __mmask64 kEven = 0x5555555555555555ull;
+      a = _mm512_permutexvar_epi16(_mm512_srlv_epi16(_mm512_maskz_permutexvar_epi8(kEven, byte_a_, x), shift_a_), hi0_);
+      b = _mm512_permutexvar_epi16(_mm512_srlv_epi16(_mm512_maskz_permutexvar_epi8(kEven, byte_b_, x), shift_b_), hi0_);
+      return;
     } else if constexpr (L == Layout::kRecordE2M1Nv) {  // index (scale mantissa << 4) | stored code
       const __m512i x = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
       const __m512i codes = _mm512_multishift_epi64_epi8(ld(kGather.e2m1_shift), _mm512_permutexvar_epi8(ld(kGather.e2m1_idx), x));
@@ -270,6 +293,8 @@ class QuadDecoder {
   static __m512i ld(const void* table) { return _mm512_load_si512(table); }
 
   __m512i hi0_, hi1_ = _mm512_setzero_si512(), lo0_, lo1_ = _mm512_setzero_si512();
+  __m512i byte_a_ = _mm512_setzero_si512(), byte_b_ = _mm512_setzero_si512();    // E2M1: word gathers
+  __m512i shift_a_ = _mm512_setzero_si512(), shift_b_ = _mm512_setzero_si512();
   __m512i nv_m_ = _mm512_setzero_si512();  // NVFP4: quad byte Q <- (mantissa bits of column c(Q)'s scale) << 4
 };
 
