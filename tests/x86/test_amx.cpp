@@ -208,6 +208,7 @@ TEST(X86Amx, StreamBelowTheTileRangeMatchesReference) {
       {&x86::kAmxBf16Mxfp6, find_scheme("w6a16-mxfp6-e2m3")},
       {&x86::kAmxBf16Mxfp6, find_scheme("w6a6-mxfp6-e3m2")},
       {&x86::kAmxBf16Mxfp4, find_scheme("w4a4-mxfp4")},
+      {&x86::kAmxBf16Nvfp4, find_scheme("w4a4-nvfp4")},
   };
   const int64_t shapes[][2] = {{67, 96}, {33, 544}, {129, 32}, {200, 1056}, {16, 160}};
   uint64_t seed = 7500;

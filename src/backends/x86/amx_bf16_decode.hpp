@@ -323,6 +323,20 @@ inline __m512 mx_scale_f32(const uint8_t* e16) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(e), 23));
 }
 
+// NVFP4: the f32 values of the 16 columns' E4M3 block scales (codes e16, sign included): a normal code's bits
+// moved into an f32 with the exponent rebased (+120); a subnormal one (exponent field 0, m * 2^-9) computed as
+// (1 + m/8) * 2^-6 - 2^-6, exactly. Code 0x7F reads as 480, as the tile path's tables have it.
+inline __m512 e4m3_scale_f32(const uint8_t* e16) {
+  const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e16)));
+  const __m512i mag = _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x7F)), 20);
+  const __mmask16 sub = _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(8 << 20));
+  __m512 v = _mm512_castsi512_ps(_mm512_add_epi32(mag, _mm512_set1_epi32(120 << 23)));
+  v = _mm512_mask_sub_ps(v, sub, _mm512_castsi512_ps(_mm512_add_epi32(mag, _mm512_set1_epi32(121 << 23))),
+                         _mm512_set1_ps(0x1p-6f));
+  return _mm512_castsi512_ps(
+      _mm512_or_si512(_mm512_castps_si512(v), _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24)));
+}
+
 inline __m512i add_exponent(__m512i w, __m512i off) {
   return _mm512_mask_add_epi16(w, _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x7FFF)), w, off);
 }

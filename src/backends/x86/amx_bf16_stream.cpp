@@ -1,7 +1,6 @@
 // The AMX-BF16 kernels' route below their tile range (g.m < kAmxBf16MinM, amx_isa.hpp): weight streaming on AVX-512
 // BF16 + VBMI, no tiles. Compiled with the AMX translation units' flags for VBMI, reached only through the AMX
-// kernels (their is_supported requires VBMI). Every weight layout and MX scale of the tile path (not NVFP4's:
-// its AMX kernel runs M = 1 on the AVX2 code), decoded by the same QuadDecoder (amx_bf16_decode.hpp: vpermb / vpermi2b lookups, 2 BF16 rows per 64 codes), so the
+// kernels (their is_supported requires VBMI). Every weight layout of the tile path, decoded by the same QuadDecoder (amx_bf16_decode.hpp: vpermb / vpermi2b lookups, 2 BF16 rows per 64 codes), so the
 // decoded words are the tile path's, bit for bit.
 //
 // Per item of kPanelsPerItem panels (16 columns each), kNv panels side by side over the whole K:
@@ -57,7 +56,7 @@ void stream_panels(const Bf16Job& g, QuadDecoder<L>& dec, int64_t p0, float* c) 
     src[v] = g.packed + (p0 + v) * bpk * g.k_pad;
     acc[v] = _mm512_setzero_ps();
   }
-  if (g.mx_scale == nullptr) {
+  if (g.mx_scale == nullptr && g.nv_scale == nullptr) {
     for (int64_t q = 0; q < quads; ++q) {
       prefetch_quad<NV>(src, q * 4 * bpk);
       const __m512i x01 = _mm512_set1_epi32(load_pair(g.act + 4 * q));
@@ -70,12 +69,15 @@ void stream_panels(const Bf16Job& g, QuadDecoder<L>& dec, int64_t p0, float* c) 
       }
     }
   } else {
-    // MX: each 32-k block (8 quads) summed alone on the unscaled codes, then acc += sum * 2^(e - 127) per
-    // column (exact: a power of two; process keeps every scaled value normal).
-    for (int64_t q0 = 0; q0 < quads; q0 += 8) {
+    // Block scales: each block (MX: 32 k = 8 quads, E8M0; NVFP4: 16 k = 4 quads, E4M3) summed alone on the
+    // unscaled codes, then acc = fma(sum, scale, acc) per column. MX: exact (a power of two; process keeps
+    // every scaled value normal); NVFP4: the FMA's one rounding, as the AVX2 code's per-group f32 sums.
+    const bool nv = g.nv_scale != nullptr;
+    const int64_t qb = nv ? 4 : 8;
+    for (int64_t q0 = 0; q0 < quads; q0 += qb) {
       __m512 blk[NV];
       for (int v = 0; v < NV; ++v) blk[v] = _mm512_setzero_ps();
-      for (int64_t q = q0; q < q0 + 8; ++q) {
+      for (int64_t q = q0; q < q0 + qb; ++q) {
         prefetch_quad<NV>(src, q * 4 * bpk);
         const __m512i x01 = _mm512_set1_epi32(load_pair(g.act + 4 * q));
         const __m512i x23 = _mm512_set1_epi32(load_pair(g.act + 4 * q + 2));
@@ -87,9 +89,10 @@ void stream_panels(const Bf16Job& g, QuadDecoder<L>& dec, int64_t p0, float* c) 
         }
       }
       for (int v = 0; v < NV; ++v) {
-        const uint8_t* codes = g.mx_scale + ((p0 + v) * (g.k_pad / 32) + q0 / 8) * 16;
+        const uint8_t* codes = nv ? g.nv_scale + ((p0 + v) * (g.k_pad / 16) + q0 / 4) * 16
+                                  : g.mx_scale + ((p0 + v) * (g.k_pad / 32) + q0 / 8) * 16;
         _mm_prefetch(reinterpret_cast<const char*>(codes + 256), _MM_HINT_T0);
-        acc[v] = _mm512_fmadd_ps(blk[v], mx_scale_f32(codes), acc[v]);
+        acc[v] = _mm512_fmadd_ps(blk[v], nv ? e4m3_scale_f32(codes) : mx_scale_f32(codes), acc[v]);
       }
     }
   }
@@ -126,7 +129,7 @@ StreamItem stream_of(Layout l) {
     case Layout::kRecordE2M1: return stream_item<Layout::kRecordE2M1>;
     case Layout::kRecordE2M3: return stream_item<Layout::kRecordE2M3>;
     case Layout::kRecordE3M2: break;
-    case Layout::kRecordE2M1Nv: return nullptr;  // NVFP4 runs M = 1 on the AVX2 code (fp_common.cpp says why)
+    case Layout::kRecordE2M1Nv: return stream_item<Layout::kRecordE2M1>;  // the codes alone; scales per block
   }
   return stream_item<Layout::kRecordE3M2>;
 }

@@ -135,12 +135,6 @@ float max_of(const Tensor& t) {
   return *std::max_element(c.data<float>(), c.data<float>() + c.numel());
 }
 
-// Smallest M the AMX variant of a family runs on its AMX-BF16 code (M = 1: the VBMI weight stream, amx_isa.hpp);
-// below it the AVX2 code on the same panels. NVFP4's E4M3 scale per 16 k and column makes the stream's decode
-// (a 128-entry lookup by scale mantissa and code, the scale's exponent added per word) slower than the AVX2
-// code, which multiplies each group's f32 sum by its scale (2-core Xeon, 2 threads, M = 1, CPU ms per call:
-// 4096 x 4096 1.08 vs 1.77, 28672 x 4096 9.8 vs 13.1).
-int64_t amx_min_m(Family f) { return f == Family::kNvfp4 ? kAmxBf16MinM : 1; }
 
 // Smallest and largest nonzero magnitude of an element format.
 double min_nonzero(DType d) { return traits(d).min_subnormal; }
@@ -420,12 +414,6 @@ std::vector<MRoute> FpAvx2Kernel::m_routes(const LinearConfig&) const {
   if (isa_ != Isa::kAmxBf16) return {MRoute{1, MRoute::kNoLimit, self, exact_path}};
   const std::string fallback = "activations with a value that is not a normal BF16 take the AVX2 code; " + exact_path;
   const MRoute tiles{kAmxBf16MinM, MRoute::kNoLimit, self, "AMX-BF16 tiles; " + fallback};
-  if (amx_min_m(family_) > 1) {
-    return {MRoute{1, kAmxBf16MinM - 1, self,
-                   "the AVX2 code on the same code panels (faster than the VBMI weight stream for NVFP4's per-16 E4M3 "
-                   "scales); " + exact_path},
-            tiles};
-  }
   return {MRoute{1, kAmxBf16MinM - 1, self,
                  "AVX-512 VBMI + BF16 weight streaming (the tile path's decode, vdpbf16ps): a 16-row tile would waste "
                  "its rows; " + fallback},
@@ -544,7 +532,7 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   q.k_pad = st.k_pad;
   q.row_scale = row_scale.data();
   // AMX: the OS grant is asked here too (cached), so a kernel applied without is_supported never faults.
-  const bool amx = isa_ == Isa::kAmxBf16 && m >= amx_min_m(family_) && amx_tile_permission_refusal().empty();
+  const bool amx = isa_ == Isa::kAmxBf16 && amx_tile_permission_refusal().empty();
   if (amx && !x.is_quantized()) {  // BF16 rows or quantized activations made straight into the tiles' BF16 rows
     AlignedBytes act16 = aligned_bytes(round_up(m, 16) * st.k_pad * 2);
     uint16_t* a16 = reinterpret_cast<uint16_t*>(act16.get());
