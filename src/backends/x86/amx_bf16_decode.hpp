@@ -10,7 +10,9 @@
 //   quad byte 16l + 8h + i  (lane l < 4, half h < 2, i < 8)  =  code of column 4l + i/2 at k = 4q + 2h + i%2
 //
 // then two byte lookups give each code's BF16 (hi, lo) bytes, and vpunpck{l,h}bw of (lo, hi) inside each
-// 128-bit lane yields a and b (lane l holds words 8l .. 8l + 7: columns 4l .. 4l + 3).
+// 128-bit lane yields a and b (lane l holds words 8l .. 8l + 7: columns 4l .. 4l + 3). E2M1 skips the byte
+// stage: each row's 32 words are gathered from the packed bytes by one vpermb (word w of a is quad byte
+// w + 8 (w / 8), of b that + 8), the nibble shifted down by vpsrlvw and looked up as a word by vpermw.
 //
 // Layouts (the byte offset of quad q of panel p):
 //   kQuadE4M3   w8a16_isa.hpp's panels, already in quad order                     p * 16 * k_pad + q * 64
@@ -22,10 +24,11 @@
 //               the top two bits in bytes 32..47)                                   p * 12 * k_pad + q * 48
 // The record layouts are regathered into quad order by one vpermb per source field; vpmultishiftqb then moves
 // each code's bits to the bottom of its byte (a nibble's shift, or a 2-bit field's shift, differs by column).
-// Lookups: E4M3 -> two 128-entry vpermi2b tables (the sign OR-ed back); E2M1 in kQuadE2M1 -> 16-entry vpshufb
-// tables; record FP4 / FP6 codes -> 64-entry vpermb tables (vpermb reads the low 6 bits, so the 4-bit FP4
-// table is repeated four times and bits 6..7 of an FP6 byte need not be cleared); NVFP4 (kRecordE2M1Nv) ->
-// one 128-entry vpermi2b table by (the column's E4M3 block-scale mantissa, code), the scale's exponent added after.
+// Lookups: E4M3 -> two 128-entry vpermi2b tables (the sign OR-ed back); E2M1 -> one 32-word vpermw table (the
+// 16 values twice: bit 4 of the index may hold the other nibble's bit); FP6 codes -> 64-entry vpermb tables
+// (vpermb reads the low 6 bits, so bits 6..7 of an FP6 byte need not be cleared); NVFP4 (kRecordE2M1Nv, on
+// tiles) -> one 128-entry vpermi2b table by (the column's E4M3 block-scale mantissa, code), the scale's
+// exponent added after (the M = 1 stream decodes its codes as kRecordE2M1 and scales each block's sum).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -68,8 +71,6 @@ constexpr uint16_t float_code_bf16(int code, int e_bits, int m_bits) {
 
 struct DecodeTables {
   alignas(64) uint8_t e4m3_hi[128], e4m3_lo[128];  // magnitude codes 0..127
-  alignas(64) uint8_t e2m1_hi[64], e2m1_lo[64];    // kQuadE2M1: code i % 16 (vpshufb, per lane)
-  alignas(64) uint8_t rec_e2m1_hi[64], rec_e2m1_lo[64];  // kRecordE2M1: code i % 16 (as kQuadE2M1's, by vpermb)
   alignas(64) uint8_t e2m3_hi[64], e2m3_lo[64], e3m2_hi[64], e3m2_lo[64];
   alignas(64) uint16_t e2m1_words[32];  // BF16 of E2M1 code i % 16 (vpermw reads 5 index bits)
   // NVFP4, by index (m << 4) | code (the E2M1 code, m = a block scale's 3 mantissa bits): the BF16
@@ -79,8 +80,7 @@ struct DecodeTables {
   // two bytes) with s = (1 + m / 8) * 2^e (subnormal scales normalized; 0 for a zero scale, masked separately).
   alignas(64) uint8_t sc_m[128], sc_e_hi[128], sc_e_lo[128];
   constexpr DecodeTables()
-      : e4m3_hi(), e4m3_lo(), e2m1_hi(), e2m1_lo(), rec_e2m1_hi(), rec_e2m1_lo(), e2m3_hi(), e2m3_lo(), e3m2_hi(),
-        e3m2_lo(), e2m1_words(), nv_hi(), nv_lo(), sc_m(), sc_e_hi(), sc_e_lo() {
+      : e4m3_hi(), e4m3_lo(), e2m3_hi(), e2m3_lo(), e3m2_hi(), e3m2_lo(), e2m1_words(), nv_hi(), nv_lo(), sc_m(), sc_e_hi(), sc_e_lo() {
     for (int c = 0; c < 128; ++c) {
       e4m3_hi[c] = static_cast<uint8_t>(float_code_bf16(c, 4, 3) >> 8);
       e4m3_lo[c] = static_cast<uint8_t>(float_code_bf16(c, 4, 3) & 0xFF);
@@ -103,13 +103,8 @@ struct DecodeTables {
       nv_lo[c] = static_cast<uint8_t>(w & 0xFF);
     }
     for (int i = 0; i < 64; ++i) {
-      const uint16_t f4 = float_code_bf16(i % 16, 2, 1), r4 = f4;
       const uint16_t f6a = float_code_bf16(i, 2, 3), f6b = float_code_bf16(i, 3, 2);
-      if (i < 32) e2m1_words[i] = f4;
-      e2m1_hi[i] = static_cast<uint8_t>(f4 >> 8);
-      e2m1_lo[i] = static_cast<uint8_t>(f4 & 0xFF);
-      rec_e2m1_hi[i] = static_cast<uint8_t>(r4 >> 8);
-      rec_e2m1_lo[i] = static_cast<uint8_t>(r4 & 0xFF);
+      if (i < 32) e2m1_words[i] = float_code_bf16(i % 16, 2, 1);
       e2m3_hi[i] = static_cast<uint8_t>(f6a >> 8);
       e2m3_lo[i] = static_cast<uint8_t>(f6a & 0xFF);
       e3m2_hi[i] = static_cast<uint8_t>(f6b >> 8);
@@ -190,32 +185,30 @@ class QuadDecoder {
  public:
   QuadDecoder() {
     const DecodeTables& t = kDecodeTables;
-    const uint8_t* hi = L == Layout::kQuadE2M1     ? t.e2m1_hi
-                        : L == Layout::kRecordE2M1 ? t.rec_e2m1_hi
-                        : L == Layout::kRecordE2M3 ? t.e2m3_hi
-                        : L == Layout::kRecordE3M2 ? t.e3m2_hi
-                        : L == Layout::kRecordE2M1Nv ? t.nv_hi
-                                                     : t.e4m3_hi;
-    const uint8_t* lo = L == Layout::kQuadE2M1     ? t.e2m1_lo
-                        : L == Layout::kRecordE2M1 ? t.rec_e2m1_lo
-                        : L == Layout::kRecordE2M3 ? t.e2m3_lo
-                        : L == Layout::kRecordE3M2 ? t.e3m2_lo
-                        : L == Layout::kRecordE2M1Nv ? t.nv_lo
-                                                     : t.e4m3_lo;
-    hi0_ = _mm512_load_si512(hi);
-    lo0_ = _mm512_load_si512(lo);
     if constexpr (L == Layout::kQuadE2M1 || L == Layout::kRecordE2M1) {
       const GatherTables& gt = kGather;
       const bool quad = L == Layout::kQuadE2M1;
-      hi0_ = _mm512_load_si512(t.e2m1_words);
+      hi0_ = _mm512_load_si512(t.e2m1_words);  // the word table (lo0_ unused)
+      lo0_ = _mm512_setzero_si512();
       byte_a_ = _mm512_load_si512(quad ? gt.quad_byte[0] : gt.rec_byte[0]);
       byte_b_ = _mm512_load_si512(quad ? gt.quad_byte[1] : gt.rec_byte[1]);
       shift_a_ = _mm512_load_si512(quad ? gt.quad_shift[0] : gt.rec_shift[0]);
       shift_b_ = _mm512_load_si512(quad ? gt.quad_shift[1] : gt.rec_shift[1]);
-    }
-    if constexpr (kTable128) {
-      hi1_ = _mm512_load_si512(hi + 64);
-      lo1_ = _mm512_load_si512(lo + 64);
+    } else {
+      const uint8_t* hi = L == Layout::kRecordE2M3     ? t.e2m3_hi
+                          : L == Layout::kRecordE3M2   ? t.e3m2_hi
+                          : L == Layout::kRecordE2M1Nv ? t.nv_hi
+                                                       : t.e4m3_hi;
+      const uint8_t* lo = L == Layout::kRecordE2M3     ? t.e2m3_lo
+                          : L == Layout::kRecordE3M2   ? t.e3m2_lo
+                          : L == Layout::kRecordE2M1Nv ? t.nv_lo
+                                                       : t.e4m3_lo;
+      hi0_ = _mm512_load_si512(hi);
+      lo0_ = _mm512_load_si512(lo);
+      if constexpr (kTable128) {
+        hi1_ = _mm512_load_si512(hi + 64);
+        lo1_ = _mm512_load_si512(lo + 64);
+      }
     }
   }
 

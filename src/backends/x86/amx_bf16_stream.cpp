@@ -1,20 +1,22 @@
 // The AMX-BF16 kernels' route below their tile range (g.m < kAmxBf16MinM, amx_isa.hpp): weight streaming on AVX-512
 // BF16 + VBMI, no tiles. Compiled with the AMX translation units' flags for VBMI, reached only through the AMX
-// kernels (their is_supported requires VBMI). Every weight layout of the tile path, decoded by the same QuadDecoder (amx_bf16_decode.hpp: vpermb / vpermi2b lookups, 2 BF16 rows per 64 codes), so the
-// decoded words are the tile path's, bit for bit.
+// kernels (their is_supported requires VBMI). Every weight layout of the tile path, decoded by the same
+// QuadDecoder (amx_bf16_decode.hpp: vpermb / vpermw / vpermi2b lookups, 2 BF16 rows per 64 codes), so the
+// decoded words are the tile path's, bit for bit (NVFP4: its codes, the block scales applied per block).
 //
 // Per item of kPanelsPerItem panels (16 columns each), kNv panels side by side over the whole K:
 //   per quad (4 k) of each panel: decode -> rows a (k pair 2q) and b (2q + 1), then
 //     s[v] = dp(s[v], (x[4q], x[4q + 1]), a);  s[v] = dp(s[v], (x[4q + 2], x[4q + 3]), b)
 //   per-column scales: s is the whole-K accumulator (the AVX-512 BF16 kernel's order at M = 1, so FP8
-//   weight-only rows are its bits). MX: s sums one 32-k block of unscaled codes, then acc = fma(s, 2^(e - 127),
-//   acc): one FMA per block instead of the tiles' exponent add on every decoded word (a test and a masked
-//   add per 32 words: 17-20% of the stream's time at M = 1 for MXFP8 / MXFP6 / MXFP4). The kNv independent
+//   weight-only rows are its bits). MX / NVFP4: s sums one block (32 / 16 k) of unscaled codes, then
+//   acc = fma(s, scale, acc): one FMA per block instead of the tiles' exponent add on every decoded word (a
+//   test and a masked add per 32 words: 17-20% of the stream's time at M = 1 for MXFP8 / MXFP6 / MXFP4;
+//   NVFP4's per-16 E4M3 scale made its stream slower than the AVX2 code before). The kNv independent
 //   chains overlap vdpbf16ps's latency. Each panel's weights are read sequentially, prefetched
 //   kDecodePrefetchBytes ahead (amx_bf16_decode.hpp says why).
-// Cost per 64 codes at M = 1 (2-core Xeon, weights in L1, one thread): 2 vdpbf16ps alone ~4.5 cycles (the
-// instruction retires ~0.45 per cycle here), E2M1 decode + dp ~7; the tiles' decode plus tdpbf16ps on a mostly
-// empty 16-row tile measured slower.
+// Cost per 64 codes at M = 1 (2-core Xeon, one thread, CPU time at the nominal 2.6 GHz): 2 vdpbf16ps alone
+// ~4.5 cycles (the instruction retires ~0.45 per cycle here), E2M1 decode + dp ~6 in a loop over L1, ~7 in
+// the kernel over L2; the tiles' decode plus tdpbf16ps on a mostly empty 16-row tile measured slower.
 #include <immintrin.h>
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // amx_w8a16_gemm.cpp says why
