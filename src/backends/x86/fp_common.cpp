@@ -163,7 +163,7 @@ std::string_view FpAvx2Kernel::summary() const {
       case Family::kMxfp8:
         return "MXFP8 weights x MXFP8 (quantized as the reference) or BF16 activations, AMX-BF16 tdpbf16ps on E4M3 "
                "decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation; M = 1: the same decode "
-               "through vdpbf16ps";
+               "through vdpbf16ps, E8M0 on each block's sum";
       case Family::kMxfp6:
         return "MXFP6 E2M3/E3M2 weights x BF16 or MX activations (quantized as the reference), AMX-BF16 tdpbf16ps "
                "on FP6 decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation";
@@ -173,7 +173,7 @@ std::string_view FpAvx2Kernel::summary() const {
       default:
         return "NVFP4 weights x BF16 or NVFP4 activations (quantized as the reference), AMX-BF16 tdpbf16ps on E2M1 "
                "times its E4M3 block scale decoded to BF16 tiles (exact), global scales in the epilogue; M = 1: the "
-               "AVX2 code";
+               "codes through vdpbf16ps, each 16-k block's sum times its scale";
     }
   }
   switch (family_) {
