@@ -144,7 +144,7 @@ struct GatherTables {
   alignas(64) uint8_t column[64];      // NVFP4 scales: quad byte Q <- column c
   constexpr GatherTables()
       : e2m1_idx(), e2m1_shift(), fp6_nib_idx(), fp6_nib_shift(), fp6_top_idx(), fp6_top_shift(), e4m3_idx(),
-        scale_idx(), column(), quad_byte(), rec_byte(), quad_shift(), rec_shift() {
+        quad_byte(), rec_byte(), quad_shift(), rec_shift(), scale_idx(), column() {
     for (int q = 0; q < 64; ++q) {
       const int l = q / 16, h = (q / 8) % 2, i = q % 8;
       const int c = 4 * l + i / 2, kk = 2 * h + i % 2;
