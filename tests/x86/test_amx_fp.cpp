@@ -69,7 +69,7 @@ void expect_amx_matches(const LinearKernel& k, const Scheme& s, const Case& c, u
   EXPECT_EQ(x86::amx_bf16_gemms_on_this_thread() - tiles_before, tiles ? 1 : 0)
       << k.name() << " " << s.name << " " << x86_test::describe(c) << ": the AMX tile path "
       << (tiles ? "did not run" : "ran below its M range");
-  const bool stream = !tiles && k.family() != Family::kNvfp4;  // NVFP4 runs M = 1 on the AVX2 code
+  const bool stream = !tiles;
   EXPECT_EQ(x86::amx_bf16_streams_on_this_thread() - streams_before, stream ? 1 : 0)
       << k.name() << " " << s.name << " " << x86_test::describe(c) << ": the weight stream "
       << (stream ? "did not run" : "ran where it should not");
@@ -110,26 +110,34 @@ TEST(X86AmxFp, Nvfp4EveryBlockScaleCode) {
   const LinearKernel& k = x86::kAmxBf16Nvfp4;
   QL_SKIP_UNLESS_SUPPORTED(k);
   for (const Scheme* s : {&kNvfp4A16, find_scheme("w4a4-nvfp4")}) {
-    const Case c{40, 48, 2048, DType::kBF16, DType::kF32, true};
-    const int64_t before = x86::amx_bf16_gemms_on_this_thread();
-    auto r = x86_test::run_with_edited_scales(k, *s, c, 31, [](uint8_t* e, int64_t count) {
-      for (int64_t i = 0; i < count; ++i) e[i] = static_cast<uint8_t>((i * 7) % 127 | (i % 5 == 0 ? 0x80 : 0));
-    });
-    ASSERT_TRUE(r);
-    EXPECT_EQ(x86::amx_bf16_gemms_on_this_thread() - before, 1);
-    auto wd = reference::dequantized_weight(r->ref_layer);
-    auto xd = reference::effective_activation(r->ref_layer, Activation::dense(r->x));
-    ASSERT_TRUE(wd && xd);
-    int bad = 0;
-    for (int64_t i = 0; i < c.m; ++i) {
-      for (int64_t j = 0; j < c.n; ++j) {
-        double mag = 0;
-        for (int64_t kk = 0; kk < c.k; ++kk) mag += std::fabs(xd->data<double>()[i * c.k + kk] * wd->data<double>()[j * c.k + kk]);
-        const double g = r->got.data<float>()[i * c.n + j], want = r->want.data<float>()[i * c.n + j];
-        bad += !(std::fabs(g - want) <= f32_sum_rel(c.k) * mag + std::ldexp(std::fabs(want), -23));
+    for (const int64_t m : {40, 1}) {  // the tiles (scales multiplied into the words) and the stream (per block)
+      const Case c{m, 48, 2048, DType::kBF16, DType::kF32, true};
+      const int64_t tiles = x86::amx_bf16_gemms_on_this_thread(), streams = x86::amx_bf16_streams_on_this_thread();
+      // Even columns: only subnormal scale codes (so that their outputs' tolerance is theirs alone); odd ones
+      // every code.
+      auto r = x86_test::run_with_edited_scales(k, *s, c, 31, [&](uint8_t* e, int64_t count) {
+        for (int64_t i = 0; i < count; ++i) {
+          const bool sub = (i / (c.k / 16)) % 2 == 0;
+          e[i] = static_cast<uint8_t>((sub ? i % 8 : (i * 7) % 127) | (i % 5 == 0 ? 0x80 : 0));
+        }
+      });
+      ASSERT_TRUE(r);
+      EXPECT_EQ(x86::amx_bf16_gemms_on_this_thread() - tiles, m > 1 ? 1 : 0);
+      EXPECT_EQ(x86::amx_bf16_streams_on_this_thread() - streams, m > 1 ? 0 : 1);
+      auto wd = reference::dequantized_weight(r->ref_layer);
+      auto xd = reference::effective_activation(r->ref_layer, Activation::dense(r->x));
+      ASSERT_TRUE(wd && xd);
+      int bad = 0;
+      for (int64_t i = 0; i < c.m; ++i) {
+        for (int64_t j = 0; j < c.n; ++j) {
+          double mag = 0;
+          for (int64_t kk = 0; kk < c.k; ++kk) mag += std::fabs(xd->data<double>()[i * c.k + kk] * wd->data<double>()[j * c.k + kk]);
+          const double g = r->got.data<float>()[i * c.n + j], want = r->want.data<float>()[i * c.n + j];
+          bad += !(std::fabs(g - want) <= f32_sum_rel(c.k) * mag + std::ldexp(std::fabs(want), -23));
+        }
       }
+      EXPECT_EQ(bad, 0) << s->name << " m " << m;
     }
-    EXPECT_EQ(bad, 0) << s->name;
   }
 }
 
@@ -138,15 +146,17 @@ TEST(X86AmxFp, MxScalesFarFromOneStayExact) {
   for (const auto& [kernel, scheme] : {std::pair{&x86::kAmxBf16Mxfp6, "w6a6-mxfp6-e3m2"},
                                        std::pair{&x86::kAmxBf16Mxfp4, "w4a4-mxfp4"}}) {
     QL_SKIP_UNLESS_SUPPORTED(*kernel);
-    const Case c{17, 40, 256, DType::kBF16, DType::kF32, false};
-    auto r = x86_test::run_with_edited_scales(*kernel, *find_scheme(scheme), c, 41, [](uint8_t* e, int64_t count) {
-      for (int64_t i = 0; i < count; ++i) e[i] = i % 3 == 0 ? 200 : (i % 3 == 1 ? 20 : 127);
-    });
-    ASSERT_TRUE(r);
-    EXPECT_EQ(kernel->apply_route(r->layer, Activation::dense(r->x)), kernel->name());
-    for (int64_t i = 0; i < c.m * c.n; ++i) {
-      const double g = r->got.data<float>()[i], want = r->want.data<float>()[i];
-      EXPECT_LE(std::fabs(g - want), std::ldexp(std::fabs(want), -16) + 1e-30) << scheme << " " << i;
+    for (const int64_t m : {17, 1}) {  // the tiles (scales folded into the words) and the stream (per block)
+      const Case c{m, 40, 256, DType::kBF16, DType::kF32, false};
+      auto r = x86_test::run_with_edited_scales(*kernel, *find_scheme(scheme), c, 41, [](uint8_t* e, int64_t count) {
+        for (int64_t i = 0; i < count; ++i) e[i] = i % 3 == 0 ? 200 : (i % 3 == 1 ? 20 : 127);
+      });
+      ASSERT_TRUE(r);
+      EXPECT_EQ(kernel->apply_route(r->layer, Activation::dense(r->x)), kernel->name());
+      for (int64_t i = 0; i < c.m * c.n; ++i) {
+        const double g = r->got.data<float>()[i], want = r->want.data<float>()[i];
+        EXPECT_LE(std::fabs(g - want), std::ldexp(std::fabs(want), -16) + 1e-30) << scheme << " m " << m << " " << i;
+      }
     }
   }
 }

@@ -10,7 +10,9 @@
 //   quad byte 16l + 8h + i  (lane l < 4, half h < 2, i < 8)  =  code of column 4l + i/2 at k = 4q + 2h + i%2
 //
 // then two byte lookups give each code's BF16 (hi, lo) bytes, and vpunpck{l,h}bw of (lo, hi) inside each
-// 128-bit lane yields a and b (lane l holds words 8l .. 8l + 7: columns 4l .. 4l + 3).
+// 128-bit lane yields a and b (lane l holds words 8l .. 8l + 7: columns 4l .. 4l + 3). E2M1 skips the byte
+// stage: each row's 32 words are gathered from the packed bytes by one vpermb (word w of a is quad byte
+// w + 8 (w / 8), of b that + 8), the nibble shifted down by vpsrlvw and looked up as a word by vpermw.
 //
 // Layouts (the byte offset of quad q of panel p):
 //   kQuadE4M3   w8a16_isa.hpp's panels, already in quad order                     p * 16 * k_pad + q * 64
@@ -22,10 +24,11 @@
 //               the top two bits in bytes 32..47)                                   p * 12 * k_pad + q * 48
 // The record layouts are regathered into quad order by one vpermb per source field; vpmultishiftqb then moves
 // each code's bits to the bottom of its byte (a nibble's shift, or a 2-bit field's shift, differs by column).
-// Lookups: E4M3 -> two 128-entry vpermi2b tables (the sign OR-ed back); E2M1 in kQuadE2M1 -> 16-entry vpshufb
-// tables; record FP4 / FP6 codes -> 64-entry vpermb tables (vpermb reads the low 6 bits, so the 4-bit FP4
-// table is repeated four times and bits 6..7 of an FP6 byte need not be cleared); NVFP4 (kRecordE2M1Nv) ->
-// one 128-entry vpermi2b table by (the column's E4M3 block-scale mantissa, code), the scale's exponent added after.
+// Lookups: E4M3 -> two 128-entry vpermi2b tables (the sign OR-ed back); E2M1 -> one 32-word vpermw table (the
+// 16 values twice: bit 4 of the index may hold the other nibble's bit); FP6 codes -> 64-entry vpermb tables
+// (vpermb reads the low 6 bits, so bits 6..7 of an FP6 byte need not be cleared); NVFP4 (kRecordE2M1Nv, on
+// tiles) -> one 128-entry vpermi2b table by (the column's E4M3 block-scale mantissa, code), the scale's
+// exponent added after (the M = 1 stream decodes its codes as kRecordE2M1 and scales each block's sum).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -68,9 +71,8 @@ constexpr uint16_t float_code_bf16(int code, int e_bits, int m_bits) {
 
 struct DecodeTables {
   alignas(64) uint8_t e4m3_hi[128], e4m3_lo[128];  // magnitude codes 0..127
-  alignas(64) uint8_t e2m1_hi[64], e2m1_lo[64];    // kQuadE2M1: code i % 16 (vpshufb, per lane)
-  alignas(64) uint8_t rec_e2m1_hi[64], rec_e2m1_lo[64];  // kRecordE2M1: code i % 16 (as kQuadE2M1's, by vpermb)
   alignas(64) uint8_t e2m3_hi[64], e2m3_lo[64], e3m2_hi[64], e3m2_lo[64];
+  alignas(64) uint16_t e2m1_words[32];  // BF16 of E2M1 code i % 16 (vpermw reads 5 index bits)
   // NVFP4, by index (m << 4) | code (the E2M1 code, m = a block scale's 3 mantissa bits): the BF16
   // bytes of value(code) * (1 + m / 8) (exact: at most 6 significant bits, normal).
   alignas(64) uint8_t nv_hi[128], nv_lo[128];
@@ -78,8 +80,7 @@ struct DecodeTables {
   // two bytes) with s = (1 + m / 8) * 2^e (subnormal scales normalized; 0 for a zero scale, masked separately).
   alignas(64) uint8_t sc_m[128], sc_e_hi[128], sc_e_lo[128];
   constexpr DecodeTables()
-      : e4m3_hi(), e4m3_lo(), e2m1_hi(), e2m1_lo(), rec_e2m1_hi(), rec_e2m1_lo(), e2m3_hi(), e2m3_lo(), e3m2_hi(),
-        e3m2_lo(), nv_hi(), nv_lo(), sc_m(), sc_e_hi(), sc_e_lo() {
+      : e4m3_hi(), e4m3_lo(), e2m3_hi(), e2m3_lo(), e3m2_hi(), e3m2_lo(), e2m1_words(), nv_hi(), nv_lo(), sc_m(), sc_e_hi(), sc_e_lo() {
     for (int c = 0; c < 128; ++c) {
       e4m3_hi[c] = static_cast<uint8_t>(float_code_bf16(c, 4, 3) >> 8);
       e4m3_lo[c] = static_cast<uint8_t>(float_code_bf16(c, 4, 3) & 0xFF);
@@ -102,12 +103,8 @@ struct DecodeTables {
       nv_lo[c] = static_cast<uint8_t>(w & 0xFF);
     }
     for (int i = 0; i < 64; ++i) {
-      const uint16_t f4 = float_code_bf16(i % 16, 2, 1), r4 = f4;
       const uint16_t f6a = float_code_bf16(i, 2, 3), f6b = float_code_bf16(i, 3, 2);
-      e2m1_hi[i] = static_cast<uint8_t>(f4 >> 8);
-      e2m1_lo[i] = static_cast<uint8_t>(f4 & 0xFF);
-      rec_e2m1_hi[i] = static_cast<uint8_t>(r4 >> 8);
-      rec_e2m1_lo[i] = static_cast<uint8_t>(r4 & 0xFF);
+      if (i < 32) e2m1_words[i] = float_code_bf16(i % 16, 2, 1);
       e2m3_hi[i] = static_cast<uint8_t>(f6a >> 8);
       e2m3_lo[i] = static_cast<uint8_t>(f6a & 0xFF);
       e3m2_hi[i] = static_cast<uint8_t>(f6b >> 8);
@@ -138,11 +135,16 @@ struct GatherTables {
   alignas(64) uint8_t fp6_nib_idx[64], fp6_nib_shift[64];  // the same for FP6's low nibbles
   alignas(64) uint8_t fp6_top_idx[64], fp6_top_shift[64];  // FP6's top two bits -> bits 4..5
   alignas(64) uint8_t e4m3_idx[64];                        // byte kk*16 + c
+  // E2M1 straight to words: for row r (0: a, 1: b) of layout kQuadE2M1 (quad) or kRecordE2M1 (rec), word w's
+  // source byte (at byte 2w of a vpermb index; odd bytes are zeroed by the mask) and the shift that brings its
+  // nibble to bits 0..3 (the other nibble may stay in bits 4..7: the word table repeats at 16).
+  alignas(64) uint8_t quad_byte[2][64], rec_byte[2][64];
+  alignas(64) uint16_t quad_shift[2][32], rec_shift[2][32];
   alignas(64) uint16_t scale_idx[32];  // NVFP4 scales: word 2j + t <- column j (j < 8: word j, else 32 + j - 8)
   alignas(64) uint8_t column[64];      // NVFP4 scales: quad byte Q <- column c
   constexpr GatherTables()
       : e2m1_idx(), e2m1_shift(), fp6_nib_idx(), fp6_nib_shift(), fp6_top_idx(), fp6_top_shift(), e4m3_idx(),
-        scale_idx(), column() {
+        quad_byte(), rec_byte(), quad_shift(), rec_shift(), scale_idx(), column() {
     for (int q = 0; q < 64; ++q) {
       const int l = q / 16, h = (q / 8) % 2, i = q % 8;
       const int c = 4 * l + i / 2, kk = 2 * h + i % 2;
@@ -159,6 +161,17 @@ struct GatherTables {
       column[q] = static_cast<uint8_t>(c);
     }
     for (int w = 0; w < 32; ++w) scale_idx[w] = static_cast<uint16_t>(w / 2 < 8 ? w / 2 : 32 + w / 2 - 8);
+    // Row a's word w is quad byte Q = w + 8 (w / 8) (vpunpcklbw takes the low 8 bytes of each 16-byte lane),
+    // row b's Q + 8. kQuadE2M1: Q < 32 in the low nibble of byte Q, else the high nibble of byte Q - 32.
+    for (int r = 0; r < 2; ++r) {
+      for (int w = 0; w < 32; ++w) {
+        const int q = w + 8 * (w / 8) + 8 * r;
+        quad_byte[r][2 * w] = static_cast<uint8_t>(q % 32);
+        quad_shift[r][w] = static_cast<uint16_t>(q < 32 ? 0 : 4);
+        rec_byte[r][2 * w] = e2m1_idx[q];
+        rec_shift[r][w] = static_cast<uint16_t>(e2m1_shift[q] - 8 * (q % 8));
+      }
+    }
   }
 };
 inline constexpr GatherTables kGather;
@@ -172,41 +185,44 @@ class QuadDecoder {
  public:
   QuadDecoder() {
     const DecodeTables& t = kDecodeTables;
-    const uint8_t* hi = L == Layout::kQuadE2M1     ? t.e2m1_hi
-                        : L == Layout::kRecordE2M1 ? t.rec_e2m1_hi
-                        : L == Layout::kRecordE2M3 ? t.e2m3_hi
-                        : L == Layout::kRecordE3M2 ? t.e3m2_hi
-                        : L == Layout::kRecordE2M1Nv ? t.nv_hi
-                                                     : t.e4m3_hi;
-    const uint8_t* lo = L == Layout::kQuadE2M1     ? t.e2m1_lo
-                        : L == Layout::kRecordE2M1 ? t.rec_e2m1_lo
-                        : L == Layout::kRecordE2M3 ? t.e2m3_lo
-                        : L == Layout::kRecordE3M2 ? t.e3m2_lo
-                        : L == Layout::kRecordE2M1Nv ? t.nv_lo
-                                                     : t.e4m3_lo;
-    hi0_ = _mm512_load_si512(hi);
-    lo0_ = _mm512_load_si512(lo);
-    if constexpr (kTable128) {
-      hi1_ = _mm512_load_si512(hi + 64);
-      lo1_ = _mm512_load_si512(lo + 64);
+    if constexpr (L == Layout::kQuadE2M1 || L == Layout::kRecordE2M1) {
+      const GatherTables& gt = kGather;
+      const bool quad = L == Layout::kQuadE2M1;
+      hi0_ = _mm512_load_si512(t.e2m1_words);  // the word table (lo0_ unused)
+      lo0_ = _mm512_setzero_si512();
+      byte_a_ = _mm512_load_si512(quad ? gt.quad_byte[0] : gt.rec_byte[0]);
+      byte_b_ = _mm512_load_si512(quad ? gt.quad_byte[1] : gt.rec_byte[1]);
+      shift_a_ = _mm512_load_si512(quad ? gt.quad_shift[0] : gt.rec_shift[0]);
+      shift_b_ = _mm512_load_si512(quad ? gt.quad_shift[1] : gt.rec_shift[1]);
+    } else {
+      const uint8_t* hi = L == Layout::kRecordE2M3     ? t.e2m3_hi
+                          : L == Layout::kRecordE3M2   ? t.e3m2_hi
+                          : L == Layout::kRecordE2M1Nv ? t.nv_hi
+                                                       : t.e4m3_hi;
+      const uint8_t* lo = L == Layout::kRecordE2M3     ? t.e2m3_lo
+                          : L == Layout::kRecordE3M2   ? t.e3m2_lo
+                          : L == Layout::kRecordE2M1Nv ? t.nv_lo
+                                                       : t.e4m3_lo;
+      hi0_ = _mm512_load_si512(hi);
+      lo0_ = _mm512_load_si512(lo);
+      if constexpr (kTable128) {
+        hi1_ = _mm512_load_si512(hi + 64);
+        lo1_ = _mm512_load_si512(lo + 64);
+      }
     }
   }
 
   // Quad at `src` (the layout's bytes of 4 k) -> rows a (k pair 2q) and b (2q + 1).
   void quad(const uint8_t* src, __m512i& a, __m512i& b) const {
     __m512i hi, lo;
-    if constexpr (L == Layout::kQuadE2M1) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-      const __m256i m0f = _mm256_set1_epi8(0x0F);
-      const __m256i lo4 = _mm256_and_si256(x, m0f), hi4 = _mm256_and_si256(_mm256_srli_epi16(x, 4), m0f);
-      const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(lo4), hi4, 1);
-      hi = _mm512_shuffle_epi8(hi0_, idx);
-      lo = _mm512_shuffle_epi8(lo0_, idx);
-    } else if constexpr (L == Layout::kRecordE2M1) {
+    if constexpr (L == Layout::kQuadE2M1 || L == Layout::kRecordE2M1) {
+      // Each row's words gathered straight from the 32 bytes (vpermb, odd bytes zeroed), the nibble shifted to
+      // the bottom (vpsrlvw), looked up as a word (vpermw): 4 shuffles per 64 codes instead of 5-6.
       const __m512i x = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
-      const __m512i codes = _mm512_multishift_epi64_epi8(ld(kGather.e2m1_shift), _mm512_permutexvar_epi8(ld(kGather.e2m1_idx), x));
-      hi = _mm512_permutexvar_epi8(codes, hi0_);
-      lo = _mm512_permutexvar_epi8(codes, lo0_);
+      constexpr __mmask64 kEven = 0x5555555555555555ull;
+      a = _mm512_permutexvar_epi16(_mm512_srlv_epi16(_mm512_maskz_permutexvar_epi8(kEven, byte_a_, x), shift_a_), hi0_);
+      b = _mm512_permutexvar_epi16(_mm512_srlv_epi16(_mm512_maskz_permutexvar_epi8(kEven, byte_b_, x), shift_b_), hi0_);
+      return;
     } else if constexpr (L == Layout::kRecordE2M1Nv) {  // index (scale mantissa << 4) | stored code
       const __m512i x = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
       const __m512i codes = _mm512_multishift_epi64_epi8(ld(kGather.e2m1_shift), _mm512_permutexvar_epi8(ld(kGather.e2m1_idx), x));
@@ -270,6 +286,8 @@ class QuadDecoder {
   static __m512i ld(const void* table) { return _mm512_load_si512(table); }
 
   __m512i hi0_, hi1_ = _mm512_setzero_si512(), lo0_, lo1_ = _mm512_setzero_si512();
+  __m512i byte_a_ = _mm512_setzero_si512(), byte_b_ = _mm512_setzero_si512();    // E2M1: word gathers
+  __m512i shift_a_ = _mm512_setzero_si512(), shift_b_ = _mm512_setzero_si512();
   __m512i nv_m_ = _mm512_setzero_si512();  // NVFP4: quad byte Q <- (mantissa bits of column c(Q)'s scale) << 4
 };
 
@@ -289,6 +307,27 @@ inline __m512i mx_offsets(const uint8_t* e16) {
                                         0x00060006, 0x00070007, 0x00080008, 0x00090009, 0x000A000A, 0x000B000B,
                                         0x000C000C, 0x000D000D, 0x000E000E, 0x000F000F);
   return _mm512_slli_epi16(_mm512_sub_epi16(_mm512_permutexvar_epi16(dup, w), _mm512_set1_epi16(127)), 7);
+}
+
+// MX: the f32 scales 2^(e - 127) of the 16 columns of one block (E8M0 codes e16; code 0 gives 0, which only
+// an all-zero block can carry: process keeps every folded value normal).
+inline __m512 mx_scale_f32(const uint8_t* e16) {
+  const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(e16));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(e), 23));
+}
+
+// NVFP4: the f32 values of the 16 columns' E4M3 block scales (codes e16, sign included): a normal code's bits
+// moved into an f32 with the exponent rebased (+120); a subnormal one (exponent field 0, m * 2^-9) computed as
+// (1 + m/8) * 2^-6 - 2^-6, exactly. Code 0x7F reads as 480, as the tile path's tables have it.
+inline __m512 e4m3_scale_f32(const uint8_t* e16) {
+  const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e16)));
+  const __m512i mag = _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x7F)), 20);
+  const __mmask16 sub = _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(8 << 20));
+  __m512 v = _mm512_castsi512_ps(_mm512_add_epi32(mag, _mm512_set1_epi32(120 << 23)));
+  v = _mm512_mask_sub_ps(v, sub, _mm512_castsi512_ps(_mm512_add_epi32(mag, _mm512_set1_epi32(121 << 23))),
+                         _mm512_set1_ps(0x1p-6f));
+  return _mm512_castsi512_ps(
+      _mm512_or_si512(_mm512_castps_si512(v), _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24)));
 }
 
 inline __m512i add_exponent(__m512i w, __m512i off) {

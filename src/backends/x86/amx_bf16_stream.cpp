@@ -1,17 +1,22 @@
 // The AMX-BF16 kernels' route below their tile range (g.m < kAmxBf16MinM, amx_isa.hpp): weight streaming on AVX-512
 // BF16 + VBMI, no tiles. Compiled with the AMX translation units' flags for VBMI, reached only through the AMX
-// kernels (their is_supported requires VBMI). Every weight layout and MX scale of the tile path (not NVFP4's:
-// its AMX kernel runs M = 1 on the AVX2 code), decoded by the same QuadDecoder (amx_bf16_decode.hpp: vpermb / vpermi2b lookups, 2 BF16 rows per 64 codes), so the
-// decoded words are the tile path's, bit for bit.
+// kernels (their is_supported requires VBMI). Every weight layout of the tile path, decoded by the same
+// QuadDecoder (amx_bf16_decode.hpp: vpermb / vpermw / vpermi2b lookups, 2 BF16 rows per 64 codes), so the
+// decoded words are the tile path's, bit for bit (NVFP4: its codes, the block scales applied per block).
 //
 // Per item of kPanelsPerItem panels (16 columns each), kNv panels side by side over the whole K:
 //   per quad (4 k) of each panel: decode -> rows a (k pair 2q) and b (2q + 1), then
-//     acc[v] = dp(acc[v], (x[4q], x[4q + 1]), a);  acc[v] = dp(acc[v], (x[4q + 2], x[4q + 3]), b)
-//   (the AVX-512 BF16 kernel's order at M = 1, so FP8 / MXFP8 / MXFP4 weight-only rows are its bits); the kNv
-//   independent chains hide vdpbf16ps's latency. Each panel's weights are read sequentially, prefetched
+//     s[v] = dp(s[v], (x[4q], x[4q + 1]), a);  s[v] = dp(s[v], (x[4q + 2], x[4q + 3]), b)
+//   per-column scales: s is the whole-K accumulator (the AVX-512 BF16 kernel's order at M = 1, so FP8
+//   weight-only rows are its bits). MX / NVFP4: s sums one block (32 / 16 k) of unscaled codes, then
+//   acc = fma(s, scale, acc): one FMA per block instead of the tiles' exponent add on every decoded word (a
+//   test and a masked add per 32 words: 17-20% of the stream's time at M = 1 for MXFP8 / MXFP6 / MXFP4;
+//   NVFP4's per-16 E4M3 scale made its stream slower than the AVX2 code before). The kNv independent
+//   chains overlap vdpbf16ps's latency. Each panel's weights are read sequentially, prefetched
 //   kDecodePrefetchBytes ahead (amx_bf16_decode.hpp says why).
-// Cost per 64 codes at M = 1 (2-core Xeon, weights in L2): ~4.5 cycles of decode and 2 vdpbf16ps at ~2.2 cycles
-// each, ~7 in all; the tiles' decode plus tdpbf16ps on a mostly empty 16-row tile measured slower.
+// Cost per 64 codes at M = 1 (2-core Xeon, one thread, CPU time at the nominal 2.6 GHz): 2 vdpbf16ps alone
+// ~4.5 cycles (the instruction retires ~0.45 per cycle here), E2M1 decode + dp ~6 in a loop over L1, ~7 in
+// the kernel over L2; the tiles' decode plus tdpbf16ps on a mostly empty 16-row tile measured slower.
 #include <immintrin.h>
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // amx_w8a16_gemm.cpp says why
@@ -33,6 +38,12 @@ int32_t load_pair(const uint16_t* x) {
   return v;
 }
 
+// The NV panels' weights kDecodePrefetchBytes past byte `at` of each.
+template <int NV>
+void prefetch_quad(const uint8_t* const* src, int64_t at) {
+  for (int v = 0; v < NV; ++v) _mm_prefetch(reinterpret_cast<const char*>(src[v] + at + kDecodePrefetchBytes), _MM_HINT_T0);
+}
+
 constexpr int64_t kPanelsPerItem = 8;
 constexpr int kNv = 4;
 
@@ -47,28 +58,44 @@ void stream_panels(const Bf16Job& g, QuadDecoder<L>& dec, int64_t p0, float* c) 
     src[v] = g.packed + (p0 + v) * bpk * g.k_pad;
     acc[v] = _mm512_setzero_ps();
   }
-  const bool mx = g.mx_scale != nullptr;
-  __m512i off[NV];
-  for (int64_t q = 0; q < quads; ++q) {
-    for (int v = 0; v < NV; ++v) {
-      _mm_prefetch(reinterpret_cast<const char*>(src[v] + q * 4 * bpk + kDecodePrefetchBytes), _MM_HINT_T0);
-    }
-    const __m512i x01 = _mm512_set1_epi32(load_pair(g.act + 4 * q));
-    const __m512i x23 = _mm512_set1_epi32(load_pair(g.act + 4 * q + 2));
-    for (int v = 0; v < NV; ++v) {
-      __m512i a, b;
-      dec.quad(src[v] + q * 4 * bpk, a, b);
-      if (mx) {
-        if (q % 8 == 0) {
-          const uint8_t* codes = g.mx_scale + ((p0 + v) * (g.k_pad / 32) + q / 8) * 16;
-          _mm_prefetch(reinterpret_cast<const char*>(codes + 256), _MM_HINT_T0);
-          off[v] = mx_offsets(codes);
-        }
-        a = add_exponent(a, off[v]);
-        b = add_exponent(b, off[v]);
+  if (g.mx_scale == nullptr && g.nv_scale == nullptr) {
+    for (int64_t q = 0; q < quads; ++q) {
+      prefetch_quad<NV>(src, q * 4 * bpk);
+      const __m512i x01 = _mm512_set1_epi32(load_pair(g.act + 4 * q));
+      const __m512i x23 = _mm512_set1_epi32(load_pair(g.act + 4 * q + 2));
+      for (int v = 0; v < NV; ++v) {
+        __m512i a, b;
+        dec.quad(src[v] + q * 4 * bpk, a, b);
+        acc[v] = _mm512_dpbf16_ps(acc[v], (__m512bh)x01, (__m512bh)a);
+        acc[v] = _mm512_dpbf16_ps(acc[v], (__m512bh)x23, (__m512bh)b);
       }
-      acc[v] = _mm512_dpbf16_ps(acc[v], (__m512bh)x01, (__m512bh)a);
-      acc[v] = _mm512_dpbf16_ps(acc[v], (__m512bh)x23, (__m512bh)b);
+    }
+  } else {
+    // Block scales: each block (MX: 32 k = 8 quads, E8M0; NVFP4: 16 k = 4 quads, E4M3) summed alone on the
+    // unscaled codes, then acc = fma(sum, scale, acc) per column. MX: exact (a power of two; process keeps
+    // every scaled value normal); NVFP4: the FMA's one rounding, as the AVX2 code's per-group f32 sums.
+    const bool nv = g.nv_scale != nullptr;
+    const int64_t qb = nv ? 4 : 8;
+    for (int64_t q0 = 0; q0 < quads; q0 += qb) {
+      __m512 blk[NV];
+      for (int v = 0; v < NV; ++v) blk[v] = _mm512_setzero_ps();
+      for (int64_t q = q0; q < q0 + qb; ++q) {
+        prefetch_quad<NV>(src, q * 4 * bpk);
+        const __m512i x01 = _mm512_set1_epi32(load_pair(g.act + 4 * q));
+        const __m512i x23 = _mm512_set1_epi32(load_pair(g.act + 4 * q + 2));
+        for (int v = 0; v < NV; ++v) {
+          __m512i a, b;
+          dec.quad(src[v] + q * 4 * bpk, a, b);
+          blk[v] = _mm512_dpbf16_ps(blk[v], (__m512bh)x01, (__m512bh)a);
+          blk[v] = _mm512_dpbf16_ps(blk[v], (__m512bh)x23, (__m512bh)b);
+        }
+      }
+      for (int v = 0; v < NV; ++v) {
+        const uint8_t* codes = nv ? g.nv_scale + ((p0 + v) * (g.k_pad / 16) + q0 / 4) * 16
+                                  : g.mx_scale + ((p0 + v) * (g.k_pad / 32) + q0 / 8) * 16;
+        _mm_prefetch(reinterpret_cast<const char*>(codes + 256), _MM_HINT_T0);
+        acc[v] = _mm512_fmadd_ps(blk[v], nv ? e4m3_scale_f32(codes) : mx_scale_f32(codes), acc[v]);
+      }
     }
   }
   for (int v = 0; v < NV; ++v) _mm512_store_ps(c + v * 16, acc[v]);
@@ -104,7 +131,7 @@ StreamItem stream_of(Layout l) {
     case Layout::kRecordE2M1: return stream_item<Layout::kRecordE2M1>;
     case Layout::kRecordE2M3: return stream_item<Layout::kRecordE2M3>;
     case Layout::kRecordE3M2: break;
-    case Layout::kRecordE2M1Nv: return nullptr;  // NVFP4 runs M = 1 on the AVX2 code (fp_common.cpp says why)
+    case Layout::kRecordE2M1Nv: return stream_item<Layout::kRecordE2M1>;  // the codes alone; scales per block
   }
   return stream_item<Layout::kRecordE3M2>;
 }

@@ -225,8 +225,8 @@ void run_k_outer(const Job& g, uint16_t* scratch, float* sums, int64_t m_begin, 
 thread_local int64_t tl_gemms = 0, tl_streams = 0;
 
 void run(const Job& g) {
-  // A 16-row tile would waste its rows. NVFP4 has no stream (its kernel runs M = 1 on the AVX2 code): tiles.
-  if (g.m < kAmxBf16MinM && g.layout != Layout::kRecordE2M1Nv) {
+  // A 16-row tile would waste its rows.
+  if (g.m < kAmxBf16MinM) {
     ++tl_streams;
     bf16_job_stream(g);
     return;

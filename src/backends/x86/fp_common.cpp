@@ -135,13 +135,6 @@ float max_of(const Tensor& t) {
   return *std::max_element(c.data<float>(), c.data<float>() + c.numel());
 }
 
-// Smallest M the AMX variant of a family runs on its AMX-BF16 code (M = 1: the VBMI weight stream, amx_isa.hpp);
-// below it the AVX2 code on the same panels. NVFP4's E4M3 scale per 16 k and column makes the stream's decode
-// (a 128-entry lookup by scale mantissa and code, the scale's exponent added per word) slower than the AVX2
-// code, which multiplies each group's f32 sum by its scale (2-core Xeon, 2 threads, M = 1, CPU ms per call:
-// 4096 x 4096 1.08 vs 1.77, 28672 x 4096 9.8 vs 13.1).
-int64_t amx_min_m(Family f) { return f == Family::kNvfp4 ? kAmxBf16MinM : 1; }
-
 // Smallest and largest nonzero magnitude of an element format.
 double min_nonzero(DType d) { return traits(d).min_subnormal; }
 
@@ -170,7 +163,7 @@ std::string_view FpAvx2Kernel::summary() const {
       case Family::kMxfp8:
         return "MXFP8 weights x MXFP8 (quantized as the reference) or BF16 activations, AMX-BF16 tdpbf16ps on E4M3 "
                "decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation; M = 1: the same decode "
-               "through vdpbf16ps";
+               "through vdpbf16ps, E8M0 on each block's sum";
       case Family::kMxfp6:
         return "MXFP6 E2M3/E3M2 weights x BF16 or MX activations (quantized as the reference), AMX-BF16 tdpbf16ps "
                "on FP6 decoded to BF16 tiles with E8M0 folded (products exact), f32 accumulation";
@@ -180,7 +173,7 @@ std::string_view FpAvx2Kernel::summary() const {
       default:
         return "NVFP4 weights x BF16 or NVFP4 activations (quantized as the reference), AMX-BF16 tdpbf16ps on E2M1 "
                "times its E4M3 block scale decoded to BF16 tiles (exact), global scales in the epilogue; M = 1: the "
-               "AVX2 code";
+               "codes through vdpbf16ps, each 16-k block's sum times its scale";
     }
   }
   switch (family_) {
@@ -420,12 +413,6 @@ std::vector<MRoute> FpAvx2Kernel::m_routes(const LinearConfig&) const {
   if (isa_ != Isa::kAmxBf16) return {MRoute{1, MRoute::kNoLimit, self, exact_path}};
   const std::string fallback = "activations with a value that is not a normal BF16 take the AVX2 code; " + exact_path;
   const MRoute tiles{kAmxBf16MinM, MRoute::kNoLimit, self, "AMX-BF16 tiles; " + fallback};
-  if (amx_min_m(family_) > 1) {
-    return {MRoute{1, kAmxBf16MinM - 1, self,
-                   "the AVX2 code on the same code panels (faster than the VBMI weight stream for NVFP4's per-16 E4M3 "
-                   "scales); " + exact_path},
-            tiles};
-  }
   return {MRoute{1, kAmxBf16MinM - 1, self,
                  "AVX-512 VBMI + BF16 weight streaming (the tile path's decode, vdpbf16ps): a 16-row tile would waste "
                  "its rows; " + fallback},
@@ -544,7 +531,7 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   q.k_pad = st.k_pad;
   q.row_scale = row_scale.data();
   // AMX: the OS grant is asked here too (cached), so a kernel applied without is_supported never faults.
-  const bool amx = isa_ == Isa::kAmxBf16 && m >= amx_min_m(family_) && amx_tile_permission_refusal().empty();
+  const bool amx = isa_ == Isa::kAmxBf16 && amx_tile_permission_refusal().empty();
   if (amx && !x.is_quantized()) {  // BF16 rows or quantized activations made straight into the tiles' BF16 rows
     AlignedBytes act16 = aligned_bytes(round_up(m, 16) * st.k_pad * 2);
     uint16_t* a16 = reinterpret_cast<uint16_t*>(act16.get());

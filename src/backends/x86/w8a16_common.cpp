@@ -118,10 +118,10 @@ std::string_view W8A16Kernel::summary() const {
   if (isa_ == Isa::kAmxBf16) {
     return family_ == Family::kMxfp4
                ? "MXFP4 weights x BF16 activations, AMX-BF16 tdpbf16ps for M >= 2 on weights decoded to BF16 tiles "
-                 "(E8M0 folded), f32 accumulation; M = 1: the same decode through vdpbf16ps"
+                 "(E8M0 folded), f32 accumulation; M = 1: the same decode through vdpbf16ps, E8M0 on each block's sum"
            : family_ == Family::kMxfp8
                ? "MXFP8 weights x BF16 activations, AMX-BF16 tdpbf16ps for M >= 2 on weights decoded to BF16 tiles "
-                 "(E8M0 folded), f32 accumulation; M = 1: the same decode through vdpbf16ps"
+                 "(E8M0 folded), f32 accumulation; M = 1: the same decode through vdpbf16ps, E8M0 on each block's sum"
                : "FP8 E4M3 weights (per-tensor/channel scales) x BF16 activations, AMX-BF16 tdpbf16ps for M >= 2, "
                  "f32 accumulation; M = 1: the same decode through vdpbf16ps";
   }
