@@ -33,8 +33,8 @@
 //   kMx32, promoted (a layer with any scale outside that range): factor 2^B, and the group's FP32 partial
 //          sum is multiplied by 2^(s - 127) (exact) before it is added to the accumulator.
 //   kNv16  factor bf16(e4m3_scale * 2^118): E2M1 (2 significant bits) times E4M3 (4) has at most 6
-//          significant bits, and |value| * 2^-8 lies in [2^-18, 2^4], so the product is exact; 2^8 / g
-//          comes back in the epilogue's row scale.
+//          significant bits, and |value| * 2^-8 lies in [2^-18, 2^4], so the product is exact; the
+//          epilogue divides by g / 2^8 (its row factor, mma_epilogue_math.hpp).
 // The tensor core multiplies BF16 pairs exactly and accumulates in FP32; x is used as given.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -47,6 +47,7 @@
 
 #include "backends/cuda/fp_codec.cuh"
 #include "backends/cuda/mma_decode.hpp"
+#include "backends/cuda/mma_epilogue_math.hpp"
 
 namespace qlinear::cuda::mma_detail {
 
@@ -198,7 +199,7 @@ __device__ __forceinline__ uint32_t bf16_pow2_pair(int biased_exponent) {  // 2^
   return static_cast<uint32_t>(biased_exponent) * 0x00800080u;
 }
 
-__device__ __forceinline__ float load_bias(const void* bias, DType d, int64_t n) {
+__device__ __forceinline__ double load_bias(const void* bias, DType d, int64_t n) {
   switch (d) {
     case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[n]);
     case DType::kF16: return __half2float(static_cast<const __half*>(bias)[n]);
@@ -206,18 +207,32 @@ __device__ __forceinline__ float load_bias(const void* bias, DType d, int64_t n)
   }
 }
 
-// The factor of output (m, row): the weight row scale times the activation factor, in FP32 (1 for neither).
-__device__ __forceinline__ float epilogue_scale(const MmaDecodeArgs& a, int64_t row, int64_t m) {
-  float s = a.row_scale != nullptr ? a.row_scale[row] : 1.0f;
-  if (a.x_scale != nullptr) s *= a.x_scale[m * a.x_scale_stride];
-  return s;
+// The epilogue in f64 (mma_epilogue_math.hpp: the arithmetic, and why it gives the reference's output
+// wherever the FP32 sum is exact): the factor of a row's outputs (the activation factor is one per call).
+__device__ __forceinline__ MmaFactor epilogue_factor(const MmaDecodeArgs& a, int64_t row) {
+  return mma_epilogue_factor(a.row_factor != nullptr ? a.row_factor[row] : mma_no_row_factor(),
+                             a.x_factor != nullptr ? *a.x_factor : mma_no_activation_factor());
 }
 
-__device__ __forceinline__ void store_out(void* out, DType d, int64_t i, float v) {
+// The same where the kernel knows its scale kind: only NVFP4 (kNv16) divides; FP8 and MX factors are f32
+// multipliers, so their kernels carry no quotient code.
+template <MmaScale S>
+__device__ __forceinline__ MmaFactor epilogue_factor(const MmaDecodeArgs& a, int64_t row) {
+  if constexpr (S == MmaScale::kNv16) {
+    return epilogue_factor(a, row);
+  } else {
+    double s = S == MmaScale::kRow ? a.row_factor[row].scale : 1.0;
+    if (a.x_factor != nullptr) s *= a.x_factor->scale;
+    return {s, 0.0};
+  }
+}
+
+// One rounding of the f64 value to the output dtype (cvt.rn.{bf16,f16,f32}.f64).
+__device__ __forceinline__ void store_out(void* out, DType d, int64_t i, double v) {
   switch (d) {
-    case DType::kBF16: static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v); break;
-    case DType::kF16: static_cast<__half*>(out)[i] = __float2half_rn(v); break;
-    default: static_cast<float*>(out)[i] = v; break;
+    case DType::kBF16: static_cast<__nv_bfloat16*>(out)[i] = __double2bfloat16(v); break;
+    case DType::kF16: static_cast<__half*>(out)[i] = __double2half(v); break;
+    default: static_cast<float*>(out)[i] = __double2float_rn(v); break;
   }
 }
 
@@ -492,23 +507,29 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
   if (wk == 1) return;
 
   const int g = lane / 4, t = lane % 4;
+  // acc[j][tt][e]: row g + 8 (e >> 1) of tile j, token 8 tt + 2 t + (e & 1). Row by row: its factor and bias
+  // once for its tokens.
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
 #pragma unroll
-    for (int tt = 0; tt < TN; ++tt) {
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = (tile0 + wn * NT + j) * kMmaTileN + g + 8 * h;
+      if (row >= n) continue;
+      const MmaFactor factor = partial == nullptr ? epilogue_factor<S>(a, row) : mma_no_row_factor();
+      const double bias = partial == nullptr && a.bias != nullptr ? load_bias(a.bias, a.bias_dtype, row) : 0.0;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float v = acc[j][tt][e];
-        const int64_t row = (tile0 + wn * NT + j) * kMmaTileN + g + 8 * (e >> 1);
-        const int64_t m = m0 + tt * 8 + 2 * t + (e & 1);
-        if (row >= n || m >= a.m) continue;
-        if (partial != nullptr) {
-          partial[(static_cast<int64_t>(blockIdx.y) * a.m + m) * n + row] = v;
-          continue;
+      for (int tt = 0; tt < TN; ++tt) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int64_t m = m0 + tt * 8 + 2 * t + c;
+          if (m >= a.m) continue;
+          const float v = acc[j][tt][2 * h + c];
+          if (partial != nullptr) {
+            partial[(static_cast<int64_t>(blockIdx.y) * a.m + m) * n + row] = v;
+          } else {
+            store_out(a.out, a.out_dtype, m * n + row, mma_epilogue_value(v, factor, bias));
+          }
         }
-        float y = v * epilogue_scale(a, row, m);
-        if (a.bias != nullptr) y += load_bias(a.bias, a.bias_dtype, row);
-        store_out(a.out, a.out_dtype, m * n + row, y);
       }
     }
   }
