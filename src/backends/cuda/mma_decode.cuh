@@ -214,8 +214,8 @@ __device__ __forceinline__ MmaFactor epilogue_factor(const MmaDecodeArgs& a, int
                              a.x_factor != nullptr ? *a.x_factor : mma_no_activation_factor());
 }
 
-// The same where the kernel knows its scale kind: only NVFP4 (kNv16) divides; FP8 and MX factors are f32
-// multipliers, so their kernels carry no quotient code.
+// The same where the kernel knows its scale kind: only NVFP4 (kNv16) divides (its rows are always
+// reciprocals); FP8 and MX factors are f32 multipliers. Each kernel carries one of the two paths.
 template <MmaScale S>
 __device__ __forceinline__ MmaFactor epilogue_factor(const MmaDecodeArgs& a, int64_t row) {
   if constexpr (S == MmaScale::kNv16) {
@@ -224,6 +224,15 @@ __device__ __forceinline__ MmaFactor epilogue_factor(const MmaDecodeArgs& a, int
     double s = S == MmaScale::kRow ? a.row_factor[row].scale : 1.0;
     if (a.x_factor != nullptr) s *= a.x_factor->scale;
     return {s, 0.0};
+  }
+}
+
+template <MmaScale S>
+__device__ __forceinline__ double epilogue_value(float sum, const MmaFactor& f, double bias) {
+  if constexpr (S == MmaScale::kNv16) {
+    return mma_epilogue_quotient(sum, f, bias);
+  } else {
+    return mma_epilogue_product(sum, f.scale, bias);
   }
 }
 
@@ -527,7 +536,7 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
           if (partial != nullptr) {
             partial[(static_cast<int64_t>(blockIdx.y) * a.m + m) * n + row] = v;
           } else {
-            store_out(a.out, a.out_dtype, m * n + row, mma_epilogue_value(v, factor, bias));
+            store_out(a.out, a.out_dtype, m * n + row, epilogue_value<S>(v, factor, bias));
           }
         }
       }

@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (partial != nullptr) {
           partial[(static_cast<int64_t>(blockIdx.y) * a.m + m) * n + row] = v;
         } else {
-          mma_detail::store_out(a.out, a.out_dtype, m * n + row, mma_epilogue_value(v, factor, bias));
+          mma_detail::store_out(a.out, a.out_dtype, m * n + row, mma_detail::epilogue_value<S>(v, factor, bias));
         }
       }
     }

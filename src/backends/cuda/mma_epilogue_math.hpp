@@ -73,13 +73,21 @@ QL_EPI_HD MmaFactor mma_epilogue_factor(MmaFactor row, MmaFactor activation) {
   return {row.scale * activation.scale, row.divisor * activation.divisor};
 }
 
-// The output's f64 value before its one rounding to the output dtype (bias 0 when there is none). With a
-// multiplier the product is exact, so the value is the same whether or not a compiler fuses it with the add.
-QL_EPI_HD double mma_epilogue_value(float sum, MmaFactor f, double bias) {
+// The output's f64 value before its one rounding to the output dtype (bias 0 when there is none), for a
+// multiplier: the product is exact, so the value is the same whether or not a compiler fuses it with the add.
+QL_EPI_HD double mma_epilogue_product(float sum, double scale, double bias) {
+  return static_cast<double>(sum) * scale + bias;
+}
+
+// The same for a reciprocal: sum / divisor, corrected once by the residual.
+QL_EPI_HD double mma_epilogue_quotient(float sum, MmaFactor f, double bias) {
   const double v = sum;
   const double y0 = v * f.scale;
-  if (f.divisor == 0.0) return y0 + bias;
   return fma(fma(-y0, f.divisor, v), f.scale, y0) + bias;
+}
+
+QL_EPI_HD double mma_epilogue_value(float sum, MmaFactor f, double bias) {
+  return f.divisor == 0.0 ? mma_epilogue_product(sum, f.scale, bias) : mma_epilogue_quotient(sum, f, bias);
 }
 
 }  // namespace qlinear::cuda
