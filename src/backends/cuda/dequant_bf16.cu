@@ -65,7 +65,8 @@ __global__ void scale_bias_kernel(const float* __restrict__ acc, int64_t m, int6
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kThreads) {
     const int64_t r = i / n, c = i % n;
     const MmaFactor col = sc.col_f32 != nullptr ? mma_multiplier(sc.col_f32[c]) : sc.col != nullptr ? sc.col[c] : mma_no_row_factor();
-    const MmaFactor f = mma_epilogue_factor(col, sc.activation != nullptr ? *sc.activation : mma_no_activation_factor());
+    const MmaFactor f = mma_epilogue_factor(
+        col, sc.activation != nullptr ? sc.activation[r * sc.activation_stride] : mma_no_activation_factor());
     const double y = mma_epilogue_value(acc[i], f, bias != nullptr ? load_bias(bias, bias_dtype, c) : 0.0);
     const int64_t o = r * ld_out + c;
     switch (out_dtype) {

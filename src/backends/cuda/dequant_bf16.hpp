@@ -44,11 +44,13 @@ void bf16_exact_mx_range(WeightFormat format, int& lo, int& hi);
 
 // The factors of launch_scale_bias_epilogue (null: none). A column's factor comes as an f32 scale (the BF16
 // route's FP8 row scales) or as an MmaFactor (the decode kernels' row factors, mma_decode.hpp), at most one of
-// the two; the activations' as one MmaFactor for the call (quantized activations, act_quant_bf16.hpp).
+// the two; the activations' as MmaFactors, row m's at activation[m * activation_stride] (quantized
+// activations, act_quant_bf16.hpp; stride 0: one for the call).
 struct EpilogueScales {
   const float* col_f32 = nullptr;
   const MmaFactor* col = nullptr;
   const MmaFactor* activation = nullptr;
+  int64_t activation_stride = 0;
 };
 
 // out[m, n0 + j] (rows ld_out apart) = round(acc[m, j] x (column j's factor x the activation factor) + bias[j])

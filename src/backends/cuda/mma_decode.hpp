@@ -9,8 +9,9 @@
 //              per-channel (or per-tensor) f32 scale as a multiplier, kNv16 the reciprocal of g / 2^8;
 //              null for kMx32
 //   x          BF16 [M, ld_x], K % 8 == 0, ld_x % 8 == 0, 16-byte aligned
-//   x_factor   MmaFactor [1] of the activations (quantized activations whose scale does not fold into their
-//              BF16 values: act_quant_bf16.hpp; device memory the activation pass writes); null: none
+//   x_factor   MmaFactor of the activations (quantized activations whose scale does not fold into their
+//              BF16 values: act_quant_bf16.hpp; device memory the activation pass writes), token m's at
+//              x_factor[m * x_factor_stride] (stride 0: one for the call); null: none
 // Numerics (exactness argument in mma_decode.cuh): every weight value (code times block scale) is exact in
 // BF16 when `fold` holds, else the block scale multiplies the FP32 partial sum of its 32-wide group; the
 // products in the tensor core are exact and summed in FP32. The epilogue is f64 (mma_epilogue_math.hpp): the
@@ -37,6 +38,7 @@ struct MmaDecodeArgs {
   const void* x = nullptr;
   int64_t ld_x = 0;
   const MmaFactor* x_factor = nullptr;
+  int64_t x_factor_stride = 0;
   int64_t m = 0;
   const void* bias = nullptr;
   DType bias_dtype = DType::kF32;

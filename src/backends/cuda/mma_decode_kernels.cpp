@@ -443,6 +443,7 @@ Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activat
   a.x = xb;
   a.ld_x = ld;
   a.x_factor = factor;  // null unless the activations carry a factor
+  a.x_factor_stride = 0;
   a.m = m;
   a.bias = bias ? bias->raw() : nullptr;
   a.bias_dtype = bias ? bias->dtype() : DType::kF32;

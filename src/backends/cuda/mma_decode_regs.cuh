@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(kRegThreads, reg_blocks_per_sm(C, DEPTH))
         continue;
       }
       const double bias = a.bias != nullptr ? load_bias(a.bias, a.bias_dtype, row) : 0.0;
-      store_out(a.out, a.out_dtype, m * a.layout.n + row, epilogue_value<S>(acc[tt][e], epilogue_factor<S>(a, row), bias));
+      store_out(a.out, a.out_dtype, m * a.layout.n + row, epilogue_value<S>(acc[tt][e], epilogue_factor<S>(a, row, m), bias));
     }
   }
 }

@@ -264,7 +264,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (row >= n) continue;
     const double bias =
         (partial == nullptr && a.bias != nullptr) ? mma_detail::load_bias(a.bias, a.bias_dtype, row) : 0.0;
-    const MmaFactor factor = partial == nullptr ? mma_detail::epilogue_factor<S>(a, row) : mma_no_row_factor();
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
 #pragma unroll
@@ -275,7 +274,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (partial != nullptr) {
           partial[(static_cast<int64_t>(blockIdx.y) * a.m + m) * n + row] = v;
         } else {
-          mma_detail::store_out(a.out, a.out_dtype, m * n + row, mma_detail::epilogue_value<S>(v, factor, bias));
+          mma_detail::store_out(a.out, a.out_dtype, m * n + row,
+                                mma_detail::epilogue_value<S>(v, mma_detail::epilogue_factor<S>(a, row, m), bias));
         }
       }
     }

@@ -214,6 +214,7 @@ Status launch_mma_widen_gemm(const MmaDecodeArgs& a, Stream stream) {
     EpilogueScales scales;
     scales.col = a.row_factor ? a.row_factor + n0 : nullptr;
     scales.activation = a.x_factor;
+    scales.activation_stride = a.x_factor_stride;
     QL_RETURN_IF_ERROR(launch_scale_bias_epilogue(
         acc.as<float>(), a.m, nc, scales, a.bias ? static_cast<const uint8_t*>(a.bias) + n0 * bias_es : nullptr,
         a.bias_dtype, static_cast<uint8_t*>(a.out) + n0 * out_es, a.out_dtype, n, stream));
