@@ -111,8 +111,10 @@ std::optional<Layers> make_layers(const Case& c, uint64_t seed) {
   MakeLayerOptions opt;
   opt.input_dtype = c.in;
   opt.out_dtype = c.out;
-  opt.input_min = -12345.678f;  // a calibrated range: static scales 12345.678 / 448, g = 2688 / 12345.678
-  opt.input_max = 12345.678f;
+  // A calibrated range of 8e3 .. 1.6e4 (static scales amax / 448, g = 2688 / amax: one more global scale per
+  // layer, since an f32 epilogue's error is one per (g_w, g_x) pair).
+  opt.input_max = 8000.0f * (1.0f + static_cast<float>(seed % 1000) / 1000.0f) + 0.123f;
+  opt.input_min = -opt.input_max;
   opt.dynamic_input_global_scale = c.dynamic_global;
   auto layer = quantize_layer("exact_test", scheme_of(c), single_nonzero_weight(c.n, c.k, c.nonzeros, seed), opt);
   EXPECT_TRUE(layer) << layer.message();
@@ -248,21 +250,25 @@ void expect_exact(const Case& c, const std::vector<int64_t>& ms = kMs) {
 }
 
 // NVFP4 W4A4, the real-model check's case (power-of-two nonzeros: an identity weight's q * sf / g are exact)
-// and random nonzeros, static and per-call input global scales, every route and variant; the f32-epilogue
-// count (~6 expected per sweep, all four together asserted) shows the data would catch the rounding it
-// guards against.
+// and random nonzeros, static and per-call input global scales, every route and variant, BF16 and (power-of-two
+// nonzeros, where the f64 epilogue's result is the reference's own) F32 outputs. The f32-epilogue count shows
+// the data would catch the rounding the f64 epilogue removes: few BF16 outputs per sweep (an f32 epilogue's
+// error is one per pair of global scales, and a single product takes few distinct significands), thousands
+// of F32 ones; their sum is asserted.
 TEST(CudaMmaDecodeExact, Nvfp4W4A4SingleProductsEqualTheReference) {
   QL_REQUIRE_SM90();
   int64_t f32_differing = 0;
   for (bool dynamic : {false, true}) {
-    for (Nonzeros nz : {Nonzeros::kPowersOfTwo, Nonzeros::kRandom}) {
-      Case c{"w4a4-nvfp4", &cuda::kSm90MmaDecodeNvfp4, nz, dynamic};
+    for (auto [nz, out] : {std::pair{Nonzeros::kPowersOfTwo, DType::kBF16}, {Nonzeros::kRandom, DType::kBF16},
+                           {Nonzeros::kPowersOfTwo, DType::kF32}}) {
+      Case c{"w4a4-nvfp4", &cuda::kSm90MmaDecodeNvfp4, nz, dynamic, DType::kBF16, out};
       const SweepResult r = sweep(c, kMs);
       EXPECT_EQ(r.differing, 0) << r.differing << " of " << r.outputs << " outputs differ";
       f32_differing += r.f32_epilogue_differing;
-      std::printf("[ exact ] w4a4-nvfp4%s%s: an f32 epilogue on the same sums differs on %lld of %lld outputs\n",
+      std::printf("[ exact ] w4a4-nvfp4%s%s %s: an f32 epilogue on the same sums differs on %lld of %lld outputs\n",
                   dynamic ? " (per-call global)" : "", nz == Nonzeros::kRandom ? " random" : " pow2",
-                  static_cast<long long>(r.f32_epilogue_differing), static_cast<long long>(r.reference_outputs));
+                  std::string(name(out)).c_str(), static_cast<long long>(r.f32_epilogue_differing),
+                  static_cast<long long>(r.reference_outputs));
     }
   }
   EXPECT_GT(f32_differing, 0) << "the data meets no output that an f32 epilogue rounds otherwise";
