@@ -321,6 +321,11 @@ Status MmaDecodeLinearKernel::process_impl(LinearLayer& layer) const {
     }
     if (plan.static_global) {
       QL_ASSIGN_OR_RETURN(st->in_global, max_param(layer, "input_global_scale"));
+      // The epilogue divides by it (mma_epilogue_math.hpp), as the reference does, which refuses the same.
+      if (!std::isfinite(st->in_global) || !(st->in_global > 0)) {
+        return Status::error("layer " + layer.name + ": input_global_scale = " + std::to_string(st->in_global) +
+                             " must be finite and > 0");
+      }
     }
   }
   QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
