@@ -282,7 +282,7 @@ TEST(CudaMmaDecodeAct, FusedPassMatchesTheReferenceQuantizerBitForBit) {
         ASSERT_TRUE(q) << q.message();
         auto xd = cuda::to_device(x).value();
         auto out = cuda::empty(DType::kBF16, {m, k}).value();
-        auto factor = cuda::empty(DType::kF32, {1}).value();
+        auto factor = cuda::empty(DType::kF64, {2}).value();
         auto amax = cuda::empty(DType::kU8, {4}).value();
         ASSERT_TRUE(cuda::fill_bytes(out, 0xFF).is_ok());
         ASSERT_TRUE(cuda::fill_bytes(factor, 0xFF).is_ok());
@@ -294,11 +294,12 @@ TEST(CudaMmaDecodeAct, FusedPassMatchesTheReferenceQuantizerBitForBit) {
         a.ld_x = k;
         a.out = out.raw();
         a.ld_out = k;
-        a.factor = static_cast<float*>(factor.raw());
+        a.factor = static_cast<cuda::MmaFactor*>(factor.raw());
         a.amax_scratch = static_cast<uint32_t*>(amax.raw());
         ASSERT_TRUE(cuda::launch_act_quant_bf16(a, cuda::current_stream()).is_ok());
         const Tensor got = cuda::to_host(out).value();
-        const float f = cuda::to_host(factor).value().data<float>()[0];
+        const Tensor fh = cuda::to_host(factor).value();
+        const cuda::MmaFactor f{fh.data<double>()[0], fh.data<double>()[1]};
         const DType elem = md.key.dtype;
         const int64_t block = md.args.mode == cuda::ActBf16Mode::kNvfp4 ? 16 : 32;
         int64_t bad = 0;
@@ -319,10 +320,13 @@ TEST(CudaMmaDecodeAct, FusedPassMatchesTheReferenceQuantizerBitForBit) {
         }
         EXPECT_EQ(bad, 0);
         if (md.args.mode == cuda::ActBf16Mode::kFp8Static) {
-          EXPECT_EQ(f, md.args.static_scale);
+          EXPECT_EQ(f.scale, static_cast<double>(md.args.static_scale));  // a multiplier
+          EXPECT_EQ(f.divisor, 0.0);
         }
         if (md.args.mode == cuda::ActBf16Mode::kNvfp4) {
-          EXPECT_EQ(f, static_cast<float>(1.0 / static_cast<double>(q->scale2.data<float>()[0])));
+          const double g = q->scale2.data<float>()[0];
+          EXPECT_EQ(f.scale, 1.0 / g);  // the reciprocal of the exact divisor g, one f64 rounding
+          EXPECT_EQ(f.divisor, g);
         }
       }
     }
@@ -432,7 +436,7 @@ TEST(CudaMmaDecodeAct, DISABLED_FusedPassTime) {
     for (int64_t m : {1, 16, 1024}) {
       auto xd = cuda::to_device(wide_activations(m, k, fresh_seed(), DType::kBF16)).value();
       auto out = cuda::empty(DType::kBF16, {m, k}).value();
-      auto scratch = cuda::empty(DType::kF32, {2}).value();
+      auto scratch = cuda::empty(DType::kF64, {3}).value();  // the factor, then the |x| max
       for (const Mode& md : modes) {
         cuda::ActBf16Args a;
         a.x = xd.raw();
@@ -445,8 +449,8 @@ TEST(CudaMmaDecodeAct, DISABLED_FusedPassTime) {
         a.dynamic_global = md.dynamic_global;
         a.out = out.raw();
         a.ld_out = k;
-        a.factor = static_cast<float*>(scratch.raw());
-        a.amax_scratch = static_cast<uint32_t*>(scratch.raw()) + 1;
+        a.factor = static_cast<cuda::MmaFactor*>(scratch.raw());
+        a.amax_scratch = reinterpret_cast<uint32_t*>(a.factor + 1);
         ASSERT_TRUE(cuda::launch_act_quant_bf16(a, stream).is_ok());
         constexpr int kReps = 50;
         cudaEventRecord(e0, stream);

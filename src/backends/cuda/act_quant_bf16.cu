@@ -10,6 +10,7 @@
 
 #include "backends/cuda/act_quant_bf16.hpp"
 #include "backends/cuda/act_vec.cuh"
+#include "backends/cuda/mma_epilogue_math.hpp"
 
 namespace qlinear::cuda {
 
@@ -33,7 +34,7 @@ struct Params {
   const uint32_t* dynamic_amax;  // kNvfp4 dynamic: the call's |x| max as f32 bits, else null
   bool vec;
   __nv_bfloat16* out;
-  float* factor;
+  MmaFactor* factor;
 };
 
 template <class T>
@@ -59,7 +60,7 @@ __global__ void __launch_bounds__(kThreads) act_quant_bf16_kernel(const T* __res
     g = act_nvfp4_dynamic_global(__uint_as_float(*p.dynamic_amax));
   }
   if (c == 0 && p.factor != nullptr) {
-    *p.factor = p.mode == ActBf16Mode::kFp8Static ? p.static_scale : static_cast<float>(1.0 / g);
+    *p.factor = p.mode == ActBf16Mode::kFp8Static ? mma_multiplier(p.static_scale) : mma_nvfp4_activation_factor(g);
   }
   if (!valid) return;
   __align__(16) __nv_bfloat16 o[kVec];

@@ -2,8 +2,10 @@
 // Activations quantized on the GPU bit-identically to the reference quantizers and written as the BF16
 // values they dequantize to, in one pass, for the BF16 tensor-core kernels (mma_decode.hpp): each product
 // of a decoded weight and such a value is exact, so the GEMM equals the reference on the same quantized
-// inputs within FP32 summation order. What does not fold into the BF16 values comes out as one f32 factor
-// that the GEMM's epilogue multiplies with its row scale.
+// inputs within FP32 summation order. What does not fold into the BF16 values comes out as one factor that
+// the GEMM's f64 epilogue combines with its row factor (mma_epilogue_math.hpp): the static FP8 scale s as a
+// multiplier, or NVFP4's g as an exact divisor with its f64 reciprocal, so that the output of an exact FP32
+// sum equals the reference's.
 //
 //   mode        per         scale (reference rule)                         BF16 value      factor
 //   kMx32       1x32        2^e, e by ActMxRule (mx_quant.cpp)              code x 2^e      none
@@ -26,6 +28,7 @@
 
 #include "backends/cuda/act_quant_bf16_math.hpp"
 #include "backends/cuda/cuda_util.hpp"
+#include "backends/cuda/mma_epilogue_math.hpp"
 #include "qlinear/formats.hpp"
 
 namespace qlinear::cuda {
@@ -45,7 +48,7 @@ struct ActBf16Args {
   uint32_t* amax_scratch = nullptr;            // kNvfp4 dynamic: one u32 of device scratch
   void* out = nullptr;                         // BF16 [m, ld_out], 16-byte aligned, ld_out % 8 == 0
   int64_t ld_out = 0;
-  float* factor = nullptr;                     // device f32 [1]: s (kFp8Static) or 1 / g (kNvfp4)
+  MmaFactor* factor = nullptr;                 // device [1]: s (kFp8Static) or 1 / g and g (kNvfp4)
 };
 
 // K must be a multiple of 32 (kMx32), 16 (kNvfp4) or 8 (kFp8Static).

@@ -5,6 +5,7 @@
 
 #include "backends/cuda/dequant_bf16.hpp"
 #include "backends/cuda/fp_codec.cuh"
+#include "backends/cuda/mma_epilogue_math.hpp"
 
 namespace qlinear::cuda {
 
@@ -47,7 +48,7 @@ __global__ void dequant_bf16_kernel(DequantArgs a) {
   }
 }
 
-__device__ __forceinline__ float load_bias(const void* bias, DType d, int64_t n) {
+__device__ __forceinline__ double load_bias(const void* bias, DType d, int64_t n) {
   switch (d) {
     case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[n]);
     case DType::kF16: return __half2float(static_cast<const __half*>(bias)[n]);
@@ -55,24 +56,23 @@ __device__ __forceinline__ float load_bias(const void* bias, DType d, int64_t n)
   }
 }
 
-__global__ void scale_bias_kernel(const float* __restrict__ acc, int64_t m, int64_t n, const float* __restrict__ w_scale,
-                                  const void* __restrict__ bias, DType bias_dtype, void* __restrict__ out, DType out_dtype,
-                                  int64_t ld_out, const float* __restrict__ x_scale, int64_t x_scale_stride) {
+// The decode kernels' f64 epilogue (mma_epilogue_math.hpp). Memory-bound: a few f64 operations per element
+// cost far less than its loads and stores.
+__global__ void scale_bias_kernel(const float* __restrict__ acc, int64_t m, int64_t n, const EpilogueScales sc,
+                                  const void* __restrict__ bias, DType bias_dtype, void* __restrict__ out,
+                                  DType out_dtype, int64_t ld_out) {
   const int64_t total = m * n;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kThreads) {
     const int64_t r = i / n, c = i % n;
-    float y = acc[i];
-    if (w_scale != nullptr || x_scale != nullptr) {
-      float s = w_scale != nullptr ? w_scale[c] : 1.0f;
-      if (x_scale != nullptr) s *= x_scale[r * x_scale_stride];
-      y *= s;
-    }
-    if (bias != nullptr) y += load_bias(bias, bias_dtype, c);
+    const MmaFactor col = sc.col_f32 != nullptr ? mma_multiplier(sc.col_f32[c]) : sc.col != nullptr ? sc.col[c] : mma_no_row_factor();
+    const MmaFactor f = mma_epilogue_factor(
+        col, sc.activation != nullptr ? sc.activation[r * sc.activation_stride] : mma_no_activation_factor());
+    const double y = mma_epilogue_value(acc[i], f, bias != nullptr ? load_bias(bias, bias_dtype, c) : 0.0);
     const int64_t o = r * ld_out + c;
     switch (out_dtype) {
-      case DType::kBF16: static_cast<__nv_bfloat16*>(out)[o] = __float2bfloat16_rn(y); break;
-      case DType::kF16: static_cast<__half*>(out)[o] = __float2half_rn(y); break;
-      default: static_cast<float*>(out)[o] = y; break;
+      case DType::kBF16: static_cast<__nv_bfloat16*>(out)[o] = __double2bfloat16(y); break;
+      case DType::kF16: static_cast<__half*>(out)[o] = __double2half(y); break;
+      default: static_cast<float*>(out)[o] = __double2float_rn(y); break;
     }
   }
 }
@@ -111,12 +111,15 @@ Status launch_dequant_bf16(const DequantArgs& a, Stream stream) {
   return Status::ok();
 }
 
-Status launch_scale_bias_epilogue(const float* acc, int64_t m, int64_t n, const float* w_scale, const void* bias,
-                                  DType bias_dtype, void* out, DType out_dtype, int64_t ld_out, Stream stream,
-                                  const float* x_scale, int64_t x_scale_stride) {
+Status launch_scale_bias_epilogue(const float* acc, int64_t m, int64_t n, const EpilogueScales& scales,
+                                  const void* bias, DType bias_dtype, void* out, DType out_dtype, int64_t ld_out,
+                                  Stream stream) {
   if (m * n == 0) return Status::ok();
-  scale_bias_kernel<<<grid_for(m * n), kThreads, 0, stream>>>(acc, m, n, w_scale, bias, bias_dtype, out, out_dtype,
-                                                              ld_out, x_scale, x_scale_stride);
+  if (scales.col_f32 != nullptr && scales.col != nullptr) {
+    return Status::error("scale_bias_epilogue: column factors given both as f32 scales and as MmaFactors");
+  }
+  scale_bias_kernel<<<grid_for(m * n), kThreads, 0, stream>>>(acc, m, n, scales, bias, bias_dtype, out, out_dtype,
+                                                              ld_out);
   QL_CUDA_CHECK_LAUNCH("scale_bias_kernel");
   return Status::ok();
 }

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "backends/cuda/cuda_util.hpp"
+#include "backends/cuda/mma_epilogue_math.hpp"
 #include "backends/cuda/weight_stream.hpp"
 
 namespace qlinear::cuda {
@@ -41,11 +42,22 @@ Status launch_dequant_bf16(const DequantArgs& args, Stream stream);
 // The E8M0 bytes [lo, hi] for which every code x 2^(e-127) of `format` is exactly a BF16 value.
 void bf16_exact_mx_range(WeightFormat format, int& lo, int& hi);
 
-// out[m, n0 + j] (rows ld_out apart) = round(acc[m, j] * (w_scale ? w_scale[j] : 1) * (x_scale ?
-// x_scale[m * x_scale_stride] : 1) + bias[j]) for j < n, the two scales multiplied first: the epilogue of a
-// column block of the output.
-Status launch_scale_bias_epilogue(const float* acc, int64_t m, int64_t n, const float* w_scale, const void* bias,
-                                  DType bias_dtype, void* out, DType out_dtype, int64_t ld_out, Stream stream,
-                                  const float* x_scale = nullptr, int64_t x_scale_stride = 0);
+// The factors of launch_scale_bias_epilogue (null: none). A column's factor comes as an f32 scale (the BF16
+// route's FP8 row scales) or as an MmaFactor (the decode kernels' row factors, mma_decode.hpp), at most one of
+// the two; the activations' as MmaFactors, row m's at activation[m * activation_stride] (quantized
+// activations, act_quant_bf16.hpp; stride 0: one for the call).
+struct EpilogueScales {
+  const float* col_f32 = nullptr;
+  const MmaFactor* col = nullptr;
+  const MmaFactor* activation = nullptr;
+  int64_t activation_stride = 0;
+};
+
+// out[m, n0 + j] (rows ld_out apart) = round(acc[m, j] x (column j's factor x the activation factor) + bias[j])
+// for j < n: the epilogue of a column block of the output, the decode kernels' f64 arithmetic
+// (mma_epilogue_math.hpp) with one rounding to the output dtype.
+Status launch_scale_bias_epilogue(const float* acc, int64_t m, int64_t n, const EpilogueScales& scales,
+                                  const void* bias, DType bias_dtype, void* out, DType out_dtype, int64_t ld_out,
+                                  Stream stream);
 
 }  // namespace qlinear::cuda

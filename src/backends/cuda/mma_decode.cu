@@ -39,9 +39,8 @@ __global__ void mma_decode_reduce_kernel(const MmaDecodeArgs a, int splits, cons
     float v = 0.0f;
     for (int s = 0; s < splits; ++s) v += partial[s * total + i];
     const int64_t row = i % n;
-    v *= epilogue_scale(a, row, i / n);
-    if (a.bias != nullptr) v += load_bias(a.bias, a.bias_dtype, row);
-    store_out(a.out, a.out_dtype, i, v);
+    const double bias = a.bias != nullptr ? load_bias(a.bias, a.bias_dtype, row) : 0.0;
+    store_out(a.out, a.out_dtype, i, mma_epilogue_value(v, epilogue_factor(a, row, i / n), bias));
   }
 }
 

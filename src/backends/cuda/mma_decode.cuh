@@ -33,8 +33,8 @@
 //   kMx32, promoted (a layer with any scale outside that range): factor 2^B, and the group's FP32 partial
 //          sum is multiplied by 2^(s - 127) (exact) before it is added to the accumulator.
 //   kNv16  factor bf16(e4m3_scale * 2^118): E2M1 (2 significant bits) times E4M3 (4) has at most 6
-//          significant bits, and |value| * 2^-8 lies in [2^-18, 2^4], so the product is exact; 2^8 / g
-//          comes back in the epilogue's row scale.
+//          significant bits, and |value| * 2^-8 lies in [2^-18, 2^4], so the product is exact; the
+//          epilogue divides by g / 2^8 (its row factor, mma_epilogue_math.hpp).
 // The tensor core multiplies BF16 pairs exactly and accumulates in FP32; x is used as given.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -47,6 +47,7 @@
 
 #include "backends/cuda/fp_codec.cuh"
 #include "backends/cuda/mma_decode.hpp"
+#include "backends/cuda/mma_epilogue_math.hpp"
 
 namespace qlinear::cuda::mma_detail {
 
@@ -198,7 +199,7 @@ __device__ __forceinline__ uint32_t bf16_pow2_pair(int biased_exponent) {  // 2^
   return static_cast<uint32_t>(biased_exponent) * 0x00800080u;
 }
 
-__device__ __forceinline__ float load_bias(const void* bias, DType d, int64_t n) {
+__device__ __forceinline__ double load_bias(const void* bias, DType d, int64_t n) {
   switch (d) {
     case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[n]);
     case DType::kF16: return __half2float(static_cast<const __half*>(bias)[n]);
@@ -206,18 +207,43 @@ __device__ __forceinline__ float load_bias(const void* bias, DType d, int64_t n)
   }
 }
 
-// The factor of output (m, row): the weight row scale times the activation factor, in FP32 (1 for neither).
-__device__ __forceinline__ float epilogue_scale(const MmaDecodeArgs& a, int64_t row, int64_t m) {
-  float s = a.row_scale != nullptr ? a.row_scale[row] : 1.0f;
-  if (a.x_scale != nullptr) s *= a.x_scale[m * a.x_scale_stride];
-  return s;
+// The epilogue in f64 (mma_epilogue_math.hpp: the arithmetic, and why it gives the reference's output
+// wherever the FP32 sum is exact): the factor of output (m, row).
+__device__ __forceinline__ MmaFactor epilogue_factor(const MmaDecodeArgs& a, int64_t row, int64_t m) {
+  return mma_epilogue_factor(a.row_factor != nullptr ? a.row_factor[row] : mma_no_row_factor(),
+                             a.x_factor != nullptr ? a.x_factor[m * a.x_factor_stride] : mma_no_activation_factor());
 }
 
-__device__ __forceinline__ void store_out(void* out, DType d, int64_t i, float v) {
+// The same where the kernel knows its scale kind: only NVFP4 (kNv16) divides (its rows are always
+// reciprocals); FP8 and MX factors are f32 multipliers. Each kernel carries one of the two paths. (The
+// multiplier path keeps the run-time check of the row factor that it does not need: without it ptxas spills
+// more in the promoted MX kernels, at 255 registers: 104 bytes of stack instead of 56 for E2M1.)
+template <MmaScale S>
+__device__ __forceinline__ MmaFactor epilogue_factor(const MmaDecodeArgs& a, int64_t row, int64_t m) {
+  if constexpr (S == MmaScale::kNv16) {
+    return epilogue_factor(a, row, m);
+  } else {
+    double s = a.row_factor != nullptr ? a.row_factor[row].scale : 1.0;
+    if (a.x_factor != nullptr) s *= a.x_factor[m * a.x_factor_stride].scale;
+    return {s, 0.0};
+  }
+}
+
+template <MmaScale S>
+__device__ __forceinline__ double epilogue_value(float sum, const MmaFactor& f, double bias) {
+  if constexpr (S == MmaScale::kNv16) {
+    return mma_epilogue_quotient(sum, f, bias);
+  } else {
+    return mma_epilogue_product(sum, f.scale, bias);
+  }
+}
+
+// One rounding of the f64 value to the output dtype (cvt.rn.{bf16,f16,f32}.f64).
+__device__ __forceinline__ void store_out(void* out, DType d, int64_t i, double v) {
   switch (d) {
-    case DType::kBF16: static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v); break;
-    case DType::kF16: static_cast<__half*>(out)[i] = __float2half_rn(v); break;
-    default: static_cast<float*>(out)[i] = v; break;
+    case DType::kBF16: static_cast<__nv_bfloat16*>(out)[i] = __double2bfloat16(v); break;
+    case DType::kF16: static_cast<__half*>(out)[i] = __double2half(v); break;
+    default: static_cast<float*>(out)[i] = __double2float_rn(v); break;
   }
 }
 
@@ -506,9 +532,8 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
           partial[(static_cast<int64_t>(blockIdx.y) * a.m + m) * n + row] = v;
           continue;
         }
-        float y = v * epilogue_scale(a, row, m);
-        if (a.bias != nullptr) y += load_bias(a.bias, a.bias_dtype, row);
-        store_out(a.out, a.out_dtype, m * n + row, y);
+        const double bias = a.bias != nullptr ? load_bias(a.bias, a.bias_dtype, row) : 0.0;
+        store_out(a.out, a.out_dtype, m * n + row, epilogue_value<S>(v, epilogue_factor<S>(a, row, m), bias));
       }
     }
   }

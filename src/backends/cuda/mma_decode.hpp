@@ -5,21 +5,26 @@
 // Operands (made by process_weights_after_loading, layouts in layout/mma_layout.hpp):
 //   w          packed codes, MmaLayout
 //   w_scale    packed E8M0 (kMx32) or E4M3 (kNv16) block scales; null for kRow
-//   row_scale  f32 [N] applied to the FP32 sum in the epilogue: kRow the per-channel (or per-tensor) scale,
-//              kNv16 2^8 / global scale; null for kMx32
+//   row_factor MmaFactor [N] (mma_epilogue_math.hpp) applied to the FP32 sum in the epilogue: kRow the
+//              per-channel (or per-tensor) f32 scale as a multiplier, kNv16 the reciprocal of g / 2^8;
+//              null for kMx32
 //   x          BF16 [M, ld_x], K % 8 == 0, ld_x % 8 == 0, 16-byte aligned
-//   x_scale    f32 factor of the activations (quantized activations whose scale does not fold into their
-//              BF16 values: act_quant_bf16.hpp), token m's at x_scale[m * x_scale_stride] (stride 0: one
-//              scalar); multiplies the row scale in FP32 in the epilogue; null: none
+//   x_factor   MmaFactor of the activations (quantized activations whose scale does not fold into their
+//              BF16 values: act_quant_bf16.hpp; device memory the activation pass writes), token m's at
+//              x_factor[m * x_factor_stride] (stride 0: one for the call); null: none
 // Numerics (exactness argument in mma_decode.cuh): every weight value (code times block scale) is exact in
 // BF16 when `fold` holds, else the block scale multiplies the FP32 partial sum of its 32-wide group; the
-// products in the tensor core are exact and summed in FP32; bias is added in FP32 before one rounding.
+// products in the tensor core are exact and summed in FP32. The epilogue is f64 (mma_epilogue_math.hpp): the
+// sum times the row and activation factors (NVFP4: divided by the exact global scales, correctly rounded),
+// plus bias, then one rounding to the output dtype, so an output whose FP32 sum is exact (one product per
+// output, as through an identity layer) equals the reference's.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_util.hpp"
 #include "backends/cuda/layout/mma_layout.hpp"
+#include "backends/cuda/mma_epilogue_math.hpp"
 #include "qlinear/formats.hpp"
 
 namespace qlinear::cuda {
@@ -29,11 +34,11 @@ struct MmaDecodeArgs {
   bool fold = true;  // kMx32: every block scale folds exactly into the BF16 weights (mma_fold_range)
   const uint8_t* w = nullptr;
   const uint8_t* w_scale = nullptr;
-  const float* row_scale = nullptr;
+  const MmaFactor* row_factor = nullptr;
   const void* x = nullptr;
   int64_t ld_x = 0;
-  const float* x_scale = nullptr;
-  int64_t x_scale_stride = 0;
+  const MmaFactor* x_factor = nullptr;
+  int64_t x_factor_stride = 0;
   int64_t m = 0;
   const void* bias = nullptr;
   DType bias_dtype = DType::kF32;

@@ -9,6 +9,7 @@
 
 #include "backends/cuda/act_quant_bf16.hpp"
 #include "backends/cuda/mma_decode.hpp"
+#include "backends/cuda/mma_epilogue_math.hpp"
 #include "core/processed_io.hpp"
 #include "qlinear/quantize.hpp"
 
@@ -48,7 +49,7 @@ struct MmaLayerState {
   int sm_count = 132;
   Tensor w;          // u8 [weight_bytes]
   Tensor w_scale;    // u8 [scale_bytes] (MX, NVFP4)
-  Tensor row_scale;  // f32 [N] (per-channel FP8, NVFP4)
+  Tensor row_factor;  // f64 [N, 2]: MmaFactor per row (per-channel FP8: the scale; NVFP4: 2^8 / g and g / 2^8)
   // Quantized activations: the layer's static input scale (FP8 per tensor) or input global scale (NVFP4).
   float in_scale = 1.0f;
   float in_global = 1.0f;
@@ -115,7 +116,7 @@ std::string act_plan_note(const ActPlan& p) {
              " rule) to exact BF16 values in one pass";
     case ActBf16Mode::kNvfp4:
       return std::string("activations quantized NVFP4 per 16 (") + (p.static_global ? "static" : "per-call") +
-             " global scale) to exact BF16 values in one pass, 1/g in the epilogue";
+             " global scale) to exact BF16 values in one pass, the division by g in the f64 epilogue";
     case ActBf16Mode::kFp8Static:
       return "activations quantized to static per-tensor FP8 (exact BF16 values in one pass), the scale in the "
              "epilogue";
@@ -158,13 +159,13 @@ Status expect_host(const Tensor& t, const std::string& what) {
   return Status::ok();
 }
 
-// One f32 per output row from a per-tensor ([], [1]), per-shard ([shards]) or per-channel ([N], [N, 1])
+// One factor per output row from an f32 per-tensor ([], [1]), per-shard ([shards]) or per-channel ([N], [N, 1])
 // tensor, through f(value).
 template <class F>
-std::vector<float> per_row(const LinearConfig& c, const Tensor& t, bool per_channel, F&& f) {
+std::vector<MmaFactor> per_row(const LinearConfig& c, const Tensor& t, bool per_channel, F&& f) {
   const Tensor s = t.contiguous();
   const float* p = s.data<float>();
-  std::vector<float> rows(static_cast<size_t>(c.n));
+  std::vector<MmaFactor> rows(static_cast<size_t>(c.n));
   if (per_channel) {
     for (int64_t r = 0; r < c.n; ++r) rows[r] = f(p[r]);
     return rows;
@@ -286,8 +287,8 @@ Status MmaDecodeLinearKernel::process_impl(LinearLayer& layer) const {
   QL_ASSIGN_OR_RETURN(st->w, upload(packed.data(), packed.size(), DType::kU8, {l.weight_bytes()}, st->device));
 
   if (l.scale == MmaScale::kRow) {
-    const std::vector<float> rows = per_row(c, scale, c.weight_key.scale.group.is_per_channel(), [](float v) { return v; });
-    QL_ASSIGN_OR_RETURN(st->row_scale, upload(rows.data(), rows.size() * 4, DType::kF32, {c.n}, st->device));
+    const std::vector<MmaFactor> rows = per_row(c, scale, c.weight_key.scale.group.is_per_channel(), mma_multiplier);
+    QL_ASSIGN_OR_RETURN(st->row_factor, upload(rows.data(), rows.size() * sizeof(MmaFactor), DType::kF64, {c.n, 2}, st->device));
   } else {
     const Tensor sc = scale.contiguous();
     const uint8_t* sb = static_cast<const uint8_t*>(sc.raw());
@@ -299,12 +300,16 @@ Status MmaDecodeLinearKernel::process_impl(LinearLayer& layer) const {
     } else {
       QL_ASSIGN_OR_RETURN(Tensor global, layer.get("weight_global_scale"));
       QL_RETURN_IF_ERROR(expect_host(global, "weight_global_scale"));
-      // x = q * s / g: the kernel's folded weights are q * s * 2^-8 (mma_decode.cuh), so rows get 2^8 / g.
-      const std::vector<float> rows = per_row(c, global, false, [](float g) { return static_cast<float>(256.0 / g); });
-      for (float v : rows) {
-        if (!std::isfinite(v)) return Status::error("weight_global_scale gives a non-finite 2^8 / g");
+      // x = q * s / g: the kernel's folded weights are q * s * 2^-8, so rows divide by g / 2^8
+      // (mma_epilogue_math.hpp).
+      const std::vector<MmaFactor> rows = per_row(c, global, false, mma_nvfp4_row_factor);
+      for (const MmaFactor& f : rows) {
+        if (!std::isfinite(f.scale) || !(f.divisor > 0)) {
+          return Status::error("layer " + layer.name + ": weight_global_scale g = " + std::to_string(256 * f.divisor) +
+                               " must be finite and > 0, with 2^8 / g finite");
+        }
       }
-      QL_ASSIGN_OR_RETURN(st->row_scale, upload(rows.data(), rows.size() * 4, DType::kF32, {c.n}, st->device));
+      QL_ASSIGN_OR_RETURN(st->row_factor, upload(rows.data(), rows.size() * sizeof(MmaFactor), DType::kF64, {c.n, 2}, st->device));
     }
     const std::vector<uint8_t> ps = mma_pack_scales(l, sb);
     QL_ASSIGN_OR_RETURN(st->w_scale, upload(ps.data(), ps.size(), DType::kU8, {l.scale_bytes()}, st->device));
@@ -316,6 +321,11 @@ Status MmaDecodeLinearKernel::process_impl(LinearLayer& layer) const {
     }
     if (plan.static_global) {
       QL_ASSIGN_OR_RETURN(st->in_global, max_param(layer, "input_global_scale"));
+      // The epilogue divides by it (mma_epilogue_math.hpp), as the reference does, which refuses the same.
+      if (!std::isfinite(st->in_global) || !(st->in_global > 0)) {
+        return Status::error("layer " + layer.name + ": input_global_scale = " + std::to_string(st->in_global) +
+                             " must be finite and > 0");
+      }
     }
   }
   QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
@@ -323,9 +333,10 @@ Status MmaDecodeLinearKernel::process_impl(LinearLayer& layer) const {
   return Status::ok();
 }
 
-// Processed layout version 4 (mma_layout.hpp: E2M1 codes as selector fields, one scale record per row pair): meta I64 [code, scale, n, k] (checked against the config), flags I64 [fold],
+// Processed layout version 5 (mma_layout.hpp: E2M1 codes as selector fields, one scale record per row pair;
+// 4 had f32 row scales): meta I64 [code, scale, n, k] (checked against the config), flags I64 [fold],
 // act_scalars F32 [in_scale, in_global] (the static activation scales; 1 where none), w U8 [weight_bytes],
-// w_scale U8 [scale_bytes] (MX, NVFP4), row_scale F32 [N] (FP8 per-channel, NVFP4).
+// w_scale U8 [scale_bytes] (MX, NVFP4), row_factor F64 [N, 2] (FP8 per-channel, NVFP4: MmaFactor per row).
 Result<ProcessedWeights> MmaDecodeLinearKernel::export_impl(const LinearLayer& layer) const {
   namespace io = processed_io;
   const auto* st = static_cast<const MmaLayerState*>(layer.kernel_state.get());
@@ -336,7 +347,7 @@ Result<ProcessedWeights> MmaDecodeLinearKernel::export_impl(const LinearLayer& l
   w.tensors.emplace_back("flags", io::meta_tensor({st->fold ? 1 : 0}));
   w.tensors.emplace_back("act_scalars", io::from_vector(std::vector<float>{st->in_scale, st->in_global}, DType::kF32));
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"w", &st->w}, {"w_scale", &st->w_scale},
-                                {"row_scale", &st->row_scale}}) {
+                                {"row_factor", &st->row_factor}}) {
     if (!t->defined()) continue;
     QL_ASSIGN_OR_RETURN(Tensor host, to_host(*t));
     w.tensors.emplace_back(name, std::move(host));
@@ -367,7 +378,7 @@ Status MmaDecodeLinearKernel::import_impl(LinearLayer& layer, const ProcessedWei
   };
   QL_RETURN_IF_ERROR(load("w", DType::kU8, {l.weight_bytes()}, st->w));
   if (l.scale != MmaScale::kRow) QL_RETURN_IF_ERROR(load("w_scale", DType::kU8, {l.scale_bytes()}, st->w_scale));
-  if (l.scale != MmaScale::kMx32) QL_RETURN_IF_ERROR(load("row_scale", DType::kF32, {c.n}, st->row_scale));
+  if (l.scale != MmaScale::kMx32) QL_RETURN_IF_ERROR(load("row_factor", DType::kF64, {c.n, 2}, st->row_factor));
   QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
   layer.kernel_state = std::move(st);
   return Status::ok();
@@ -393,14 +404,15 @@ Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activat
   const void* xb = xt.raw();
   int64_t ld = xt.strides()[0];
   Scratch widened;
-  float* factor = nullptr;
+  MmaFactor* factor = nullptr;
   if (c.activation_key && m > 0) {
     // Quantized activations: one pass writes the exact BF16 values of the reference's quantization and the
-    // f32 factor that does not fold into them (act_quant_bf16.hpp states the exactness range).
+    // factor that does not fold into them (act_quant_bf16.hpp states the exactness range).
     QL_ASSIGN_OR_RETURN(const ActPlan plan, act_plan_of(c));
-    // One stream-ordered buffer: the BF16 values, then the factor and the |x| max scratch (16-byte aligned).
+    // One stream-ordered buffer: the BF16 values, then (16-byte aligned) the factor (two f64) and the u32
+    // |x| max scratch.
     const size_t values_bytes = static_cast<size_t>((m * c.k * 2 + 15) / 16 * 16);
-    QL_ASSIGN_OR_RETURN(widened, Scratch::make(values_bytes + 16, stream));
+    QL_ASSIGN_OR_RETURN(widened, Scratch::make(values_bytes + sizeof(MmaFactor) + 16, stream));
     char* tail = static_cast<char*>(widened.get()) + values_bytes;
     ActBf16Args q;
     q.x = xt.raw();
@@ -416,8 +428,8 @@ Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activat
     q.dynamic_global = plan.mode == ActBf16Mode::kNvfp4 && !plan.static_global;
     q.out = widened.get();
     q.ld_out = c.k;
-    if (plan.mode != ActBf16Mode::kMx32) factor = q.factor = reinterpret_cast<float*>(tail);
-    if (q.dynamic_global) q.amax_scratch = reinterpret_cast<uint32_t*>(tail + 4);
+    if (plan.mode != ActBf16Mode::kMx32) factor = q.factor = reinterpret_cast<MmaFactor*>(tail);
+    if (q.dynamic_global) q.amax_scratch = reinterpret_cast<uint32_t*>(tail + sizeof(MmaFactor));
     QL_RETURN_IF_ERROR(launch_act_quant_bf16(q, stream));
     xb = widened.get();
     ld = c.k;
@@ -432,11 +444,11 @@ Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activat
   a.fold = st.fold;
   a.w = static_cast<const uint8_t*>(st.w.raw());
   a.w_scale = st.w_scale.defined() ? static_cast<const uint8_t*>(st.w_scale.raw()) : nullptr;
-  a.row_scale = st.row_scale.defined() ? static_cast<const float*>(st.row_scale.raw()) : nullptr;
+  a.row_factor = st.row_factor.defined() ? static_cast<const MmaFactor*>(st.row_factor.raw()) : nullptr;
   a.x = xb;
   a.ld_x = ld;
-  a.x_scale = factor;  // null unless the activations carry a factor
-  a.x_scale_stride = 0;
+  a.x_factor = factor;  // null unless the activations carry a factor
+  a.x_factor_stride = 0;
   a.m = m;
   a.bias = bias ? bias->raw() : nullptr;
   a.bias_dtype = bias ? bias->dtype() : DType::kF32;

@@ -3,7 +3,7 @@
 // per-channel E4M3), MXFP8, MXFP6, MXFP4 and NVFP4 weights with BF16 activations, or with activations
 // quantized as the reference does (dynamic MX per 32 by the key's scale rule, static per-tensor FP8 on
 // MXFP4, NVFP4 per 16 with a static or per-call global scale) by one pass that writes their exact BF16
-// values and the f32 factor the epilogue applies (act_quant_bf16.hpp). Each declares the M range
+// values and the f64 factor the epilogue applies (act_quant_bf16.hpp). Each declares the M range
 // it is built for (kMmaDecodeMaxM); larger M runs in 64-token tiles, and above kMmaWidenAboveM the weights
 // are widened to BF16 per call for a cuBLASLt GEMM (m_routes says which runs where). process_weights_after_loading packs the
 // codes and block scales into the kernel's layout (layout/mma_layout.hpp) on the device and leaves the
@@ -24,7 +24,7 @@ class MmaDecodeLinearKernel final : public LinearKernel {
   Verdict is_supported(const Platform& platform) const override;
   Verdict can_implement(const LinearConfig& config) const override;
   bool supports_pre_processed_weights() const override { return true; }
-  uint32_t processed_layout_version() const override { return 4; }
+  uint32_t processed_layout_version() const override { return 5; }  // 5: f64 row scales
   // The M range this kernel's tile table covers (1 .. max_m); beyond it the kernel still runs, unprofiled.
   int64_t max_m() const;
   // The M buckets, each a route of this kernel: the tile configuration (the H200 table of mma_decode.cu)

@@ -216,9 +216,8 @@ __global__ void __launch_bounds__(kRegThreads, reg_blocks_per_sm(C, DEPTH))
         partial[(static_cast<int64_t>(blockIdx.y) * a.m + m) * a.layout.n + row] = acc[tt][e];
         continue;
       }
-      float y = acc[tt][e] * epilogue_scale(a, row, m);
-      if (a.bias != nullptr) y += load_bias(a.bias, a.bias_dtype, row);
-      store_out(a.out, a.out_dtype, m * a.layout.n + row, y);
+      const double bias = a.bias != nullptr ? load_bias(a.bias, a.bias_dtype, row) : 0.0;
+      store_out(a.out, a.out_dtype, m * a.layout.n + row, epilogue_value<S>(acc[tt][e], epilogue_factor<S>(a, row, m), bias));
     }
   }
 }

@@ -22,7 +22,7 @@
 // group completes, so stages alternate between two fragment sets: while group i runs, the warps decode
 // stage i + 1 into the other set; `wgmma.wait_group 1` after issuing it retires group i - 1 and frees its
 // ring slot (each math warp arrives on `empty`). The FP32 accumulators stay in registers across K; the
-// epilogue applies the row scale, the activation factor and bias (epilogue_scale, as the mma.sync kernel)
+// epilogue applies the row and activation factors and bias (epilogue_factor, as the mma.sync kernel)
 // or writes FP32 partial sums for the split-K reduction.
 //
 // Numerics are the mma.sync kernel's (mma_decode.cuh): exact BF16 weights (MX scales folded; layers whose
@@ -262,8 +262,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < 2; ++i) {
     const int64_t row = (tile0 + tile) * kMmaTileN + g + 8 * i;
     if (row >= n) continue;
-    const float bias =
-        (partial == nullptr && a.bias != nullptr) ? mma_detail::load_bias(a.bias, a.bias_dtype, row) : 0.0f;
+    const double bias =
+        (partial == nullptr && a.bias != nullptr) ? mma_detail::load_bias(a.bias, a.bias_dtype, row) : 0.0;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
 #pragma unroll
@@ -274,7 +274,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (partial != nullptr) {
           partial[(static_cast<int64_t>(blockIdx.y) * a.m + m) * n + row] = v;
         } else {
-          mma_detail::store_out(a.out, a.out_dtype, m * n + row, v * mma_detail::epilogue_scale(a, row, m) + bias);
+          mma_detail::store_out(a.out, a.out_dtype, m * n + row,
+                                mma_detail::epilogue_value<S>(v, mma_detail::epilogue_factor<S>(a, row, m), bias));
         }
       }
     }

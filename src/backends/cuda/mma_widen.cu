@@ -1,6 +1,6 @@
 // Large-M route of the tensor-core decode kernels: the packed weights (layout/mma_layout.hpp) widened to
 // row-major BF16 in row blocks, then a cuBLASLt BF16 GEMM per block; row scales, bias dtypes cuBLASLt's
-// epilogue does not take, the NVFP4 global scale and quantized activations' factor (x_scale) go through an FP32 block and launch_scale_bias_epilogue,
+// epilogue does not take, the NVFP4 global scale and quantized activations' factor (x_factor) go through an FP32 block and launch_scale_bias_epilogue,
 // everything else straight into the output. Exact where the MMA kernel folds its scales (every widened value
 // is the weight's exact BF16 value, or for NVFP4 that value times 2^-8 with 2^8 / g in the row scale); layers
 // whose MX scales leave the fold range never take it (mma_decode.hpp).
@@ -180,7 +180,7 @@ Status launch_mma_widen_gemm(const MmaDecodeArgs& a, Stream stream) {
   const int64_t mib = mma_decode_forced().widen_block_mib != 0 ? mma_decode_forced().widen_block_mib : kWidenBlockMiB;
   const int64_t block =
       mib < 0 ? n : std::min<int64_t>(n, std::max<int64_t>(128, (mib << 20) / (2 * k) / 128 * 128));
-  const bool direct = a.row_scale == nullptr && a.x_scale == nullptr && (a.bias == nullptr || a.bias_dtype == a.out_dtype);
+  const bool direct = a.row_factor == nullptr && a.x_factor == nullptr && (a.bias == nullptr || a.bias_dtype == a.out_dtype);
   QL_ASSIGN_OR_RETURN(Scratch wb, Scratch::make(static_cast<size_t>(block * k * 2), stream));
   Scratch acc;
   if (!direct) {
@@ -211,10 +211,13 @@ Status launch_mma_widen_gemm(const MmaDecodeArgs& a, Stream stream) {
     g.out = acc.get();
     g.out_dtype = DType::kF32;
     QL_RETURN_IF_ERROR(lt_gemm(g, stream));
+    EpilogueScales scales;
+    scales.col = a.row_factor ? a.row_factor + n0 : nullptr;
+    scales.activation = a.x_factor;
+    scales.activation_stride = a.x_factor_stride;
     QL_RETURN_IF_ERROR(launch_scale_bias_epilogue(
-        acc.as<float>(), a.m, nc, a.row_scale ? a.row_scale + n0 : nullptr,
-        a.bias ? static_cast<const uint8_t*>(a.bias) + n0 * bias_es : nullptr, a.bias_dtype,
-        static_cast<uint8_t*>(a.out) + n0 * out_es, a.out_dtype, n, stream, a.x_scale, a.x_scale_stride));
+        acc.as<float>(), a.m, nc, scales, a.bias ? static_cast<const uint8_t*>(a.bias) + n0 * bias_es : nullptr,
+        a.bias_dtype, static_cast<uint8_t*>(a.out) + n0 * out_es, a.out_dtype, n, stream));
   }
   return Status::ok();
 }

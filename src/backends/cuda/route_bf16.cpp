@@ -92,9 +92,10 @@ Status apply_dequant_bf16(const ApplyCtx& a) {
     g.out = acc.get();
     g.out_dtype = DType::kF32;
     QL_RETURN_IF_ERROR(lt_gemm(g, a.stream));
+    EpilogueScales scales;
+    if (!mx) scales.col_f32 = static_cast<const float*>(st.w_scale.raw()) + n0;
     QL_RETURN_IF_ERROR(launch_scale_bias_epilogue(
-        acc.as<float>(), m, nc, mx ? nullptr : static_cast<const float*>(st.w_scale.raw()) + n0,
-        a.bias ? static_cast<const uint8_t*>(a.bias->raw()) + n0 * bias_es : nullptr,
+        acc.as<float>(), m, nc, scales, a.bias ? static_cast<const uint8_t*>(a.bias->raw()) + n0 * bias_es : nullptr,
         a.bias ? a.bias->dtype() : DType::kF32, static_cast<uint8_t*>(a.out.raw()) + n0 * out_es, a.out.dtype(), c.n,
         a.stream));
   }
