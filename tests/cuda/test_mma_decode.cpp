@@ -214,13 +214,13 @@ TEST(CudaMmaDecode, EveryForcedVariantMatchesTheReference) {
   }
 }
 
-// The swap-AB wgmma kernel forced at every M from 17 (token tiles 32 / 64 / 128 / 256 by M, several M tiles at
-// 300), on N and K off its 128-row and 64-K tiles, split K, bias and output dtypes; each token tile forced
-// on its own too (FP6 layers and MX scales outside the fold range keep the mma.sync kernel).
+// The swap-AB wgmma kernel forced at every M from 17 (token tiles 64 / 128 / 256 by M, several token tiles
+// at 300), on N and K off its 128-row and 64-K tiles, split K, bias and output dtypes, every code (FP6
+// included); each token tile, the ring depth, the grid (persistent or one block per unit) and the per-tile
+// bulk copies forced on their own too (MX scales outside the fold range keep the mma.sync kernel).
 TEST(CudaMmaDecode, WgmmaKernelMatchesTheReference) {
   QL_REQUIRE_SM90();
   for (const KernelScheme& ks : kAll) {
-    if (ks.kernel == &cuda::kSm90MmaDecodeMxfp6) continue;
     const Scheme s = scheme_of(ks);
     {
       cuda::MmaDecodeForce f;
@@ -236,7 +236,7 @@ TEST(CudaMmaDecode, WgmmaKernelMatchesTheReference) {
         if (r.contains(64)) named = r.why.find("wgmma") != std::string::npos;
       }
       EXPECT_TRUE(named) << s.name;
-      for (int64_t m : {17, 63, 64, 65, 128, 255, 256, 300}) {
+      for (int64_t m : {17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 300}) {
         check({ks.kernel, s, m, 200, 800});
         check({ks.kernel, s, m, 1040, 1088});  // 9 N blocks, the last partial
       }
@@ -246,12 +246,24 @@ TEST(CudaMmaDecode, WgmmaKernelMatchesTheReference) {
         check({ks.kernel, s, m, 96, 320, Spread::kNarrow, DType::kF16, DType::kF32, {32, 64}});
       }
     }
-    for (int tokens : {32, 64, 128, 256}) {
+    for (int tokens : {64, 128, 256}) {
       cuda::MmaDecodeForce f;
       f.wgmma = 1;
       f.wgmma_tokens = tokens;
       cuda_test::ForceScope force(f);
       check({ks.kernel, s, 200, 272, 1024});
+    }
+    for (int variant = 0; variant < 4; ++variant) {
+      cuda::MmaDecodeForce f;
+      f.wgmma = 1;
+      if (variant == 0) f.wgmma_stages = 2;    // the ring wraps every other stage
+      if (variant == 1) f.wgmma_persist = -1;  // one block per unit
+      if (variant == 2) f.wgmma_bulk = true;   // per-tile bulk copies instead of TMA
+      if (variant == 3) f.splits = 3;          // three splits, several units per block
+      cuda_test::ForceScope force(f);
+      SCOPED_TRACE("wgmma variant " + std::to_string(variant));
+      check({ks.kernel, s, 70, 1040, 2304});
+      check({ks.kernel, s, 140, 4112, 1600});  // 33 row blocks x 2 token tiles: several units per block
     }
   }
 }
@@ -303,7 +315,12 @@ TEST(CudaMmaDecode, CapturesAndReplaysInACudaGraph) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   cuda::StreamGuard guard(stream);
   for (const KernelScheme& ks : kAll) {
-    for (int64_t m : {1, 16, 64, 256}) {  // 256: the widening route
+    for (int64_t m : {1, 16, 64, 256, -64}) {  // 256: the widening route or the wgmma kernel; -64: wgmma forced
+      cuda::MmaDecodeForce f;
+      f.wgmma = m < 0 ? 1 : 0;
+      f.splits = m < 0 ? 2 : 0;  // its split-K reduction in the graph too
+      cuda_test::ForceScope force(f);
+      m = m < 0 ? -m : m;
       const Case c{ks.kernel, scheme_of(ks), m, 128, 4096, Spread::kNarrow, DType::kBF16, DType::kBF16};
       const uint64_t seed = fresh_seed();
       SCOPED_TRACE(describe(c, seed));

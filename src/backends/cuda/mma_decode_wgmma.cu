@@ -1,5 +1,5 @@
-// Host side of the swap-AB wgmma decode GEMM (mma_decode_wgmma.hpp): where it runs, its token tile and
-// split of K, the launch and the split-K reduction (the mma.sync kernel's, in split order).
+// Host side of the swap-AB wgmma decode GEMM (mma_decode_wgmma.hpp): where it runs, its token tile, the
+// split of K and the grid, the launch and the split-K reduction (the mma.sync kernel's, in split order).
 #include "backends/cuda/mma_decode_wgmma.hpp"
 
 #include <algorithm>
@@ -14,27 +14,36 @@ namespace {
 // The M range the wgmma kernel runs by default, per measured (code, scale) pair (H200, llama3-8b and -70b
 // shapes at M = 32, 64, 128, 256 against the mma.sync kernel and the widen route in one process): FP8
 // per-channel won at every M measured but 70b.down / gate_up at M = 64 (within 7%); MXFP4 lost at M <= 64
-// (its decode-bound stages) and won at 128 and 256 on all but the two smallest 8B layers at 256. MXFP8
-// and NVFP4 were not timed on it: they keep the mma.sync kernel unless forced.
+// (its decode-bound stages) and won at 128 and 256 on all but the two smallest 8B layers at 256. MXFP8,
+// MXFP6 and NVFP4 keep the mma.sync kernel unless forced.
 struct WgmmaRange {
   int64_t min_m, max_m;
 };
 constexpr WgmmaRange kDefaultFp8Channel{17, 256}, kDefaultMxfp4{65, 256}, kNotByDefault{1, 0};
 constexpr int64_t kWgmmaMinM = 17;  // below: the M <= 16 kernels
-constexpr int kWgmmaRowsPerBlock = 128;
+constexpr int kWgmmaTilesPerBlock = 8;
 constexpr int kWgmmaMinStagesPerSplit = 8;  // 512 K
+
+// The cost model the split choice minimizes (ns; a rough model of the H200, what matters is the ranking):
+// each block streams its stages at the slower of its tensor work and one SM's share of the weight traffic,
+// the whole grid no faster than the DRAM, and split K adds the FP32 partial sums' traffic and a launch.
+constexpr double kTensorNsPerToken = 3.2;     // a 64-K stage of 128 rows: ~1400 cycles at 256 tokens
+constexpr double kSmBytesPerNs = 40.0;        // one SM's weight stream
+constexpr double kDramBytesPerNs = 3300.0;    // the whole GPU's
+constexpr double kLaunchNs = 2000.0;
+
+double stage_weight_bytes(const MmaLayout& l) {
+  const double unit = static_cast<double>(l.unit_bytes()) + kMmaScaleRecords * mma_scale_record_bytes(l.scale);
+  return kWgmmaTilesPerBlock * unit / 2;
+}
 
 }  // namespace
 
 bool mma_wgmma_supports(const MmaDecodeArgs& a, std::string* why_not) {
-  auto no = [&](const char* why) {
-    if (why_not != nullptr) *why_not = why;
+  if (a.layout.scale == MmaScale::kMx32 && !a.fold) {
+    if (why_not != nullptr) *why_not = "MX scales outside the fold range are promoted per 32";
     return false;
-  };
-  if (a.layout.code != MmaCode::kE4M3 && a.layout.code != MmaCode::kE2M1) {
-    return no("FP6 codes are not instantiated in the wgmma kernel");
   }
-  if (a.layout.scale == MmaScale::kMx32 && !a.fold) return no("MX scales outside the fold range are promoted per 32");
   return true;
 }
 
@@ -48,41 +57,57 @@ bool mma_takes_wgmma_route(const MmaDecodeArgs& a) {
   return a.m >= r.min_m && a.m <= r.max_m;
 }
 
-int mma_wgmma_tokens(const MmaDecodeArgs& a) {
-  const int forced = mma_decode_forced().wgmma_tokens;
-  if (forced != 0) return forced;
-  return a.m <= 32 ? 32 : (a.m <= 64 ? 64 : (a.m <= 128 ? 128 : 256));
-}
-
-// One block per SM (its ring takes most of the shared memory): split K only while the blocks leave SMs
-// idle, into the most splits that still fit one wave, with at least 512 K per split and the FP32 partial
-// sums no larger than the packed weights. Measured on the H200: splitting layers that already fill the SMs
-// (8b.gate_up, 224 blocks; 70b.gate_up, 448) into several waves of short blocks lost up to 35% (the ring's
-// fill per block and the partial sums); splitting the ones that leave them idle (64 blocks: 2 splits,
-// 32 blocks: 4) won up to 3x.
-int mma_wgmma_splits(const MmaDecodeArgs& a) {
-  const int64_t tokens = mma_wgmma_tokens(a);
-  const int64_t blocks = (a.layout.n + kWgmmaRowsPerBlock - 1) / kWgmmaRowsPerBlock * ((a.m + tokens - 1) / tokens);
-  const int64_t stages = a.layout.k_slabs() * 2;
-  int64_t best = 1;
-  if (mma_decode_forced().splits > 0) {
-    best = std::min<int64_t>(mma_decode_forced().splits, stages);
+MmaWgmmaPlan mma_wgmma_plan(const MmaDecodeArgs& a) {
+  const MmaDecodeForce& f = mma_decode_forced();
+  MmaWgmmaPlan p;
+  p.tokens = f.wgmma_tokens != 0 ? f.wgmma_tokens : (a.m <= 64 ? 64 : (a.m <= 128 ? 128 : 256));
+  p.n_blocks = static_cast<int>((a.layout.n_tiles() + kWgmmaTilesPerBlock - 1) / kWgmmaTilesPerBlock);
+  p.m_tiles = static_cast<int>((a.m + p.tokens - 1) / p.tokens);
+  p.stages = f.wgmma_stages;
+  const int total = static_cast<int>(a.layout.k_slabs() * 2);  // even
+  const int64_t sms = std::max(1, a.sm_count);
+  auto per_split = [&](int s) { return (total / 2 + s - 1) / s * 2; };  // whole slabs per split
+  auto count = [&](int s) { return (total + per_split(s) - 1) / per_split(s); };
+  const double w_stage = stage_weight_bytes(a.layout);
+  const double t_stage = std::max(kTensorNsPerToken * p.tokens, w_stage / kSmBytesPerNs);
+  const double all_bytes = w_stage * p.n_blocks * p.m_tiles * total;
+  auto cost = [&](int s) {
+    const int64_t units = static_cast<int64_t>(p.n_blocks) * p.m_tiles * s;
+    const double waves = std::ceil(static_cast<double>(units) / static_cast<double>(sms));
+    const double run = std::max(waves * (per_split(s) + 1) * t_stage, all_bytes / kDramBytesPerNs);
+    const double partials = s > 1 ? (2.0 * s + 1) * a.m * a.layout.n * 4 / kDramBytesPerNs + kLaunchNs : 0;
+    return run + partials;
+  };
+  int best = 1;
+  if (f.splits > 0) {
+    best = count(std::min(f.splits, total / 2));
   } else {
-    for (int64_t s = 2; s <= 8 && blocks * s <= a.sm_count && stages / s >= kWgmmaMinStagesPerSplit; ++s) {
-      if (s * a.m * a.layout.n * 4 > a.layout.weight_bytes()) break;
-      best = s;
+    double best_cost = cost(1);
+    for (int s = 2; s <= 16 && per_split(s) >= kWgmmaMinStagesPerSplit; ++s) {
+      if (count(s) != s) continue;  // the same split as a smaller count
+      const double c = cost(s);
+      if (c < best_cost * 0.97) {
+        best = s;
+        best_cost = c;
+      }
     }
   }
-  const int64_t per = (stages + best - 1) / best;
-  return static_cast<int>((stages + per - 1) / per);
+  p.splits = best;
+  p.stages_per_split = per_split(best);
+  p.units = p.n_blocks * p.m_tiles * p.splits;
+  p.grid = f.wgmma_persist < 0 ? p.units : static_cast<int>(std::min<int64_t>(p.units, sms));
+  return p;
 }
 
+int mma_wgmma_splits(const MmaDecodeArgs& a) { return mma_wgmma_plan(a).splits; }
+
 std::string mma_wgmma_description(const MmaDecodeArgs& a) {
-  const int splits = mma_wgmma_splits(a);
-  std::string why = "swap-AB wgmma kernel: " + std::to_string(mma_wgmma_tokens(a)) +
-                    " tokens (wgmma N) x 128 rows per block (weights decoded into the register A operand), TMA / "
-                    "bulk-copy ring of 64 K stages, split-K " + std::to_string(splits);
-  if (a.m > mma_wgmma_tokens(a)) why += ", M tiles decode the weights again each";
+  const MmaWgmmaPlan p = mma_wgmma_plan(a);
+  std::string why = "swap-AB wgmma kernel: " + std::to_string(p.tokens) +
+                    " tokens (wgmma N) x 128 rows per unit (weights decoded into the register A operand), TMA "
+                    "ring of 64 K stages, split-K " + std::to_string(p.splits) + ", " + std::to_string(p.units) +
+                    " units on " + std::to_string(p.grid) + " persistent blocks";
+  if (a.m > p.tokens) why += ", token tiles decode the weights again each";
   return why;
 }
 
@@ -93,21 +118,25 @@ Status launch_mma_wgmma(const MmaDecodeArgs& a, Stream stream) {
   if (a.ld_x % 8 != 0 || reinterpret_cast<uintptr_t>(a.x) % 16 != 0) {
     return Status::error("mma_decode wgmma: activation rows must start 16-byte aligned (TMA)");
   }
-  const int tokens = mma_wgmma_tokens(a), splits = mma_wgmma_splits(a);
+  if (reinterpret_cast<uintptr_t>(a.w) % 16 != 0 || reinterpret_cast<uintptr_t>(a.w_scale) % 16 != 0) {
+    return Status::error("mma_decode wgmma: packed weights and scales must be 16-byte aligned (TMA)");
+  }
+  const MmaWgmmaPlan p = mma_wgmma_plan(a);
   Scratch partial;
-  if (splits > 1) {
-    QL_ASSIGN_OR_RETURN(partial, Scratch::make(sizeof(float) * splits * a.m * a.layout.n, stream));
+  if (p.splits > 1) {
+    QL_ASSIGN_OR_RETURN(partial, Scratch::make(sizeof(float) * p.splits * a.m * a.layout.n, stream));
   }
-  float* p = splits > 1 ? partial.as<float>() : nullptr;
-  if (a.layout.code == MmaCode::kE4M3) {
-    QL_RETURN_IF_ERROR(mma_wgmma::launch_e4m3(a, tokens, splits, p, stream));
-  } else {
-    QL_RETURN_IF_ERROR(mma_wgmma::launch_e2m1(a, tokens, splits, p, stream));
+  float* ps = p.splits > 1 ? partial.as<float>() : nullptr;
+  switch (a.layout.code) {
+    case MmaCode::kE4M3: QL_RETURN_IF_ERROR(mma_wgmma::launch_e4m3(a, p, ps, stream)); break;
+    case MmaCode::kE2M3:
+    case MmaCode::kE3M2: QL_RETURN_IF_ERROR(mma_wgmma::launch_fp6(a, p, ps, stream)); break;
+    case MmaCode::kE2M1: QL_RETURN_IF_ERROR(mma_wgmma::launch_e2m1(a, p, ps, stream)); break;
   }
-  if (p != nullptr) {
+  if (ps != nullptr) {
     const int64_t total = a.m * a.layout.n;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 4 * a.sm_count));
-    mma_detail::mma_decode_reduce_kernel<<<blocks, 256, 0, stream>>>(a, splits, p);
+    mma_detail::mma_decode_reduce_kernel<<<blocks, 256, 0, stream>>>(a, p.splits, ps);
     QL_CUDA_CHECK_LAUNCH("mma_decode_reduce_kernel (wgmma splits)");
   }
   return Status::ok();

@@ -1,35 +1,41 @@
 #pragma once
 // Device code of the swap-AB wgmma decode GEMM (mma_decode_wgmma.hpp says where it runs): y^T = W x^T with
 // the weights decoded in registers as wgmma's A operand (64 weight rows per warpgroup) and the tokens as its
-// N dimension (BN = 32, 64, 128 or 256 per block), B = the activation tile in shared memory.
+// N dimension (BN = 64, 128 or 256 per block), B = the activation tile in shared memory.
 //
-// Block: two math warpgroups (warps 0..7; warpgroup g owns weight rows 64 g .. 64 g + 63 of the block's
-// 128, warp w of it the n16 tile 4 g + w of the packed layout) and a producer warpgroup (warps 8..11: 8
-// lanes issue the copies; the warpgroup exists to hand its registers to the math warps). The block
-// walks its K range (one split when split-K is on) in stages of 64 K through a kStages-deep ring in shared
-// memory, each stage
+// Block: two math warpgroups (warps 0..7; warpgroup g owns weight rows 64 g .. 64 g + 63 of the unit's
+// 128, warp w of it the n16 tile 4 g + w of the packed layout) and a producer warpgroup (warps 8..11: one
+// thread issues the copies; the warpgroup exists to hand its registers to the math warps). The grid is
+// persistent: block b takes work units b, b + grid, ... (a unit: 8 n16 tiles x one split of K x one token
+// tile), producer and math warps walking the same list, so the producer fills the ring across a unit's end
+// while the math warps write that unit's outputs. Each unit's K range is walked in stages of 64 K through
+// a ring in shared memory, each stage
 //
 //   [ x: BN token rows x 64 BF16 (128 bytes), 128B-swizzled by TMA ]
-//   [ w: 8 tiles x half a unit ][ s: the 8 units' scale records ]   (padded to 1024 bytes)
+//   [ w: 8 tiles x the stage's bytes of the tile's k128 unit ][ s: the 8 units' scale records ]
 //
-// loaded by 8 producer lanes: the x box by TMA from a tensor map of x (rows >= M and columns
-// >= K read as zeros), each tile's half unit (layout/mma_layout.hpp: the first or second half of a k128
-// unit holds its K groups 0, 1 or 2, 3, contiguous for E4M3 and E2M1) and its unit's scale records by bulk
-// copies, all completing on the stage's `full` barrier. Math warps read their lane's words of the half
-// unit, decode them exactly as mma_decode.cuh does (decode_group: bit placement and one mul.rn.bf16x2 by
-// the power of two or NVFP4 factor) into four 64x16 A fragments, and issue four wgmma m64nBNk16 on the
-// stage's x tile as one commit group. The fragments of stage i are read by the tensor cores until that
-// group completes, so stages alternate between two fragment sets: while group i runs, the warps decode
-// stage i + 1 into the other set; `wgmma.wait_group 1` after issuing it retires group i - 1 and frees its
-// ring slot (each math warp arrives on `empty`). The FP32 accumulators stay in registers across K; the
-// epilogue applies the row scale, the activation factor and bias (epilogue_scale, as the mma.sync kernel)
-// or writes FP32 partial sums for the split-K reduction.
+// brought by three TMA copies completing on the stage's `full` barrier: the x box from a 2-D map of x (rows
+// >= M and columns >= K read as zeros), the weights from a 3-D map over [n16 tile][unit chunk][chunk bytes]
+// (half a unit for E4M3 and E2M1; for FP6, whose halves span 1.5 of a unit's three 512-byte pieces, pieces
+// h and h + 1), the scale records from a 3-D map over [n16 tile][slab][records] (tiles past N read as
+// zeros; their rows are discarded). Math warps read their lane's words, decode them exactly as
+// mma_decode.cuh does (decode_group: bit placement and one mul.rn.bf16x2 by the power of two or NVFP4
+// factor) into four 64x16 A fragments, and issue four wgmma m64nBNk16 on the stage's x tile as one commit
+// group. The fragments of stage i are read by the tensor cores until that group completes, so stages
+// alternate between two fragment sets: while group i runs, the warps decode stage i + 1 into the other set;
+// `wgmma.wait_group 1` after issuing it retires group i - 1 and frees its ring slot (each math warp arrives
+// on `empty`). The FP32 accumulators stay in registers across the unit's K; its epilogue applies the row
+// scale, the activation factor and bias (epilogue_scale, as the mma.sync kernel) or writes FP32 partial sums
+// for the split-K reduction.
 //
 // Numerics are the mma.sync kernel's (mma_decode.cuh): exact BF16 weights (MX scales folded; layers whose
 // scales do not fold never come here), exact products, FP32 accumulation.
 #include <cuda.h>
 
+#include <type_traits>
+
 #include "backends/cuda/mma_decode.cuh"
+#include "backends/cuda/mma_decode_wgmma.hpp"
 #include "backends/cuda/wgmma_bf16_rs.cuh"
 #include "backends/cuda/wgmma_pipeline.cuh"
 
@@ -47,24 +53,38 @@ constexpr int kThreads = 128 * kMathWarpgroups + 128;
 constexpr int kProducerRegs = 40, kMathRegs = 232;
 constexpr int kStageK = 64;  // half a k128 slab: one 128-byte row of BF16 per token
 constexpr int kSmemBudget = 200 * 1024;
+constexpr int kMaxStages = 16;
+
+template <MmaCode C>
+inline constexpr bool kIsFp6 = C == MmaCode::kE2M3 || C == MmaCode::kE3M2;
 
 template <MmaCode C, MmaScale S, int BN>
 struct Shape {
-  static_assert(C == MmaCode::kE4M3 || C == MmaCode::kE2M1, "half units are contiguous for E4M3 and E2M1 only");
   static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "wgmma N");
-  static constexpr int kHalfWords = CodeTraits<C>::kWords / 2;  // a lane's words of half a unit
-  static constexpr int kHalfUnit = 32 * 4 * kHalfWords;         // bytes
+  static constexpr int kUnitBytes = 32 * 4 * CodeTraits<C>::kWords;  // a k128 unit of one n16 tile
+  static constexpr int kChunk = kIsFp6<C> ? 512 : kUnitBytes / 2;    // the weight map's rows
+  static constexpr int kChunksPerUnit = kUnitBytes / kChunk;          // 2 (E4M3, E2M1) or 3 (FP6)
+  static constexpr int kChunksPerStage = kIsFp6<C> ? 2 : 1;
+  static constexpr int kTileBytes = kChunk * kChunksPerStage;  // one tile's weight bytes in a stage
+  static constexpr int kLaneWords = kTileBytes / 128;          // a lane's words of them (8 or 4)
   static constexpr int kRec = static_cast<int>(mma_scale_record_bytes(S));
   static constexpr int kXBytes = BN * 128;
-  static constexpr int kWBytes = kTilesPerBlock * kHalfUnit;
+  static constexpr int kWBytes = kTilesPerBlock * kTileBytes;
   static constexpr int kUnitRecBytes = static_cast<int>(kMmaScaleRecords) * kRec;  // a unit's scale records
   static constexpr int kSBytes = kTilesPerBlock * kUnitRecBytes;
   static constexpr int kLoadBytes = kXBytes + kWBytes + kSBytes;   // what a stage's copies bring (tx count)
   static constexpr int kStageBytes = (kLoadBytes + 1023) / 1024 * 1024;  // padded: x tiles 1024-aligned
-  static constexpr int kStages = kSmemBudget / kStageBytes < 8 ? kSmemBudget / kStageBytes : 8;
-  static constexpr int kSmem = kStages * kStageBytes + 2 * kStages * 8 + 1024;  // + barriers, alignment
+  static constexpr int kStagesFit = kSmemBudget / kStageBytes < kMaxStages ? kSmemBudget / kStageBytes : kMaxStages;
+  static constexpr int kSmem = kStagesFit * kStageBytes + 2 * kMaxStages * 8 + 1024;  // + barriers, alignment
   static_assert(kStageBytes % 1024 == 0, "every stage's x tile 1024-byte aligned (128B swizzle)");
-  static_assert(kStages >= 2, "shared memory for two stages");
+  static_assert(kStagesFit >= 2, "shared memory for two stages");
+};
+
+// What a launch walks (mma_decode_wgmma.hpp, MmaWgmmaPlan): unit u is row block u % n_blocks, split
+// (u / n_blocks) % splits, token tile u / (n_blocks splits), so the blocks running at once share a token
+// tile and a K range (their x boxes hit the same L2 lines).
+struct Walk {
+  int units, n_blocks, splits, stages_per_split, total_stages, stages, probe, bulk;
 };
 
 // 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) completing on `bar`.
@@ -76,10 +96,19 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
       : "memory");
 }
 
+// A box of a 3-D tensor map at (c0, c1, c2) into shared memory, completing on `bar` (out of range: zeros).
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                            int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+      "[%2];" ::"r"(wgmma::smem_addr(dst)),
+      "l"(map), "r"(wgmma::smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
 // The decode factors f[h][row half] of K group 2 half + ql of the lane's k128 unit (mma_decode.cuh,
 // decode_group; kMx32: folding layers only). rec[0] / rec[1]: the scale-record word of rows g / g + 8 that
-// holds this half's groups, shifted so that they start at byte 0 (ql is a compile-time index after unrolling:
-// no register array is indexed at run time).
+// holds this half's groups, shifted so that they start at byte 0.
 template <MmaCode C, MmaScale S>
 __device__ __forceinline__ void group_factors(const uint32_t (&rec)[2], int ql, uint32_t (&f)[2][2]) {
   constexpr int kBias = CodeTraits<C>::kBias;
@@ -101,17 +130,17 @@ __device__ __forceinline__ void group_factors(const uint32_t (&rec)[2], int ql, 
   }
 }
 
-// One stage of a math warp: its tile's half unit and scale record from the ring slot `st` (stage `kst` of
-// the layer's K: half kst % 2 of slab kst / 2) decoded into the four k16 A fragments af[kk].
-template <MmaCode C, MmaScale S, int BN>
-__device__ __forceinline__ void decode_stage(const uint8_t* st, int tile, int lane, int kst, uint32_t e2m1_lo,
+// One stage of a math warp: its tile's words and scale record from the ring slot `st` (half HALF of a k128
+// slab) decoded into the four k16 A fragments af[kk].
+template <MmaCode C, MmaScale S, int BN, int HALF>
+__device__ __forceinline__ void decode_stage(const uint8_t* st, int tile, int lane, uint32_t e2m1_lo,
                                              uint32_t (&af)[4][4]) {
   using Sh = Shape<C, S, BN>;
-  uint32_t w[Sh::kHalfWords];
-  const uint8_t* unit = st + Sh::kXBytes + tile * Sh::kHalfUnit;
+  uint32_t w[Sh::kLaneWords];
+  const uint8_t* words = st + Sh::kXBytes + tile * Sh::kTileBytes;
 #pragma unroll
-  for (int p = 0; p < Sh::kHalfWords / 4; ++p) {
-    const uint4 v = *reinterpret_cast<const uint4*>(unit + p * 512 + lane * 16);
+  for (int p = 0; p < Sh::kLaneWords / 4; ++p) {  // [piece][lane][16 bytes]
+    const uint4 v = *reinterpret_cast<const uint4*>(words + p * 512 + lane * 16);
     w[4 * p] = v.x;
     w[4 * p + 1] = v.y;
     w[4 * p + 2] = v.z;
@@ -120,24 +149,26 @@ __device__ __forceinline__ void decode_stage(const uint8_t* st, int tile, int la
   // The row pair's scale record (mma_layout.hpp; the 4 lanes of a pair read the same one): kMx32 8 bytes,
   // rows g then g + 8, one byte per 32-group; kNv16 16 bytes, rows g then g + 8, one byte per 16-group. This
   // half's groups: the upper half of each MX word, or the second NVFP4 word of each row.
-  const int half = kst & 1;
   uint32_t rec[2] = {0, 0};
   const uint8_t* rp = st + Sh::kXBytes + Sh::kWBytes + tile * Sh::kUnitRecBytes + (lane / 4) * Sh::kRec;
   if constexpr (S == MmaScale::kMx32) {
     const uint2 v = *reinterpret_cast<const uint2*>(rp);
-    rec[0] = v.x >> (16 * half);
-    rec[1] = v.y >> (16 * half);
+    rec[0] = v.x >> (16 * HALF);
+    rec[1] = v.y >> (16 * HALF);
   } else if constexpr (S == MmaScale::kNv16) {
     const uint4 v = *reinterpret_cast<const uint4*>(rp);
-    rec[0] = half ? v.y : v.x;
-    rec[1] = half ? v.w : v.z;
+    rec[0] = HALF ? v.y : v.x;
+    rec[1] = HALF ? v.w : v.z;
   }
+  // The half's groups 2 HALF, 2 HALF + 1 start at local word 0 (E4M3, E2M1: the half unit), or at word 2 HALF
+  // of pieces HALF, HALF + 1 (FP6: unit words 6 HALF .. 6 HALF + 5).
+  constexpr int kFirstWord = kIsFp6<C> ? 2 * HALF : 0;
 #pragma unroll
   for (int ql = 0; ql < 2; ++ql) {
     uint32_t f[2][2];
     group_factors<C, S>(rec, ql, f);
     uint32_t a2[2][4];
-    mma_detail::decode_group<C>(w, ql, f, a2, e2m1_lo);  // the half's words: its groups are 0, 1 locally
+    mma_detail::decode_group<C>(w + kFirstWord, ql, f, a2, e2m1_lo);
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -152,29 +183,24 @@ __device__ __forceinline__ void fence_frags(uint32_t (&af)[4][4]) {
     for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(af[i][r])::"memory");
 }
 
-// grid (N blocks of 128 rows, splits, M tiles of BN tokens); stages_per_split counts 64-K stages.
 // partial: null -> the epilogue writes out; else [splits][M][N] f32 sums (mma_decode_reduce_kernel adds them).
 template <MmaCode C, MmaScale S, int BN>
 __global__ void __launch_bounds__(kThreads, 1)
-    mma_wgmma_kernel(const __grid_constant__ CUtensorMap map_x, const MmaDecodeArgs a, int stages_per_split,
+    mma_wgmma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                     const __grid_constant__ CUtensorMap map_s, const MmaDecodeArgs a, const Walk wk,
                      float* __restrict__ partial) {
   using Sh = Shape<C, S, BN>;
-  constexpr int kStages = Sh::kStages;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Sh::kStageBytes);
-  uint64_t* empty = full + kStages;
+  // Aligned by an offset from the shared base, so the compiler keeps shared-memory loads (LDS), not generic.
+  uint8_t* smem = smem_raw + ((1024 - (wgmma::smem_addr(smem_raw) & 1023)) & 1023);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Sh::kStagesFit * Sh::kStageBytes);
+  uint64_t* empty = full + kMaxStages;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t n_tiles = a.layout.n_tiles(), k_slabs = a.layout.k_slabs();
-  const int64_t tile0 = static_cast<int64_t>(blockIdx.x) * kTilesPerBlock;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.z) * BN;
-  const int total = static_cast<int>(k_slabs * 2);
-  const int kst0 = static_cast<int>(blockIdx.y) * stages_per_split;
-  const int steps = max(0, min(stages_per_split, total - kst0));
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < wk.stages; ++s) {
       wgmma::mbar_init(&full[s], 1);
       wgmma::mbar_init(&empty[s], 4 * kMathWarpgroups);  // one arrive per math warp
     }
@@ -184,46 +210,70 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warp >= kProducerWarp) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    // Lanes 0..7 of the first producer warp: lane t copies tile t's half unit and scale records, lane 0
-    // also waits for the slot, arms the barrier (before any copy is issued) and loads the x box.
-    if (warp != kProducerWarp || lane >= kTilesPerBlock) return;
-    constexpr unsigned kLanes = (1u << kTilesPerBlock) - 1;
-    const int64_t tile = min(tile0 + lane, n_tiles - 1);  // past the last tile: valid bytes, rows discarded
-    const uint8_t* wsrc = a.w + tile * k_slabs * a.layout.unit_bytes();
-    const uint8_t* ssrc = Sh::kRec > 0 ? a.w_scale + tile * k_slabs * Sh::kUnitRecBytes : nullptr;
-    for (int it = 0; it < steps; ++it) {
-      const int s = it % kStages, kst = kst0 + it;
-      uint8_t* st = smem + s * Sh::kStageBytes;
-      if (lane == 0) {
-        wgmma::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);  // a fresh barrier counts as released
-        wgmma::mbar_arrive_expect_tx(&full[s], Sh::kLoadBytes);
-        wgmma::tma_load(st, &map_x, &full[s], kst * kStageK, static_cast<int>(m0));
-      }
-      __syncwarp(kLanes);
-      const int64_t slab = kst / 2;
-      bulk_copy(st + Sh::kXBytes + lane * Sh::kHalfUnit,
-                wsrc + slab * a.layout.unit_bytes() + (kst & 1) * Sh::kHalfUnit, Sh::kHalfUnit, &full[s]);
-      if constexpr (Sh::kRec > 0) {
-        bulk_copy(st + Sh::kXBytes + Sh::kWBytes + lane * Sh::kUnitRecBytes, ssrc + slab * Sh::kUnitRecBytes,
-                  Sh::kUnitRecBytes, &full[s]);
+    // Lane 0 of the first producer warp waits for a slot, arms its barrier and issues the TMA copies; with
+    // `bulk` (a benchmark variant), lanes 0..7 copy one tile's bytes and scale records each instead.
+    if (warp != kProducerWarp || lane >= (wk.bulk ? kTilesPerBlock : 1)) return;
+    const bool weights = (wk.probe & kProbeNoWeights) == 0;
+    const uint32_t bytes = weights ? Sh::kLoadBytes : Sh::kXBytes;
+    int slot = 0;
+    uint32_t phase = 0;
+    for (int u = blockIdx.x; u < wk.units; u += gridDim.x) {
+      const int b = u % wk.n_blocks, split = (u / wk.n_blocks) % wk.splits, z = u / (wk.n_blocks * wk.splits);
+      const int kst0 = split * wk.stages_per_split;
+      const int steps = min(wk.stages_per_split, wk.total_stages - kst0);
+      const int tile0 = b * kTilesPerBlock;
+      const int64_t tile = min(static_cast<int64_t>(tile0 + lane), n_tiles - 1);  // bulk: past the last tile, valid bytes
+      for (int it = 0; it < steps; ++it) {
+        const int kst = kst0 + it, slab = kst / 2, half = kst & 1;
+        uint8_t* st = smem + slot * Sh::kStageBytes;
+        if (lane == 0) {
+          wgmma::mbar_wait(&empty[slot], phase ^ 1);  // a fresh barrier counts as released
+          wgmma::mbar_arrive_expect_tx(&full[slot], bytes);
+          wgmma::tma_load(st, &map_x, &full[slot], kst * kStageK, z * BN);
+          if (weights && !wk.bulk) {
+            tma_load_3d(st + Sh::kXBytes, &map_w, &full[slot], 0, slab * Sh::kChunksPerUnit + half, tile0);
+            if constexpr (Sh::kRec > 0) tma_load_3d(st + Sh::kXBytes + Sh::kWBytes, &map_s, &full[slot], 0, slab, tile0);
+          }
+        }
+        if (weights && wk.bulk) {
+          __syncwarp((1u << kTilesPerBlock) - 1);
+          bulk_copy(st + Sh::kXBytes + lane * Sh::kTileBytes,
+                    a.w + (tile * k_slabs + slab) * Sh::kUnitBytes + half * Sh::kChunk, Sh::kTileBytes, &full[slot]);
+          if constexpr (Sh::kRec > 0) {
+            bulk_copy(st + Sh::kXBytes + Sh::kWBytes + lane * Sh::kUnitRecBytes,
+                      a.w_scale + (tile * k_slabs + slab) * Sh::kUnitRecBytes, Sh::kUnitRecBytes, &full[slot]);
+          }
+        }
+        if (++slot == wk.stages) {
+          slot = 0;
+          phase ^= 1;
+        }
       }
     }
   } else {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kMathRegs));
   const int tile = warp;  // warp w of warpgroup g decodes tile 4 g + w
   float acc[BN / 2];
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
   uint32_t af0[4][4] = {}, af1[4][4] = {};
   const uint32_t e2m1_lo = C == MmaCode::kE2M1 ? mma_detail::e2m1_table_lo() : 0u;  // decode_group's prmt table
+  const bool decode = (wk.probe & kProbeNoDecode) == 0;
+  int slot = 0, prev = -1;
+  uint32_t phase = 0;
 
-  // Stage `it`: decode into `af` (the set whose group retired at the previous step), issue its four
-  // wgmmas, then retire the previous stage's group and release that ring slot.
-  auto step = [&](uint32_t (&af)[4][4], int it) {
-    const int s = it % kStages;
-    const uint8_t* st = smem + s * Sh::kStageBytes;
-    wgmma::mbar_wait(&full[s], (it / kStages) & 1);
-    decode_stage<C, S, BN>(st, tile, lane, kst0 + it, e2m1_lo, af);
+  // One stage (half HALF of its slab): decode into `af` (the set whose group retired at the previous
+  // step), issue its four wgmmas, then retire the previous stage's group and release that ring slot.
+  auto step = [&](auto half_c, uint32_t(&af)[4][4]) {
+    constexpr int kHalf = decltype(half_c)::value;
+    const uint8_t* st = smem + slot * Sh::kStageBytes;
+    wgmma::mbar_wait(&full[slot], phase);
+    if (decode) {
+      decode_stage<C, S, BN, kHalf>(st, tile, lane, e2m1_lo, af);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) af[i][r] = 0x3F803F80u;
+    }
     // Every input of the group (fragments, the four descriptors: +32 bytes per k16) defined before the
     // fence, none between its wgmmas.
     uint64_t db[4];
@@ -238,48 +288,64 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kk = 0; kk < 4; ++kk) wgmma::wgmma_bf16_rs(acc, af[kk], db[kk], 1);
     wgmma::wgmma_commit();
     wgmma::wgmma_wait<1>();
-    if (it > 0 && lane == 0) wgmma::mbar_arrive(&empty[(it - 1) % kStages]);
+    if (prev >= 0 && lane == 0) wgmma::mbar_arrive(&empty[prev]);
+    prev = slot;
+    if (++slot == wk.stages) {
+      slot = 0;
+      phase ^= 1;
+    }
   };
-  // The accumulators are pinned only outside the loop: an instruction touching them while a group is in
-  // flight would serialize the wgmmas (ptxas C7513).
-  wgmma::fence_regs(acc);
-  // Four stages per trip, then every group retired: ptxas follows the two fragment sets through straight
-  // code but not around the loop's back edge (a set redefined there while a group may read it: C7513).
-  for (int it = 0; it < steps; it += 4) {
-    step(af0, it);
-    if (it + 1 < steps) step(af1, it + 1);
-    if (it + 2 < steps) step(af0, it + 2);
-    if (it + 3 < steps) step(af1, it + 3);
-    wgmma::wgmma_wait<0>();
-  }
-  wgmma::wgmma_wait<0>();
-  wgmma::fence_regs(acc);
+  using H0 = std::integral_constant<int, 0>;
+  using H1 = std::integral_constant<int, 1>;
 
-  // acc[4 j + 2 i + c]: weight row 16 tile + g + 8 i of the block, token 8 j + 2 t + c of the tile.
-  const int g = lane / 4, t = lane % 4;
-  const int64_t n = a.layout.n;
+  for (int u = blockIdx.x; u < wk.units; u += gridDim.x) {
+    const int b = u % wk.n_blocks, split = (u / wk.n_blocks) % wk.splits, z = u / (wk.n_blocks * wk.splits);
+    const int kst0 = split * wk.stages_per_split;  // even: a unit starts at half 0 of a slab
+    const int steps = min(wk.stages_per_split, wk.total_stages - kst0);
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int64_t row = (tile0 + tile) * kMmaTileN + g + 8 * i;
-    if (row >= n) continue;
-    const float bias =
-        (partial == nullptr && a.bias != nullptr) ? mma_detail::load_bias(a.bias, a.bias_dtype, row) : 0.0f;
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    // The accumulators are pinned only outside the K loop: an instruction touching them while a group is in
+    // flight would serialize the wgmmas (ptxas C7513).
+    wgmma::fence_regs(acc);
+    // Four stages per trip, then every group retired: ptxas follows the two fragment sets through straight
+    // code but not around the loop's back edge (a set redefined there while a group may read it: C7513).
+    for (int it = 0; it < steps; it += 4) {
+      step(H0{}, af0);
+      if (it + 1 < steps) step(H1{}, af1);
+      if (it + 2 < steps) step(H0{}, af0);
+      if (it + 3 < steps) step(H1{}, af1);
+      wgmma::wgmma_wait<0>();
+    }
+    if (prev >= 0 && lane == 0) wgmma::mbar_arrive(&empty[prev]);
+    prev = -1;
+    wgmma::fence_regs(acc);
+
+    // acc[4 j + 2 i + c]: weight row 16 tile + g + 8 i of the unit, token 8 j + 2 t + c of the tile.
+    const int g = lane / 4, t = lane % 4;
+    const int64_t n = a.layout.n, m0 = static_cast<int64_t>(z) * BN;
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
+    for (int i = 0; i < 2; ++i) {
+      const int64_t row = (static_cast<int64_t>(b) * kTilesPerBlock + tile) * kMmaTileN + g + 8 * i;
+      if (row >= n) continue;
+      const float bias =
+          (partial == nullptr && a.bias != nullptr) ? mma_detail::load_bias(a.bias, a.bias_dtype, row) : 0.0f;
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int64_t m = m0 + 8 * j + 2 * t + c;
-        if (m >= a.m) continue;
-        const float v = acc[4 * j + 2 * i + c];
-        if (partial != nullptr) {
-          partial[(static_cast<int64_t>(blockIdx.y) * a.m + m) * n + row] = v;
-        } else {
-          mma_detail::store_out(a.out, a.out_dtype, m * n + row, v * mma_detail::epilogue_scale(a, row, m) + bias);
+      for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int64_t m = m0 + 8 * j + 2 * t + c;
+          if (m >= a.m) continue;
+          const float v = acc[4 * j + 2 * i + c];
+          if (partial != nullptr) {
+            partial[(static_cast<int64_t>(split) * a.m + m) * n + row] = v;
+          } else {
+            mma_detail::store_out(a.out, a.out_dtype, m * n + row, v * mma_detail::epilogue_scale(a, row, m) + bias);
+          }
         }
       }
     }
   }
-}  // math warpgroups
+  }  // math warpgroups
 }
 
 // A 2-D tensor map of x (BF16 [M, ld_x], K columns used): boxes of BN rows x 64 elements, 128B swizzle.
@@ -301,34 +367,71 @@ inline Result<CUtensorMap> x_map(const MmaDecodeArgs& a, int box_rows) {
   return map;
 }
 
+// A 3-D map of packed bytes as 8-byte elements: [outer][mid][row_bytes], boxes of [8][box_mid][row_bytes].
+inline Result<CUtensorMap> packed_map(const void* base, int64_t row_bytes, int64_t mid, int64_t mid_stride,
+                                      int64_t outer, int64_t outer_stride, int box_mid, const char* what) {
+  QL_ASSIGN_OR_RETURN(wgmma::EncodeTiled encode, wgmma::encode_tiled());
+  CUtensorMap map{};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(row_bytes / 8), static_cast<cuuint64_t>(mid),
+                              static_cast<cuuint64_t>(outer)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(mid_stride), static_cast<cuuint64_t>(outer_stride)};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(row_bytes / 8), static_cast<cuuint32_t>(box_mid),
+                             static_cast<cuuint32_t>(kTilesPerBlock)};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT64, 3, const_cast<void*>(base), dims, strides, box, elem,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return Status::error(std::string("mma_decode wgmma: cuTensorMapEncodeTiled failed (") +
+                         std::to_string(static_cast<int>(r)) + ") for the packed " + what + " (" +
+                         std::to_string(outer) + " tiles x " + std::to_string(mid) + " x " +
+                         std::to_string(row_bytes) + " bytes)");
+  }
+  return map;
+}
+
 template <MmaCode C, MmaScale S, int BN>
-Status launch_tile(const MmaDecodeArgs& a, int splits, float* partial, Stream stream) {
+Status launch_tile(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial, Stream stream) {
   using Sh = Shape<C, S, BN>;
   auto kernel = mma_wgmma_kernel<C, S, BN>;
   QL_RETURN_IF_ERROR(wgmma::allow_smem(kernel, Sh::kSmem));
-  QL_ASSIGN_OR_RETURN(CUtensorMap map, x_map(a, BN));
-  const int64_t n_blocks = (a.layout.n_tiles() + kTilesPerBlock - 1) / kTilesPerBlock;
-  const int64_t m_tiles = (a.m + BN - 1) / BN;
-  const int total = static_cast<int>(a.layout.k_slabs() * 2);
-  const int per_split = (total + splits - 1) / splits;
-  const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(splits), static_cast<unsigned>(m_tiles));
-  kernel<<<grid, kThreads, Sh::kSmem, stream>>>(map, a, per_split, partial);
+  QL_ASSIGN_OR_RETURN(CUtensorMap map_x, x_map(a, BN));
+  const int64_t n_tiles = a.layout.n_tiles(), k_slabs = a.layout.k_slabs();
+  // The packed buffers are device allocations (256-byte aligned): every chunk and record row is 16-byte
+  // aligned, as TMA needs.
+  QL_ASSIGN_OR_RETURN(CUtensorMap map_w, packed_map(a.w, Sh::kChunk, k_slabs * Sh::kChunksPerUnit, Sh::kChunk,
+                                                    n_tiles, k_slabs * Sh::kUnitBytes, Sh::kChunksPerStage,
+                                                    "weights"));
+  CUtensorMap map_s = map_w;
+  if constexpr (Sh::kRec > 0) {
+    QL_ASSIGN_OR_RETURN(map_s, packed_map(a.w_scale, Sh::kUnitRecBytes, k_slabs, Sh::kUnitRecBytes, n_tiles,
+                                          k_slabs * Sh::kUnitRecBytes, 1, "scales"));
+  }
+  const int forced_stages = p.stages > 0 ? p.stages : Sh::kStagesFit;
+  const Walk wk{p.units,
+                p.n_blocks,
+                p.splits,
+                p.stages_per_split,
+                static_cast<int>(2 * k_slabs),
+                forced_stages < Sh::kStagesFit ? (forced_stages < 2 ? 2 : forced_stages) : Sh::kStagesFit,
+                mma_decode_forced().wgmma_probe,
+                mma_decode_forced().wgmma_bulk ? 1 : 0};
+  kernel<<<p.grid, kThreads, Sh::kSmem, stream>>>(map_x, map_w, map_s, a, wk, partial);
   QL_CUDA_CHECK_LAUNCH("mma_wgmma_kernel");
   return Status::ok();
 }
 
 // The token tiles of one (code, scale) pair.
 template <MmaCode C, MmaScale S>
-Status launch_tokens(const MmaDecodeArgs& a, int bn, int splits, float* partial, Stream stream) {
-  switch (bn) {
-    case 32: return launch_tile<C, S, 32>(a, splits, partial, stream);
-    case 64: return launch_tile<C, S, 64>(a, splits, partial, stream);
-    case 128: return launch_tile<C, S, 128>(a, splits, partial, stream);
-    case 256: return launch_tile<C, S, 256>(a, splits, partial, stream);
+Status launch_tokens(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial, Stream stream) {
+  switch (p.tokens) {
+    case 64: return launch_tile<C, S, 64>(a, p, partial, stream);
+    case 128: return launch_tile<C, S, 128>(a, p, partial, stream);
+    case 256: return launch_tile<C, S, 256>(a, p, partial, stream);
     default: break;
   }
-  return Status::error("mma_decode wgmma: token tile " + std::to_string(bn) +
-                       " is not instantiated (32, 64, 128, 256)");
+  return Status::error("mma_decode wgmma: token tile " + std::to_string(p.tokens) +
+                       " is not instantiated (64, 128, 256)");
 }
 
 }  // namespace qlinear::cuda::mma_wgmma
