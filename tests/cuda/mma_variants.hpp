@@ -77,6 +77,8 @@ inline std::vector<MmaVariant> mma_variants() {
   add("wg_s4", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.splits = 4; });
   add("wg_np", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_persist = -1; });  // a block per unit
   add("wg_bulk", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_bulk = true; });  // 8-16 copies a stage
+  add("wg_hint", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_hint = true; });
+  add("wg_drain", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_drain = true; });
   add("wg_st4", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_stages = 4; });
   add("wg_st8", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_stages = 8; });
   // The widen route from M = 65 (the wgmma kernel off): fragments or gathered elements, row blocks or the

@@ -95,6 +95,8 @@ struct MmaDecodeForce {
   int wgmma_stages = 0;                                   // its ring depth (0: what shared memory holds)
   int wgmma_persist = 0;                                  // its grid: -1 = one block per unit, else persistent
   bool wgmma_bulk = false;                                // its weights by per-tile bulk copies, not TMA
+  bool wgmma_hint = false;                                // its TMA loads with L2 hints (weights evict first)
+  bool wgmma_drain = false;                               // its wgmma groups all retired every 4 stages
   int wgmma_probe = 0;                                    // benchmark probes (mma_wgmma::kProbe*: wrong results)
   MmaSplitReduce split_reduce = MmaSplitReduce::kTable;   // pipelined kernel, M <= 16
   bool no_programmatic = false;                           // quantized activations: plain launch after the pass

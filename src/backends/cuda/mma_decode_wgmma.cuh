@@ -84,7 +84,7 @@ struct Shape {
 // (u / n_blocks) % splits, token tile u / (n_blocks splits), so the blocks running at once share a token
 // tile and a K range (their x boxes hit the same L2 lines).
 struct Walk {
-  int units, n_blocks, splits, stages_per_split, total_stages, stages, probe, bulk;
+  int units, n_blocks, splits, stages_per_split, total_stages, stages, probe, bulk, hint, drain;
 };
 
 // 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) completing on `bar`.
@@ -103,6 +103,26 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, u
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
       "[%2];" ::"r"(wgmma::smem_addr(dst)),
       "l"(map), "r"(wgmma::smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
+// L2 eviction priorities of TMA loads (the cache-policy encodings CUTLASS passes for sm_90): the weights are
+// read once, the activation boxes by every block.
+constexpr uint64_t kEvictFirst = 0x12F0000000000000ull, kEvictLast = 0x14F0000000000000ull;
+__device__ __forceinline__ void tma_load_2d_hint(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                                 uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, "
+      "%4}], [%2], %5;" ::"r"(wgmma::smem_addr(dst)),
+      "l"(map), "r"(wgmma::smem_addr(bar)), "r"(c0), "r"(c1), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_3d_hint(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                                 int c2, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, "
+      "%4, %5}], [%2], %6;" ::"r"(wgmma::smem_addr(dst)),
+      "l"(map), "r"(wgmma::smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "l"(policy)
       : "memory");
 }
 
@@ -229,10 +249,21 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (lane == 0) {
           wgmma::mbar_wait(&empty[slot], phase ^ 1);  // a fresh barrier counts as released
           wgmma::mbar_arrive_expect_tx(&full[slot], bytes);
-          wgmma::tma_load(st, &map_x, &full[slot], kst * kStageK, z * BN);
+          if (wk.hint) {
+            tma_load_2d_hint(st, &map_x, &full[slot], kst * kStageK, z * BN, kEvictLast);
+          } else {
+            wgmma::tma_load(st, &map_x, &full[slot], kst * kStageK, z * BN);
+          }
           if (weights && !wk.bulk) {
-            tma_load_3d(st + Sh::kXBytes, &map_w, &full[slot], 0, slab * Sh::kChunksPerUnit + half, tile0);
-            if constexpr (Sh::kRec > 0) tma_load_3d(st + Sh::kXBytes + Sh::kWBytes, &map_s, &full[slot], 0, slab, tile0);
+            const int chunk = slab * Sh::kChunksPerUnit + half;
+            uint8_t* sw = st + Sh::kXBytes;
+            if (wk.hint) {
+              tma_load_3d_hint(sw, &map_w, &full[slot], 0, chunk, tile0, kEvictFirst);
+              if constexpr (Sh::kRec > 0) tma_load_3d_hint(sw + Sh::kWBytes, &map_s, &full[slot], 0, slab, tile0, kEvictFirst);
+            } else {
+              tma_load_3d(sw, &map_w, &full[slot], 0, chunk, tile0);
+              if constexpr (Sh::kRec > 0) tma_load_3d(sw + Sh::kWBytes, &map_s, &full[slot], 0, slab, tile0);
+            }
           }
         }
         if (weights && wk.bulk) {
@@ -307,15 +338,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The accumulators are pinned only outside the K loop: an instruction touching them while a group is in
     // flight would serialize the wgmmas (ptxas C7513).
     wgmma::fence_regs(acc);
-    // Four stages per trip, then every group retired: ptxas follows the two fragment sets through straight
-    // code but not around the loop's back edge (a set redefined there while a group may read it: C7513).
+    // Four stages per trip (a unit's stage count is even: every trip ends on set af1, whose group may still
+    // run when the next trip redefines af0, retired by then); `drain` (a benchmark variant) retires every
+    // group at the end of each trip instead.
     for (int it = 0; it < steps; it += 4) {
       step(H0{}, af0);
       if (it + 1 < steps) step(H1{}, af1);
       if (it + 2 < steps) step(H0{}, af0);
       if (it + 3 < steps) step(H1{}, af1);
-      wgmma::wgmma_wait<0>();
+      if (wk.drain) wgmma::wgmma_wait<0>();
     }
+    wgmma::wgmma_wait<0>();
     if (prev >= 0 && lane == 0) wgmma::mbar_arrive(&empty[prev]);
     prev = -1;
     wgmma::fence_regs(acc);
@@ -415,7 +448,9 @@ Status launch_tile(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial
                 static_cast<int>(2 * k_slabs),
                 forced_stages < Sh::kStagesFit ? (forced_stages < 2 ? 2 : forced_stages) : Sh::kStagesFit,
                 mma_decode_forced().wgmma_probe,
-                mma_decode_forced().wgmma_bulk ? 1 : 0};
+                mma_decode_forced().wgmma_bulk ? 1 : 0,
+                mma_decode_forced().wgmma_hint ? 1 : 0,
+                mma_decode_forced().wgmma_drain ? 1 : 0};
   kernel<<<p.grid, kThreads, Sh::kSmem, stream>>>(map_x, map_w, map_s, a, wk, partial);
   QL_CUDA_CHECK_LAUNCH("mma_wgmma_kernel");
   return Status::ok();
