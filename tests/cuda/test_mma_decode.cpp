@@ -253,17 +253,20 @@ TEST(CudaMmaDecode, WgmmaKernelMatchesTheReference) {
       cuda_test::ForceScope force(f);
       check({ks.kernel, s, 200, 272, 1024});
     }
-    for (int variant = 0; variant < 4; ++variant) {
+    for (int variant = 0; variant < 6; ++variant) {
       cuda::MmaDecodeForce f;
       f.wgmma = 1;
       if (variant == 0) f.wgmma_stages = 2;    // the ring wraps every other stage
       if (variant == 1) f.wgmma_persist = -1;  // one block per unit
       if (variant == 2) f.wgmma_bulk = true;   // per-tile bulk copies instead of TMA
       if (variant == 3) f.splits = 3;          // three splits, several units per block
+      if (variant == 4) f.wgmma_rows = 256;    // 256 rows per unit (64-token tiles)
+      if (variant == 5) f.wgmma_hint = f.wgmma_drain = true;
       cuda_test::ForceScope force(f);
       SCOPED_TRACE("wgmma variant " + std::to_string(variant));
       check({ks.kernel, s, 70, 1040, 2304});
       check({ks.kernel, s, 140, 4112, 1600});  // 33 row blocks x 2 token tiles: several units per block
+      check({ks.kernel, s, 40, 4112, 1600});
     }
   }
 }

@@ -92,6 +92,7 @@ struct MmaDecodeForce {
   int large_m_config = 0;                                 // M > 16: 1 = 64 tokens x 64 rows, 2 = 64 x 128
   int wgmma = 0;                                          // M > 16: 1 = the swap-AB wgmma kernel, -1 = never
   int wgmma_tokens = 0;                                   // its token tile (64, 128, 256; 0 = by M)
+  int wgmma_rows = 0;                                     // its weight rows per unit (128, or 256 at 64 tokens)
   int wgmma_stages = 0;                                   // its ring depth (0: what shared memory holds)
   int wgmma_persist = 0;                                  // its grid: -1 = one block per unit, else persistent
   bool wgmma_bulk = false;                                // its weights by per-tile bulk copies, not TMA

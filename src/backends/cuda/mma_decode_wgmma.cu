@@ -21,7 +21,6 @@ struct WgmmaRange {
 };
 constexpr WgmmaRange kDefaultFp8Channel{17, 256}, kDefaultMxfp4{65, 256}, kNotByDefault{1, 0};
 constexpr int64_t kWgmmaMinM = 17;  // below: the M <= 16 kernels
-constexpr int kWgmmaTilesPerBlock = 8;
 constexpr int kWgmmaMinStagesPerSplit = 8;  // 512 K
 
 // The cost model the split choice minimizes (ns; a rough model of the H200, what matters is the ranking):
@@ -32,9 +31,9 @@ constexpr double kSmBytesPerNs = 40.0;        // one SM's weight stream
 constexpr double kDramBytesPerNs = 3300.0;    // the whole GPU's
 constexpr double kLaunchNs = 2000.0;
 
-double stage_weight_bytes(const MmaLayout& l) {
+double stage_weight_bytes(const MmaLayout& l, int tiles) {
   const double unit = static_cast<double>(l.unit_bytes()) + kMmaScaleRecords * mma_scale_record_bytes(l.scale);
-  return kWgmmaTilesPerBlock * unit / 2;
+  return tiles * unit / 2;
 }
 
 }  // namespace
@@ -61,15 +60,17 @@ MmaWgmmaPlan mma_wgmma_plan(const MmaDecodeArgs& a) {
   const MmaDecodeForce& f = mma_decode_forced();
   MmaWgmmaPlan p;
   p.tokens = f.wgmma_tokens != 0 ? f.wgmma_tokens : (a.m <= 64 ? 64 : (a.m <= 128 ? 128 : 256));
-  p.n_blocks = static_cast<int>((a.layout.n_tiles() + kWgmmaTilesPerBlock - 1) / kWgmmaTilesPerBlock);
+  p.rows = p.tokens == 64 && f.wgmma_rows == 256 ? 256 : 128;
+  const int tiles = p.rows / static_cast<int>(kMmaTileN);
+  p.n_blocks = static_cast<int>((a.layout.n_tiles() + tiles - 1) / tiles);
   p.m_tiles = static_cast<int>((a.m + p.tokens - 1) / p.tokens);
   p.stages = f.wgmma_stages;
   const int total = static_cast<int>(a.layout.k_slabs() * 2);  // even
   const int64_t sms = std::max(1, a.sm_count);
   auto per_split = [&](int s) { return (total / 2 + s - 1) / s * 2; };  // whole slabs per split
   auto count = [&](int s) { return (total + per_split(s) - 1) / per_split(s); };
-  const double w_stage = stage_weight_bytes(a.layout);
-  const double t_stage = std::max(kTensorNsPerToken * p.tokens, w_stage / kSmBytesPerNs);
+  const double w_stage = stage_weight_bytes(a.layout, tiles);
+  const double t_stage = std::max(kTensorNsPerToken * p.tokens * p.rows / 128, w_stage / kSmBytesPerNs);
   const double all_bytes = w_stage * p.n_blocks * p.m_tiles * total;
   auto cost = [&](int s) {
     const int64_t units = static_cast<int64_t>(p.n_blocks) * p.m_tiles * s;
@@ -103,8 +104,8 @@ int mma_wgmma_splits(const MmaDecodeArgs& a) { return mma_wgmma_plan(a).splits; 
 
 std::string mma_wgmma_description(const MmaDecodeArgs& a) {
   const MmaWgmmaPlan p = mma_wgmma_plan(a);
-  std::string why = "swap-AB wgmma kernel: " + std::to_string(p.tokens) +
-                    " tokens (wgmma N) x 128 rows per unit (weights decoded into the register A operand), TMA "
+  std::string why = "swap-AB wgmma kernel: " + std::to_string(p.tokens) + " tokens (wgmma N) x " +
+                    std::to_string(p.rows) + " rows per unit (weights decoded into the register A operand), TMA "
                     "ring of 64 K stages, split-K " + std::to_string(p.splits) + ", " + std::to_string(p.units) +
                     " units on " + std::to_string(p.grid) + " persistent blocks";
   if (a.m > p.tokens) why += ", token tiles decode the weights again each";

@@ -44,7 +44,6 @@ namespace qlinear::cuda::mma_wgmma {
 using mma_detail::CodeTraits;
 
 constexpr int kMathWarpgroups = 2;
-constexpr int kTilesPerBlock = 4 * kMathWarpgroups;  // n16 tiles: 128 weight rows
 constexpr int kProducerWarp = 4 * kMathWarpgroups;  // the first warp of the producer warpgroup
 constexpr int kThreads = 128 * kMathWarpgroups + 128;
 // Registers per thread after setmaxnreg: ptxas caps a 384-thread block at 168 at entry, too few for the
@@ -58,9 +57,13 @@ constexpr int kMaxStages = 16;
 template <MmaCode C>
 inline constexpr bool kIsFp6 = C == MmaCode::kE2M3 || C == MmaCode::kE3M2;
 
-template <MmaCode C, MmaScale S, int BN>
+// SUB: m64 row groups per math warpgroup (1: 128 weight rows per unit, 2: 256, each warp decoding two tiles
+// and each warpgroup keeping two accumulator sets).
+template <MmaCode C, MmaScale S, int BN, int SUB>
 struct Shape {
   static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "wgmma N");
+  static_assert(SUB == 1 || SUB == 2, "one or two m64 row groups per warpgroup");
+  static constexpr int kTiles = 4 * kMathWarpgroups * SUB;  // n16 tiles per unit
   static constexpr int kUnitBytes = 32 * 4 * CodeTraits<C>::kWords;  // a k128 unit of one n16 tile
   static constexpr int kChunk = kIsFp6<C> ? 512 : kUnitBytes / 2;    // the weight map's rows
   static constexpr int kChunksPerUnit = kUnitBytes / kChunk;          // 2 (E4M3, E2M1) or 3 (FP6)
@@ -69,9 +72,9 @@ struct Shape {
   static constexpr int kLaneWords = kTileBytes / 128;          // a lane's words of them (8 or 4)
   static constexpr int kRec = static_cast<int>(mma_scale_record_bytes(S));
   static constexpr int kXBytes = BN * 128;
-  static constexpr int kWBytes = kTilesPerBlock * kTileBytes;
+  static constexpr int kWBytes = kTiles * kTileBytes;
   static constexpr int kUnitRecBytes = static_cast<int>(kMmaScaleRecords) * kRec;  // a unit's scale records
-  static constexpr int kSBytes = kTilesPerBlock * kUnitRecBytes;
+  static constexpr int kSBytes = kTiles * kUnitRecBytes;
   static constexpr int kLoadBytes = kXBytes + kWBytes + kSBytes;   // what a stage's copies bring (tx count)
   static constexpr int kStageBytes = (kLoadBytes + 1023) / 1024 * 1024;  // padded: x tiles 1024-aligned
   static constexpr int kStagesFit = kSmemBudget / kStageBytes < kMaxStages ? kSmemBudget / kStageBytes : kMaxStages;
@@ -152,10 +155,10 @@ __device__ __forceinline__ void group_factors(const uint32_t (&rec)[2], int ql, 
 
 // One stage of a math warp: its tile's words and scale record from the ring slot `st` (half HALF of a k128
 // slab) decoded into the four k16 A fragments af[kk].
-template <MmaCode C, MmaScale S, int BN, int HALF>
+template <MmaCode C, MmaScale S, int BN, int SUB, int HALF>
 __device__ __forceinline__ void decode_stage(const uint8_t* st, int tile, int lane, uint32_t e2m1_lo,
                                              uint32_t (&af)[4][4]) {
-  using Sh = Shape<C, S, BN>;
+  using Sh = Shape<C, S, BN, SUB>;
   uint32_t w[Sh::kLaneWords];
   const uint8_t* words = st + Sh::kXBytes + tile * Sh::kTileBytes;
 #pragma unroll
@@ -204,12 +207,12 @@ __device__ __forceinline__ void fence_frags(uint32_t (&af)[4][4]) {
 }
 
 // partial: null -> the epilogue writes out; else [splits][M][N] f32 sums (mma_decode_reduce_kernel adds them).
-template <MmaCode C, MmaScale S, int BN>
+template <MmaCode C, MmaScale S, int BN, int SUB>
 __global__ void __launch_bounds__(kThreads, 1)
     mma_wgmma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
                      const __grid_constant__ CUtensorMap map_s, const MmaDecodeArgs a, const Walk wk,
                      float* __restrict__ partial) {
-  using Sh = Shape<C, S, BN>;
+  using Sh = Shape<C, S, BN, SUB>;
   extern __shared__ uint8_t smem_raw[];
   // Aligned by an offset from the shared base, so the compiler keeps shared-memory loads (LDS), not generic.
   uint8_t* smem = smem_raw + ((1024 - (wgmma::smem_addr(smem_raw) & 1023)) & 1023);
@@ -232,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     // Lane 0 of the first producer warp waits for a slot, arms its barrier and issues the TMA copies; with
     // `bulk` (a benchmark variant), lanes 0..7 copy one tile's bytes and scale records each instead.
-    if (warp != kProducerWarp || lane >= (wk.bulk ? kTilesPerBlock : 1)) return;
+    if (warp != kProducerWarp || lane >= (wk.bulk ? Sh::kTiles : 1)) return;
     const bool weights = (wk.probe & kProbeNoWeights) == 0;
     const uint32_t bytes = weights ? Sh::kLoadBytes : Sh::kXBytes;
     int slot = 0;
@@ -241,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int b = u % wk.n_blocks, split = (u / wk.n_blocks) % wk.splits, z = u / (wk.n_blocks * wk.splits);
       const int kst0 = split * wk.stages_per_split;
       const int steps = min(wk.stages_per_split, wk.total_stages - kst0);
-      const int tile0 = b * kTilesPerBlock;
+      const int tile0 = b * Sh::kTiles;
       const int64_t tile = min(static_cast<int64_t>(tile0 + lane), n_tiles - 1);  // bulk: past the last tile, valid bytes
       for (int it = 0; it < steps; ++it) {
         const int kst = kst0 + it, slab = kst / 2, half = kst & 1;
@@ -267,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
         if (weights && wk.bulk) {
-          __syncwarp((1u << kTilesPerBlock) - 1);
+          __syncwarp((1u << Sh::kTiles) - 1);
           bulk_copy(st + Sh::kXBytes + lane * Sh::kTileBytes,
                     a.w + (tile * k_slabs + slab) * Sh::kUnitBytes + half * Sh::kChunk, Sh::kTileBytes, &full[slot]);
           if constexpr (Sh::kRec > 0) {
@@ -283,9 +286,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kMathRegs));
-  const int tile = warp;  // warp w of warpgroup g decodes tile 4 g + w
-  float acc[BN / 2];
-  uint32_t af0[4][4] = {}, af1[4][4] = {};
+  // Warp w of warpgroup g decodes tile 4 SUB g + 4 sub + w % 4 for row group `sub` of the warpgroup.
+  const int tile = 4 * SUB * (warp / 4) + warp % 4;
+  float acc[SUB][BN / 2];
+  uint32_t af0[SUB][4][4] = {}, af1[SUB][4][4] = {};
   const uint32_t e2m1_lo = C == MmaCode::kE2M1 ? mma_detail::e2m1_table_lo() : 0u;  // decode_group's prmt table
   const bool decode = (wk.probe & kProbeNoDecode) == 0;
   int slot = 0, prev = -1;
@@ -293,17 +297,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // One stage (half HALF of its slab): decode into `af` (the set whose group retired at the previous
   // step), issue its four wgmmas, then retire the previous stage's group and release that ring slot.
-  auto step = [&](auto half_c, uint32_t(&af)[4][4]) {
+  auto step = [&](auto half_c, uint32_t(&af)[SUB][4][4]) {
     constexpr int kHalf = decltype(half_c)::value;
     const uint8_t* st = smem + slot * Sh::kStageBytes;
     wgmma::mbar_wait(&full[slot], phase);
-    if (decode) {
-      decode_stage<C, S, BN, kHalf>(st, tile, lane, e2m1_lo, af);
-    } else {
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+    for (int sub = 0; sub < SUB; ++sub) {
+      if (decode) {
+        decode_stage<C, S, BN, SUB, kHalf>(st, tile + 4 * sub, lane, e2m1_lo, af[sub]);
+      } else {
 #pragma unroll
-        for (int r = 0; r < 4; ++r) af[i][r] = 0x3F803F80u;
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) af[sub][i][r] = 0x3F803F80u;
+      }
     }
     // Every input of the group (fragments, the four descriptors: +32 bytes per k16) defined before the
     // fence, none between its wgmmas.
@@ -313,10 +320,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       db[kk] = wgmma::smem_desc(st) + 2 * kk;
       asm volatile("" : "+l"(db[kk])::"memory");
     }
-    fence_frags(af);
+#pragma unroll
+    for (int sub = 0; sub < SUB; ++sub) fence_frags(af[sub]);
     wgmma::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma::wgmma_bf16_rs(acc, af[kk], db[kk], 1);
+    for (int sub = 0; sub < SUB; ++sub)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wgmma::wgmma_bf16_rs(acc[sub], af[sub][kk], db[kk], 1);
     wgmma::wgmma_commit();
     wgmma::wgmma_wait<1>();
     if (prev >= 0 && lane == 0) wgmma::mbar_arrive(&empty[prev]);
@@ -334,10 +344,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int kst0 = split * wk.stages_per_split;  // even: a unit starts at half 0 of a slab
     const int steps = min(wk.stages_per_split, wk.total_stages - kst0);
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-    // The accumulators are pinned only outside the K loop: an instruction touching them while a group is in
-    // flight would serialize the wgmmas (ptxas C7513).
-    wgmma::fence_regs(acc);
+    for (int sub = 0; sub < SUB; ++sub) {
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) acc[sub][i] = 0.0f;
+      // The accumulators are pinned only outside the K loop: an instruction touching them while a group is
+      // in flight would serialize the wgmmas (ptxas C7513).
+      wgmma::fence_regs(acc[sub]);
+    }
     // Four stages per trip (a unit's stage count is even: every trip ends on set af1, whose group may still
     // run when the next trip redefines af0, retired by then); `drain` (a benchmark variant) retires every
     // group at the end of each trip instead.
@@ -351,14 +364,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::wgmma_wait<0>();
     if (prev >= 0 && lane == 0) wgmma::mbar_arrive(&empty[prev]);
     prev = -1;
-    wgmma::fence_regs(acc);
+#pragma unroll
+    for (int sub = 0; sub < SUB; ++sub) wgmma::fence_regs(acc[sub]);
 
-    // acc[4 j + 2 i + c]: weight row 16 tile + g + 8 i of the unit, token 8 j + 2 t + c of the tile.
+    // acc[sub][4 j + 2 i + c]: weight row 16 (tile + 4 sub) + g + 8 i of the unit, token 8 j + 2 t + c of the
+    // token tile.
     const int g = lane / 4, t = lane % 4;
     const int64_t n = a.layout.n, m0 = static_cast<int64_t>(z) * BN;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int64_t row = (static_cast<int64_t>(b) * kTilesPerBlock + tile) * kMmaTileN + g + 8 * i;
+    for (int q = 0; q < 2 * SUB; ++q) {
+      const int sub = q / 2, i = q % 2;
+      const int64_t row = (static_cast<int64_t>(b) * Sh::kTiles + tile + 4 * sub) * kMmaTileN + g + 8 * i;
       if (row >= n) continue;
       const float bias =
           (partial == nullptr && a.bias != nullptr) ? mma_detail::load_bias(a.bias, a.bias_dtype, row) : 0.0f;
@@ -368,7 +384,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int c = 0; c < 2; ++c) {
           const int64_t m = m0 + 8 * j + 2 * t + c;
           if (m >= a.m) continue;
-          const float v = acc[4 * j + 2 * i + c];
+          const float v = acc[sub][4 * j + 2 * i + c];
           if (partial != nullptr) {
             partial[(static_cast<int64_t>(split) * a.m + m) * n + row] = v;
           } else {
@@ -400,16 +416,17 @@ inline Result<CUtensorMap> x_map(const MmaDecodeArgs& a, int box_rows) {
   return map;
 }
 
-// A 3-D map of packed bytes as 8-byte elements: [outer][mid][row_bytes], boxes of [8][box_mid][row_bytes].
+// A 3-D map of packed bytes as 8-byte elements: [outer][mid][row_bytes], boxes of [box_outer][box_mid][row_bytes].
 inline Result<CUtensorMap> packed_map(const void* base, int64_t row_bytes, int64_t mid, int64_t mid_stride,
-                                      int64_t outer, int64_t outer_stride, int box_mid, const char* what) {
+                                      int64_t outer, int64_t outer_stride, int box_mid, int box_outer,
+                                      const char* what) {
   QL_ASSIGN_OR_RETURN(wgmma::EncodeTiled encode, wgmma::encode_tiled());
   CUtensorMap map{};
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(row_bytes / 8), static_cast<cuuint64_t>(mid),
                               static_cast<cuuint64_t>(outer)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(mid_stride), static_cast<cuuint64_t>(outer_stride)};
   const cuuint32_t box[3] = {static_cast<cuuint32_t>(row_bytes / 8), static_cast<cuuint32_t>(box_mid),
-                             static_cast<cuuint32_t>(kTilesPerBlock)};
+                             static_cast<cuuint32_t>(box_outer)};
   const cuuint32_t elem[3] = {1, 1, 1};
   const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT64, 3, const_cast<void*>(base), dims, strides, box, elem,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
@@ -423,10 +440,10 @@ inline Result<CUtensorMap> packed_map(const void* base, int64_t row_bytes, int64
   return map;
 }
 
-template <MmaCode C, MmaScale S, int BN>
+template <MmaCode C, MmaScale S, int BN, int SUB>
 Status launch_tile(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial, Stream stream) {
-  using Sh = Shape<C, S, BN>;
-  auto kernel = mma_wgmma_kernel<C, S, BN>;
+  using Sh = Shape<C, S, BN, SUB>;
+  auto kernel = mma_wgmma_kernel<C, S, BN, SUB>;
   QL_RETURN_IF_ERROR(wgmma::allow_smem(kernel, Sh::kSmem));
   QL_ASSIGN_OR_RETURN(CUtensorMap map_x, x_map(a, BN));
   const int64_t n_tiles = a.layout.n_tiles(), k_slabs = a.layout.k_slabs();
@@ -434,11 +451,11 @@ Status launch_tile(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial
   // aligned, as TMA needs.
   QL_ASSIGN_OR_RETURN(CUtensorMap map_w, packed_map(a.w, Sh::kChunk, k_slabs * Sh::kChunksPerUnit, Sh::kChunk,
                                                     n_tiles, k_slabs * Sh::kUnitBytes, Sh::kChunksPerStage,
-                                                    "weights"));
+                                                    Sh::kTiles, "weights"));
   CUtensorMap map_s = map_w;
   if constexpr (Sh::kRec > 0) {
     QL_ASSIGN_OR_RETURN(map_s, packed_map(a.w_scale, Sh::kUnitRecBytes, k_slabs, Sh::kUnitRecBytes, n_tiles,
-                                          k_slabs * Sh::kUnitRecBytes, 1, "scales"));
+                                          k_slabs * Sh::kUnitRecBytes, 1, Sh::kTiles, "scales"));
   }
   const int forced_stages = p.stages > 0 ? p.stages : Sh::kStagesFit;
   const Walk wk{p.units,
@@ -459,14 +476,20 @@ Status launch_tile(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial
 // The token tiles of one (code, scale) pair.
 template <MmaCode C, MmaScale S>
 Status launch_tokens(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial, Stream stream) {
-  switch (p.tokens) {
-    case 64: return launch_tile<C, S, 64>(a, p, partial, stream);
-    case 128: return launch_tile<C, S, 128>(a, p, partial, stream);
-    case 256: return launch_tile<C, S, 256>(a, p, partial, stream);
-    default: break;
+  // 256 rows with 128 tokens: two accumulator sets of 64 and four fragment sets leave too few registers for
+  // an asynchronous wgmma pipeline (ptxas C7511), so only 64-token tiles have it.
+  if (p.rows == 256) {
+    if (p.tokens == 64) return launch_tile<C, S, 64, 2>(a, p, partial, stream);
+  } else {
+    switch (p.tokens) {
+      case 64: return launch_tile<C, S, 64, 1>(a, p, partial, stream);
+      case 128: return launch_tile<C, S, 128, 1>(a, p, partial, stream);
+      case 256: return launch_tile<C, S, 256, 1>(a, p, partial, stream);
+      default: break;
+    }
   }
-  return Status::error("mma_decode wgmma: token tile " + std::to_string(p.tokens) +
-                       " is not instantiated (64, 128, 256)");
+  return Status::error("mma_decode wgmma: token tile " + std::to_string(p.tokens) + " x " + std::to_string(p.rows) +
+                       " rows is not instantiated (64, 128, 256 x 128; 64 x 256)");
 }
 
 }  // namespace qlinear::cuda::mma_wgmma

@@ -23,6 +23,7 @@ bool mma_takes_wgmma_route(const MmaDecodeArgs& a);
 // How a launch covers the work: the token tile (wgmma N), the split of K, the units and the grid.
 struct MmaWgmmaPlan {
   int tokens = 64;
+  int rows = 128;  // weight rows per unit: 128, or 256 (token tiles 64 and 128)
   int splits = 1;
   int stages_per_split = 0;  // 64-K stages, even (a split starts at a k128 slab)
   int n_blocks = 0, m_tiles = 0, units = 0;
