@@ -76,8 +76,9 @@ inline std::vector<MmaVariant> mma_variants() {
   add("wg_s2", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.splits = 2; });
   add("wg_s4", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.splits = 4; });
   add("wg_np", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_persist = -1; });  // a block per unit
-  add("wg_bulk", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_bulk = true; });  // 8-16 copies a stage
   add("wg_r256", 17, 64, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_rows = 256; });  // 256 rows, 64 tokens
+  add("wg_sk", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_stream_k = 1; });
+  add("wg_nosk", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_stream_k = -1; });
   add("wg_hint", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_hint = true; });
   add("wg_drain", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_drain = true; });
   add("wg_st4", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_stages = 4; });

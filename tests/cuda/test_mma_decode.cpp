@@ -216,8 +216,9 @@ TEST(CudaMmaDecode, EveryForcedVariantMatchesTheReference) {
 
 // The swap-AB wgmma kernel forced at every M from 17 (token tiles 64 / 128 / 256 by M, several token tiles
 // at 300), on N and K off its 128-row and 64-K tiles, split K, bias and output dtypes, every code (FP6
-// included); each token tile, the ring depth, the grid (persistent or one block per unit) and the per-tile
-// bulk copies forced on their own too (MX scales outside the fold range keep the mma.sync kernel).
+// included); each token tile, the ring depth, the grid (persistent or one block per unit), the schedule
+// (split-K or stream-K), 256-row units and the L2 hints forced on their own too (MX scales outside the fold
+// range keep the mma.sync kernel).
 TEST(CudaMmaDecode, WgmmaKernelMatchesTheReference) {
   QL_REQUIRE_SM90();
   for (const KernelScheme& ks : kAll) {
@@ -253,20 +254,22 @@ TEST(CudaMmaDecode, WgmmaKernelMatchesTheReference) {
       cuda_test::ForceScope force(f);
       check({ks.kernel, s, 200, 272, 1024});
     }
-    for (int variant = 0; variant < 6; ++variant) {
+    for (int variant = 0; variant < 7; ++variant) {
       cuda::MmaDecodeForce f;
       f.wgmma = 1;
       if (variant == 0) f.wgmma_stages = 2;    // the ring wraps every other stage
       if (variant == 1) f.wgmma_persist = -1;  // one block per unit
-      if (variant == 2) f.wgmma_bulk = true;   // per-tile bulk copies instead of TMA
+      if (variant == 2) f.wgmma_stream_k = -1;  // split-K schedule
       if (variant == 3) f.splits = 3;          // three splits, several units per block
       if (variant == 4) f.wgmma_rows = 256;    // 256 rows per unit (64-token tiles)
       if (variant == 5) f.wgmma_hint = f.wgmma_drain = true;
+      if (variant == 6) f.wgmma_stream_k = 1;  // pieces of 1-4 slabs added by the fixup launch
       cuda_test::ForceScope force(f);
       SCOPED_TRACE("wgmma variant " + std::to_string(variant));
       check({ks.kernel, s, 70, 1040, 2304});
       check({ks.kernel, s, 140, 4112, 1600});  // 33 row blocks x 2 token tiles: several units per block
       check({ks.kernel, s, 40, 4112, 1600});
+      if (variant == 6) check({ks.kernel, s, 17, 33800, 512});  // 265 tiles: a wave of whole tiles first
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "backends/cuda/mma_decode.cuh"
+#include "backends/cuda/mma_decode_wgmma.cuh"
 
 namespace qlinear::cuda {
 
@@ -80,10 +81,10 @@ MmaWgmmaPlan mma_wgmma_plan(const MmaDecodeArgs& a) {
     return run + partials;
   };
   int best = 1;
+  double best_cost = cost(1);
   if (f.splits > 0) {
     best = count(std::min(f.splits, total / 2));
   } else {
-    double best_cost = cost(1);
     for (int s = 2; s <= 16 && per_split(s) >= kWgmmaMinStagesPerSplit; ++s) {
       if (count(s) != s) continue;  // the same split as a smaller count
       const double c = cost(s);
@@ -97,6 +98,27 @@ MmaWgmmaPlan mma_wgmma_plan(const MmaDecodeArgs& a) {
   p.stages_per_split = per_split(best);
   p.units = p.n_blocks * p.m_tiles * p.splits;
   p.grid = f.wgmma_persist < 0 ? p.units : static_cast<int>(std::min<int64_t>(p.units, sms));
+  // Stream-K: the whole waves of tiles but the last as they are, the rest in equal slab ranges, one per SM;
+  // its pieces (at most two per block) cost their FP32 sums and a fixup launch.
+  const int64_t tiles_total = static_cast<int64_t>(p.n_blocks) * p.m_tiles, k_slabs = total / 2;
+  const int64_t dp = tiles_total >= 2 * sms ? (tiles_total / sms - 1) * sms : 0;
+  const int64_t sk_slabs = (tiles_total - dp) * k_slabs;
+  const int64_t sk_grid = std::min<int64_t>(sms, sk_slabs);
+  const double sk_run = std::max(
+      (static_cast<double>(dp / sms) * (total + 1) + 2.0 * ((sk_slabs + sk_grid - 1) / sk_grid) + 2) * t_stage,
+      all_bytes / kDramBytesPerNs);
+  const double sk_cost = sk_run + 4.0 * sk_grid * p.tokens * p.rows * 4 / kDramBytesPerNs + kLaunchNs;
+  const bool stream_k = f.splits == 0 && f.wgmma_persist >= 0 && sk_slabs * sms < (int64_t{1} << 31) &&
+                        (f.wgmma_stream_k > 0 || (f.wgmma_stream_k == 0 && sk_cost < best_cost * 0.97));
+  if (stream_k) {
+    p.splits = 1;
+    p.stages_per_split = total;
+    p.units = static_cast<int>(tiles_total);
+    p.grid = static_cast<int>(sk_grid);
+    p.stream_k = true;
+    p.dp_units = static_cast<int>(dp);
+    p.sk_slabs = sk_slabs;
+  }
   return p;
 }
 
@@ -106,11 +128,47 @@ std::string mma_wgmma_description(const MmaDecodeArgs& a) {
   const MmaWgmmaPlan p = mma_wgmma_plan(a);
   std::string why = "swap-AB wgmma kernel: " + std::to_string(p.tokens) + " tokens (wgmma N) x " +
                     std::to_string(p.rows) + " rows per unit (weights decoded into the register A operand), TMA "
-                    "ring of 64 K stages, split-K " + std::to_string(p.splits) + ", " + std::to_string(p.units) +
-                    " units on " + std::to_string(p.grid) + " persistent blocks";
+                    "ring of 64 K stages, " +
+                    (p.stream_k ? "stream-K (" + std::to_string(p.dp_units) + " of " + std::to_string(p.units) +
+                                      " tiles whole, the rest in equal K ranges) on "
+                                : "split-K " + std::to_string(p.splits) + ", " + std::to_string(p.units) +
+                                      " units on ") +
+                    std::to_string(p.grid) + " persistent blocks";
   if (a.m > p.tokens) why += ", token tiles decode the weights again each";
   return why;
 }
+
+namespace {
+
+// The stream-K tiles covered by more than one block (grid.x: the stream-K tiles; the rest return at once):
+// their pieces added in block order, then the epilogue of the kernel (row scale, activation factor, bias).
+__global__ void mma_wgmma_streamk_fixup(const MmaDecodeArgs a, MmaWgmmaPlan p, const float* __restrict__ pieces) {
+  const int64_t k_slabs = a.layout.k_slabs(), tile = blockIdx.x;
+  auto block_of = [&](int64_t slab) {  // the block whose range holds this slab (every range is non-empty)
+    const int64_t guess = slab * p.grid / p.sk_slabs;
+    int c = static_cast<int>(guess < p.grid - 1 ? guess : p.grid - 1);
+    while (c + 1 < p.grid && mma_wgmma::sk_range_start(p.sk_slabs, p.grid, c + 1) <= slab) ++c;
+    while (c > 0 && mma_wgmma::sk_range_start(p.sk_slabs, p.grid, c) > slab) --c;
+    return c;
+  };
+  const int c0 = block_of(tile * k_slabs), c1 = block_of((tile + 1) * k_slabs - 1);
+  if (c0 == c1) return;  // one block covered the tile and wrote its outputs
+  const int unit = p.dp_units + static_cast<int>(tile), b = unit % p.n_blocks, z = unit / p.n_blocks;
+  for (int e = blockIdx.y * blockDim.x + threadIdx.x; e < p.tokens * p.rows; e += gridDim.y * blockDim.x) {
+    const int rr = e % p.rows, mm = e / p.rows;
+    const int64_t row = static_cast<int64_t>(b) * p.rows + rr, m = static_cast<int64_t>(z) * p.tokens + mm;
+    if (row >= a.layout.n || m >= a.m) continue;
+    float v = 0.0f;
+    for (int c = c0; c <= c1; ++c) {
+      const int slot = 2 * c + (mma_wgmma::sk_range_start(p.sk_slabs, p.grid, c) / k_slabs == tile ? 0 : 1);
+      v += pieces[(static_cast<int64_t>(slot) * p.tokens + mm) * p.rows + rr];
+    }
+    const float bias = a.bias != nullptr ? mma_detail::load_bias(a.bias, a.bias_dtype, row) : 0.0f;
+    mma_detail::store_out(a.out, a.out_dtype, m * a.layout.n + row, v * mma_detail::epilogue_scale(a, row, m) + bias);
+  }
+}
+
+}  // namespace
 
 Status launch_mma_wgmma(const MmaDecodeArgs& a, Stream stream) {
   if (a.m == 0 || a.layout.n == 0) return Status::ok();
@@ -124,17 +182,24 @@ Status launch_mma_wgmma(const MmaDecodeArgs& a, Stream stream) {
   }
   const MmaWgmmaPlan p = mma_wgmma_plan(a);
   Scratch partial;
-  if (p.splits > 1) {
+  if (p.stream_k) {  // two piece slots per block
+    QL_ASSIGN_OR_RETURN(partial, Scratch::make(sizeof(float) * 2 * p.grid * p.tokens * p.rows, stream));
+  } else if (p.splits > 1) {
     QL_ASSIGN_OR_RETURN(partial, Scratch::make(sizeof(float) * p.splits * a.m * a.layout.n, stream));
   }
-  float* ps = p.splits > 1 ? partial.as<float>() : nullptr;
+  float* ps = p.stream_k || p.splits > 1 ? partial.as<float>() : nullptr;
   switch (a.layout.code) {
     case MmaCode::kE4M3: QL_RETURN_IF_ERROR(mma_wgmma::launch_e4m3(a, p, ps, stream)); break;
     case MmaCode::kE2M3:
     case MmaCode::kE3M2: QL_RETURN_IF_ERROR(mma_wgmma::launch_fp6(a, p, ps, stream)); break;
     case MmaCode::kE2M1: QL_RETURN_IF_ERROR(mma_wgmma::launch_e2m1(a, p, ps, stream)); break;
   }
-  if (ps != nullptr) {
+  if (p.stream_k) {
+    const int sk_tiles = p.units - p.dp_units;
+    const dim3 grid(static_cast<unsigned>(sk_tiles), static_cast<unsigned>(std::min(16, p.tokens * p.rows / 256)));
+    mma_wgmma_streamk_fixup<<<grid, 256, 0, stream>>>(a, p, ps);
+    QL_CUDA_CHECK_LAUNCH("mma_wgmma_streamk_fixup");
+  } else if (ps != nullptr) {
     const int64_t total = a.m * a.layout.n;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 4 * a.sm_count));
     mma_detail::mma_decode_reduce_kernel<<<blocks, 256, 0, stream>>>(a, p.splits, ps);

@@ -3,16 +3,19 @@
 // the weights decoded in registers as wgmma's A operand (64 weight rows per warpgroup) and the tokens as its
 // N dimension (BN = 64, 128 or 256 per block), B = the activation tile in shared memory.
 //
-// Block: two math warpgroups (warps 0..7; warpgroup g owns weight rows 64 g .. 64 g + 63 of the unit's
-// 128, warp w of it the n16 tile 4 g + w of the packed layout) and a producer warpgroup (warps 8..11: one
-// thread issues the copies; the warpgroup exists to hand its registers to the math warps). The grid is
-// persistent: block b takes work units b, b + grid, ... (a unit: 8 n16 tiles x one split of K x one token
-// tile), producer and math warps walking the same list, so the producer fills the ring across a unit's end
-// while the math warps write that unit's outputs. Each unit's K range is walked in stages of 64 K through
-// a ring in shared memory, each stage
+// Block: two math warpgroups (warps 0..7) and a producer warpgroup (warps 8..11: one thread issues the
+// copies; the warpgroup exists to hand its registers to the math warps). A unit is 128 weight rows (SUB = 1:
+// warpgroup g owns rows 64 g .. 64 g + 63, warp w of it the n16 tile 4 g + w % 4) or 256 (SUB = 2, 64-token
+// tiles only: each warp decodes two tiles, each warpgroup keeps two accumulator sets; half the activation
+// traffic per weight byte) by one token tile. The grid is persistent (at most one block per SM); producer
+// and math warps walk the same segments (segment_at: a unit's K range, or a part of it) in the same order,
+// so the producer fills the ring across a segment's end while the math warps write its outputs. Segments
+// come from the split-K schedule (units b, b + grid, ...; splits add up in mma_decode_reduce_kernel) or the
+// stream-K one (Walk). Each segment's K range is walked in stages of 64 K through a ring in shared memory,
+// each stage
 //
 //   [ x: BN token rows x 64 BF16 (128 bytes), 128B-swizzled by TMA ]
-//   [ w: 8 tiles x the stage's bytes of the tile's k128 unit ][ s: the 8 units' scale records ]
+//   [ w: the unit's tiles x the stage's bytes of each tile's k128 unit ][ s: their scale records ]
 //
 // brought by three TMA copies completing on the stage's `full` barrier: the x box from a 2-D map of x (rows
 // >= M and columns >= K read as zeros), the weights from a 3-D map over [n16 tile][unit chunk][chunk bytes]
@@ -20,13 +23,13 @@
 // h and h + 1), the scale records from a 3-D map over [n16 tile][slab][records] (tiles past N read as
 // zeros; their rows are discarded). Math warps read their lane's words, decode them exactly as
 // mma_decode.cuh does (decode_group: bit placement and one mul.rn.bf16x2 by the power of two or NVFP4
-// factor) into four 64x16 A fragments, and issue four wgmma m64nBNk16 on the stage's x tile as one commit
-// group. The fragments of stage i are read by the tensor cores until that group completes, so stages
-// alternate between two fragment sets: while group i runs, the warps decode stage i + 1 into the other set;
-// `wgmma.wait_group 1` after issuing it retires group i - 1 and frees its ring slot (each math warp arrives
-// on `empty`). The FP32 accumulators stay in registers across the unit's K; its epilogue applies the row
-// scale, the activation factor and bias (epilogue_scale, as the mma.sync kernel) or writes FP32 partial sums
-// for the split-K reduction.
+// factor) into four 64x16 A fragments per tile, and issue four wgmma m64nBNk16 per row group on the stage's
+// x tile as one commit group. The fragments of stage i are read by the tensor cores until that group
+// completes, so stages alternate between two fragment sets: while group i runs, the warps decode stage
+// i + 1 into the other set; `wgmma.wait_group 1` after issuing it retires group i - 1 and frees its ring
+// slot (each math warp arrives on `empty`). The FP32 accumulators stay in registers across the segment;
+// its epilogue applies the row scale, the activation factor and bias (epilogue_scale, as the mma.sync
+// kernel) or writes FP32 sums for the split-K reduction or the stream-K fixup.
 //
 // Numerics are the mma.sync kernel's (mma_decode.cuh): exact BF16 weights (MX scales folded; layers whose
 // scales do not fold never come here), exact products, FP32 accumulation.
@@ -83,51 +86,128 @@ struct Shape {
   static_assert(kStagesFit >= 2, "shared memory for two stages");
 };
 
-// What a launch walks (mma_decode_wgmma.hpp, MmaWgmmaPlan): unit u is row block u % n_blocks, split
-// (u / n_blocks) % splits, token tile u / (n_blocks splits), so the blocks running at once share a token
-// tile and a K range (their x boxes hit the same L2 lines).
+// What a launch walks (mma_decode_wgmma.hpp, MmaWgmmaPlan). Split-K schedule (stream_k = 0): unit u is row
+// block u % n_blocks, split (u / n_blocks) % splits, token tile u / (n_blocks splits), block b takes units
+// b, b + grid, ..., so the blocks running at once share a token tile and a K range (their x boxes hit the
+// same L2 lines). Stream-K schedule: the first dp_units tiles (row block, token tile) whole, block b taking
+// b, b + grid, ...; then the k128 slabs of the remaining tiles, laid end to end, in `grid` equal contiguous
+// ranges, one per block: a block's range covers the end of one tile, whole tiles, and the start of another;
+// a tile it covers in part goes to a piece buffer (its first such segment at slot 2 b, its last at 2 b + 1)
+// and mma_wgmma_streamk_fixup adds the pieces of each tile in block order.
 struct Walk {
-  int units, n_blocks, splits, stages_per_split, total_stages, stages, probe, bulk, hint, drain;
+  int units, n_blocks, splits, stages_per_split, total_stages, stages, probe, hint, drain;
+  int stream_k, dp_units;
+  int64_t sk_slabs;  // slabs of the stream-K tiles
 };
 
-// 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) completing on `bar`.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-          wgmma::smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(wgmma::smem_addr(bar))
-      : "memory");
+// The first slab of block c's stream-K range (32-bit: the plan keeps sk_slabs x grid below 2^31).
+__host__ __device__ inline int sk_range_start(int64_t sk_slabs, int grid, int c) {
+  return static_cast<int>(static_cast<uint32_t>(sk_slabs) * static_cast<uint32_t>(c) / static_cast<uint32_t>(grid));
 }
 
-// A box of a 3-D tensor map at (c0, c1, c2) into shared memory, completing on `bar` (out of range: zeros).
-__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
-                                            int c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
-      "[%2];" ::"r"(wgmma::smem_addr(dst)),
-      "l"(map), "r"(wgmma::smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
+// One contiguous piece of a block's work: `steps` stages from stage kst0 of tile (row block b, token tile
+// z); piece < 0: the whole K of the tile (the epilogue writes the output), else the split (split-K) or the
+// piece slot (stream-K) its FP32 sums go to.
+struct Segment {
+  int b, z, split, kst0, steps, piece;
+};
+
+// Segment i of this block's walk (false past its end): producer and math warps walk the same segments in
+// the same order.
+__device__ __forceinline__ bool segment_at(const Walk& wk, int i, Segment& sg) {
+  const int c = blockIdx.x, grid = gridDim.x;
+  if (!wk.stream_k) {
+    const int u = c + i * grid;
+    if (u >= wk.units) return false;
+    sg.b = u % wk.n_blocks;
+    sg.split = (u / wk.n_blocks) % wk.splits;
+    sg.z = u / (wk.n_blocks * wk.splits);
+    sg.kst0 = sg.split * wk.stages_per_split;
+    sg.steps = min(wk.stages_per_split, wk.total_stages - sg.kst0);
+    sg.piece = wk.splits > 1 ? sg.split : -1;
+    return true;
+  }
+  const int dp = c < wk.dp_units ? (wk.dp_units - c + grid - 1) / grid : 0;  // this block's whole tiles
+  const int k_slabs = wk.total_stages / 2;
+  int unit, s0 = 0, s1 = k_slabs, piece = -1;
+  if (i < dp) {
+    unit = c + i * grid;
+  } else {
+    // Slab counts fit 32 bits (a 2^31-slab layer would hold 2^38 weights per row block).
+    const int lo = sk_range_start(wk.sk_slabs, grid, c), hi = sk_range_start(wk.sk_slabs, grid, c + 1);
+    const int j = i - dp, tile = lo / k_slabs + j;
+    const int start = j == 0 ? lo : tile * k_slabs, end = min(hi, (tile + 1) * k_slabs);
+    if (start >= end) return false;
+    unit = wk.dp_units + tile;
+    s0 = start - tile * k_slabs;
+    s1 = end - tile * k_slabs;
+    if (s0 != 0 || s1 != k_slabs) piece = 2 * c + (j == 0 ? 0 : 1);
+  }
+  sg.b = unit % wk.n_blocks;
+  sg.z = unit / wk.n_blocks;
+  sg.split = 0;
+  sg.kst0 = 2 * s0;
+  sg.steps = 2 * (s1 - s0);
+  sg.piece = piece;
+  return true;
 }
 
 // L2 eviction priorities of TMA loads (the cache-policy encodings CUTLASS passes for sm_90): the weights are
 // read once, the activation boxes by every block.
 constexpr uint64_t kEvictFirst = 0x12F0000000000000ull, kEvictLast = 0x14F0000000000000ull;
-__device__ __forceinline__ void tma_load_2d_hint(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
-                                                 uint64_t policy) {
+
+// The producer's copies and barrier operations on 32-bit shared-window addresses.
+namespace sa {
+__device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, "
-      "%4}], [%2], %5;" ::"r"(wgmma::smem_addr(dst)),
-      "l"(map), "r"(wgmma::smem_addr(bar)), "r"(c0), "r"(c1), "l"(policy)
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra.uni WAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
       : "memory");
 }
-__device__ __forceinline__ void tma_load_3d_hint(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
-                                                 int c2, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, "
-      "%4, %5}], [%2], %6;" ::"r"(wgmma::smem_addr(dst)),
-      "l"(map), "r"(wgmma::smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "l"(policy)
-      : "memory");
+__device__ __forceinline__ void expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
+// A box of a 2-D tensor map at (c0, c1) (out of range: zeros), completing on `bar`; with `hint`, the L2
+// eviction priority `policy`.
+__device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, bool hint,
+                                       uint64_t policy) {
+  if (hint) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, "
+        "%4}], [%2], %5;" ::"r"(dst),
+        "l"(map), "r"(bar), "r"(c0), "r"(c1), "l"(policy)
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
+            dst),
+        "l"(map), "r"(bar), "r"(c0), "r"(c1)
+        : "memory");
+  }
+}
+// A box of a 3-D tensor map at (0, c1, c2).
+__device__ __forceinline__ void tma_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c1, int c2, bool hint,
+                                       uint64_t policy) {
+  if (hint) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, "
+        "%4, %5}], [%2], %6;" ::"r"(dst),
+        "l"(map), "r"(bar), "r"(0), "r"(c1), "r"(c2), "l"(policy)
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+        "[%2];" ::"r"(dst),
+        "l"(map), "r"(bar), "r"(0), "r"(c1), "r"(c2)
+        : "memory");
+  }
+}
+}  // namespace sa
 
 // The decode factors f[h][row half] of K group 2 half + ql of the lane's k128 unit (mma_decode.cuh,
 // decode_group; kMx32: folding layers only). rec[0] / rec[1]: the scale-record word of rows g / g + 8 that
@@ -220,7 +300,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* empty = full + kMaxStages;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t n_tiles = a.layout.n_tiles(), k_slabs = a.layout.k_slabs();
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < wk.stages; ++s) {
@@ -233,49 +312,27 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warp >= kProducerWarp) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    // Lane 0 of the first producer warp waits for a slot, arms its barrier and issues the TMA copies; with
-    // `bulk` (a benchmark variant), lanes 0..7 copy one tile's bytes and scale records each instead.
-    if (warp != kProducerWarp || lane >= (wk.bulk ? Sh::kTiles : 1)) return;
+    // Lane 0 of the first producer warp waits for a slot, arms its barrier and issues the TMA copies.
+    if (warp != kProducerWarp || lane != 0) return;
     const bool weights = (wk.probe & kProbeNoWeights) == 0;
     const uint32_t bytes = weights ? Sh::kLoadBytes : Sh::kXBytes;
+    // 32-bit shared-window addresses: the producer runs on 40 registers.
+    const uint32_t ring = wgmma::smem_addr(smem), full0 = wgmma::smem_addr(full), empty0 = wgmma::smem_addr(empty);
     int slot = 0;
     uint32_t phase = 0;
-    for (int u = blockIdx.x; u < wk.units; u += gridDim.x) {
-      const int b = u % wk.n_blocks, split = (u / wk.n_blocks) % wk.splits, z = u / (wk.n_blocks * wk.splits);
-      const int kst0 = split * wk.stages_per_split;
-      const int steps = min(wk.stages_per_split, wk.total_stages - kst0);
-      const int tile0 = b * Sh::kTiles;
-      const int64_t tile = min(static_cast<int64_t>(tile0 + lane), n_tiles - 1);  // bulk: past the last tile, valid bytes
-      for (int it = 0; it < steps; ++it) {
-        const int kst = kst0 + it, slab = kst / 2, half = kst & 1;
-        uint8_t* st = smem + slot * Sh::kStageBytes;
-        if (lane == 0) {
-          wgmma::mbar_wait(&empty[slot], phase ^ 1);  // a fresh barrier counts as released
-          wgmma::mbar_arrive_expect_tx(&full[slot], bytes);
-          if (wk.hint) {
-            tma_load_2d_hint(st, &map_x, &full[slot], kst * kStageK, z * BN, kEvictLast);
-          } else {
-            wgmma::tma_load(st, &map_x, &full[slot], kst * kStageK, z * BN);
-          }
-          if (weights && !wk.bulk) {
-            const int chunk = slab * Sh::kChunksPerUnit + half;
-            uint8_t* sw = st + Sh::kXBytes;
-            if (wk.hint) {
-              tma_load_3d_hint(sw, &map_w, &full[slot], 0, chunk, tile0, kEvictFirst);
-              if constexpr (Sh::kRec > 0) tma_load_3d_hint(sw + Sh::kWBytes, &map_s, &full[slot], 0, slab, tile0, kEvictFirst);
-            } else {
-              tma_load_3d(sw, &map_w, &full[slot], 0, chunk, tile0);
-              if constexpr (Sh::kRec > 0) tma_load_3d(sw + Sh::kWBytes, &map_s, &full[slot], 0, slab, tile0);
-            }
-          }
-        }
-        if (weights && wk.bulk) {
-          __syncwarp((1u << Sh::kTiles) - 1);
-          bulk_copy(st + Sh::kXBytes + lane * Sh::kTileBytes,
-                    a.w + (tile * k_slabs + slab) * Sh::kUnitBytes + half * Sh::kChunk, Sh::kTileBytes, &full[slot]);
+    Segment sg;
+    for (int seg = 0; segment_at(wk, seg, sg); ++seg) {
+      const int row0 = sg.z * BN, tile0 = sg.b * Sh::kTiles;
+      for (int kst = sg.kst0; kst < sg.kst0 + sg.steps; ++kst) {
+        const int slab = kst / 2, half = kst & 1;
+        const uint32_t st = ring + slot * Sh::kStageBytes, bar = full0 + 8 * slot;
+        sa::wait(empty0 + 8 * slot, phase ^ 1);  // a fresh barrier counts as released
+        sa::expect_tx(bar, bytes);
+        sa::tma_2d(st, &map_x, bar, kst * kStageK, row0, wk.hint, kEvictLast);
+        if (weights) {
+          sa::tma_3d(st + Sh::kXBytes, &map_w, bar, slab * Sh::kChunksPerUnit + half, tile0, wk.hint, kEvictFirst);
           if constexpr (Sh::kRec > 0) {
-            bulk_copy(st + Sh::kXBytes + Sh::kWBytes + lane * Sh::kUnitRecBytes,
-                      a.w_scale + (tile * k_slabs + slab) * Sh::kUnitRecBytes, Sh::kUnitRecBytes, &full[slot]);
+            sa::tma_3d(st + Sh::kXBytes + Sh::kWBytes, &map_s, bar, slab, tile0, wk.hint, kEvictFirst);
           }
         }
         if (++slot == wk.stages) {
@@ -339,10 +396,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   using H0 = std::integral_constant<int, 0>;
   using H1 = std::integral_constant<int, 1>;
 
-  for (int u = blockIdx.x; u < wk.units; u += gridDim.x) {
-    const int b = u % wk.n_blocks, split = (u / wk.n_blocks) % wk.splits, z = u / (wk.n_blocks * wk.splits);
-    const int kst0 = split * wk.stages_per_split;  // even: a unit starts at half 0 of a slab
-    const int steps = min(wk.stages_per_split, wk.total_stages - kst0);
+  Segment sg;
+  for (int seg = 0; segment_at(wk, seg, sg); ++seg) {
+    const int b = sg.b, z = sg.z, steps = sg.steps;  // sg.kst0 is even: a segment starts at half 0 of a slab
 #pragma unroll
     for (int sub = 0; sub < SUB; ++sub) {
 #pragma unroll
@@ -376,8 +432,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int sub = q / 2, i = q % 2;
       const int64_t row = (static_cast<int64_t>(b) * Sh::kTiles + tile + 4 * sub) * kMmaTileN + g + 8 * i;
       if (row >= n) continue;
-      const float bias =
-          (partial == nullptr && a.bias != nullptr) ? mma_detail::load_bias(a.bias, a.bias_dtype, row) : 0.0f;
+      const float bias = (sg.piece < 0 && a.bias != nullptr) ? mma_detail::load_bias(a.bias, a.bias_dtype, row) : 0.0f;
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j) {
 #pragma unroll
@@ -385,8 +440,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int64_t m = m0 + 8 * j + 2 * t + c;
           if (m >= a.m) continue;
           const float v = acc[sub][4 * j + 2 * i + c];
-          if (partial != nullptr) {
-            partial[(static_cast<int64_t>(split) * a.m + m) * n + row] = v;
+          if (sg.piece >= 0 && wk.stream_k) {  // piece slot [tokens BN][rows of the unit]
+            partial[(static_cast<int64_t>(sg.piece) * BN + (m - m0)) * (16 * Sh::kTiles) + (row - b * 16 * Sh::kTiles)] = v;
+          } else if (sg.piece >= 0) {
+            partial[(static_cast<int64_t>(sg.piece) * a.m + m) * n + row] = v;
           } else {
             mma_detail::store_out(a.out, a.out_dtype, m * n + row, v * mma_detail::epilogue_scale(a, row, m) + bias);
           }
@@ -465,9 +522,11 @@ Status launch_tile(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial
                 static_cast<int>(2 * k_slabs),
                 forced_stages < Sh::kStagesFit ? (forced_stages < 2 ? 2 : forced_stages) : Sh::kStagesFit,
                 mma_decode_forced().wgmma_probe,
-                mma_decode_forced().wgmma_bulk ? 1 : 0,
                 mma_decode_forced().wgmma_hint ? 1 : 0,
-                mma_decode_forced().wgmma_drain ? 1 : 0};
+                mma_decode_forced().wgmma_drain ? 1 : 0,
+                p.stream_k ? 1 : 0,
+                p.dp_units,
+                p.sk_slabs};
   kernel<<<p.grid, kThreads, Sh::kSmem, stream>>>(map_x, map_w, map_s, a, wk, partial);
   QL_CUDA_CHECK_LAUNCH("mma_wgmma_kernel");
   return Status::ok();

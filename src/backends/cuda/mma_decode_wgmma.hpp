@@ -29,6 +29,11 @@ struct MmaWgmmaPlan {
   int n_blocks = 0, m_tiles = 0, units = 0;
   int grid = 0;    // blocks launched: min(units, SMs) when persistent, else units
   int stages = 0;  // ring depth (0: as many as shared memory holds)
+  // Stream-K schedule (splits = 1): the first dp_units tiles whole, then sk_slabs k128 slabs (of the other
+  // tiles) in `grid` equal ranges; the tiles covered in part add up in a fixup launch.
+  bool stream_k = false;
+  int dp_units = 0;
+  int64_t sk_slabs = 0;
 };
 MmaWgmmaPlan mma_wgmma_plan(const MmaDecodeArgs& a);
 int mma_wgmma_splits(const MmaDecodeArgs& a);
