@@ -66,9 +66,9 @@ inline std::vector<MmaVariant> mma_variants() {
   add("mma64", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.wgmma = -1; });
   add("t64x64", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.wgmma = -1; f.large_m_config = 1; });
   add("t64x128", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.wgmma = -1; f.large_m_config = 2; });
-  // The swap-AB wgmma kernel (mma_decode_wgmma.hpp; E4M3 and E2M1 layers whose scales fold, the rest keep
-  // the mma.sync kernel): its token tile by M (32, 64, 128, 256), or 64 / 128 tokens per M tile, or without
-  // split-K.
+  // The swap-AB wgmma kernel (mma_decode_wgmma.hpp; every code, MX layers whose scales do not fold keep the
+  // mma.sync kernel): its token tile by M (64, 128, 256) or forced, split counts, one block per unit, 256-row
+  // units, stream-K or split-K, L2 hints, the groups drained every 4 stages, the ring depth.
   add("wgmma", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; });
   add("wg_t64", 65, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_tokens = 64; });
   add("wg_t128", 129, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_tokens = 128; });
