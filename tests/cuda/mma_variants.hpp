@@ -79,7 +79,7 @@ inline std::vector<MmaVariant> mma_variants() {
   add("wg_r256", 17, 64, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_rows = 256; });  // 256 rows, 64 tokens
   add("wg_sk", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_stream_k = 1; });
   add("wg_nosk", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_stream_k = -1; });
-  add("wg_hint", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_hint = true; });
+  add("wg_nohint", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_no_hint = true; });
   add("wg_drain", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_drain = true; });
   add("wg_st4", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_stages = 4; });
   add("wg_st8", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_stages = 8; });

@@ -12,30 +12,13 @@ namespace qlinear::cuda {
 
 namespace {
 
-// The M range the wgmma kernel runs by default, per measured (code, scale) pair (H200, llama3-8b and -70b
-// shapes at M = 32, 64, 128, 256 against the mma.sync kernel and the widen route in one process): FP8
-// per-channel won at every M measured but 70b.down / gate_up at M = 64 (within 7%); MXFP4 lost at M <= 64
-// (its decode-bound stages) and won at 128 and 256 on all but the two smallest 8B layers at 256. MXFP8,
-// MXFP6 and NVFP4 keep the mma.sync kernel unless forced.
-struct WgmmaRange {
-  int64_t min_m, max_m;
-};
-constexpr WgmmaRange kDefaultFp8Channel{17, 256}, kDefaultMxfp4{65, 256}, kNotByDefault{1, 0};
-constexpr int64_t kWgmmaMinM = 17;  // below: the M <= 16 kernels
+// Where the wgmma kernel is the default (H200, CudaMmaDecodeBench against the mma.sync kernel and the widen
+// route in one process, llama3-70b and -8b shapes): every code, 17 <= M <= 256. At M = 64 it measured
+// 1.1-1.5x the mma.sync kernel on the 70B layers (FP8, MXFP8, MXFP6, MXFP4, NVFP4, W4A4), at M = 256
+// 1.5-1.9x the widen route on the large layers; the layers that fill less than one wave of SMs are the
+// closest (8B qkv). MX layers whose scales do not fold keep the mma.sync kernel (mma_wgmma_supports).
+constexpr int64_t kWgmmaMinM = 17, kWgmmaMaxM = 256;
 constexpr int kWgmmaMinStagesPerSplit = 8;  // 512 K
-
-// The cost model the split choice minimizes (ns; a rough model of the H200, what matters is the ranking):
-// each block streams its stages at the slower of its tensor work and one SM's share of the weight traffic,
-// the whole grid no faster than the DRAM, and split K adds the FP32 partial sums' traffic and a launch.
-constexpr double kTensorNsPerToken = 3.2;     // a 64-K stage of 128 rows: ~1400 cycles at 256 tokens
-constexpr double kSmBytesPerNs = 40.0;        // one SM's weight stream
-constexpr double kDramBytesPerNs = 3300.0;    // the whole GPU's
-constexpr double kLaunchNs = 2000.0;
-
-double stage_weight_bytes(const MmaLayout& l, int tiles) {
-  const double unit = static_cast<double>(l.unit_bytes()) + kMmaScaleRecords * mma_scale_record_bytes(l.scale);
-  return tiles * unit / 2;
-}
 
 }  // namespace
 
@@ -51,12 +34,16 @@ bool mma_takes_wgmma_route(const MmaDecodeArgs& a) {
   if (a.m < kWgmmaMinM || !mma_wgmma_supports(a)) return false;
   const int forced = mma_decode_forced().wgmma;
   if (forced != 0) return forced > 0;
-  const WgmmaRange r = a.layout.code == MmaCode::kE4M3 && a.layout.scale == MmaScale::kRow   ? kDefaultFp8Channel
-                       : a.layout.code == MmaCode::kE2M1 && a.layout.scale == MmaScale::kMx32 ? kDefaultMxfp4
-                                                                                              : kNotByDefault;
-  return a.m >= r.min_m && a.m <= r.max_m;
+  return a.m <= kWgmmaMaxM;
 }
 
+// Token tile by M; 128 weight rows per unit (256 only when forced: measured faster on some layers, slower on
+// others). Split K only while the units leave SMs idle: the most splits that still fit one wave (at least
+// 512 K each, FP32 partial sums no larger than the weights). Measured on the H200 side by side (70B qkv, o,
+// down, gate_up at M = 64 and 256): this rule picked the fastest of 1, 2 and 4 splits on every layer;
+// splitting past one wave lost up to 45% (gate_up M = 256: 385 us unsplit, 549 in 2 splits, 673 in 4), and
+// the stream-K schedule (kept as a variant) lost 10-50% at M = 256, where blocks at different K positions
+// stop sharing the activation boxes in the L2.
 MmaWgmmaPlan mma_wgmma_plan(const MmaDecodeArgs& a) {
   const MmaDecodeForce& f = mma_decode_forced();
   MmaWgmmaPlan p;
@@ -67,54 +54,35 @@ MmaWgmmaPlan mma_wgmma_plan(const MmaDecodeArgs& a) {
   p.m_tiles = static_cast<int>((a.m + p.tokens - 1) / p.tokens);
   p.stages = f.wgmma_stages;
   const int total = static_cast<int>(a.layout.k_slabs() * 2);  // even
-  const int64_t sms = std::max(1, a.sm_count);
+  // Blocks in flight: one per SM (a test may cap it to walk several units per block on small layers).
+  const int64_t sms = std::max(1, f.wgmma_persist > 0 ? std::min(a.sm_count, f.wgmma_persist) : a.sm_count);
   auto per_split = [&](int s) { return (total / 2 + s - 1) / s * 2; };  // whole slabs per split
   auto count = [&](int s) { return (total + per_split(s) - 1) / per_split(s); };
-  const double w_stage = stage_weight_bytes(a.layout, tiles);
-  const double t_stage = std::max(kTensorNsPerToken * p.tokens * p.rows / 128, w_stage / kSmBytesPerNs);
-  const double all_bytes = w_stage * p.n_blocks * p.m_tiles * total;
-  auto cost = [&](int s) {
-    const int64_t units = static_cast<int64_t>(p.n_blocks) * p.m_tiles * s;
-    const double waves = std::ceil(static_cast<double>(units) / static_cast<double>(sms));
-    const double run = std::max(waves * (per_split(s) + 1) * t_stage, all_bytes / kDramBytesPerNs);
-    const double partials = s > 1 ? (2.0 * s + 1) * a.m * a.layout.n * 4 / kDramBytesPerNs + kLaunchNs : 0;
-    return run + partials;
-  };
+  const int64_t tiles_total = static_cast<int64_t>(p.n_blocks) * p.m_tiles;
   int best = 1;
-  double best_cost = cost(1);
   if (f.splits > 0) {
     best = count(std::min(f.splits, total / 2));
   } else {
-    for (int s = 2; s <= 16 && per_split(s) >= kWgmmaMinStagesPerSplit; ++s) {
-      if (count(s) != s) continue;  // the same split as a smaller count
-      const double c = cost(s);
-      if (c < best_cost * 0.97) {
-        best = s;
-        best_cost = c;
-      }
+    for (int s = 2; s <= 16 && tiles_total * s <= sms && per_split(s) >= kWgmmaMinStagesPerSplit; ++s) {
+      if (s * a.m * a.layout.n * 4 > a.layout.weight_bytes()) break;
+      best = s;
     }
+    best = count(best);
   }
   p.splits = best;
   p.stages_per_split = per_split(best);
-  p.units = p.n_blocks * p.m_tiles * p.splits;
+  p.units = static_cast<int>(tiles_total) * p.splits;
   p.grid = f.wgmma_persist < 0 ? p.units : static_cast<int>(std::min<int64_t>(p.units, sms));
-  // Stream-K: the whole waves of tiles but the last as they are, the rest in equal slab ranges, one per SM;
-  // its pieces (at most two per block) cost their FP32 sums and a fixup launch.
-  const int64_t tiles_total = static_cast<int64_t>(p.n_blocks) * p.m_tiles, k_slabs = total / 2;
+  // Stream-K (forced only): the whole waves of tiles but the last as they are, the rest in equal slab
+  // ranges, one per block (32-bit slab arithmetic on the device).
+  const int64_t k_slabs = total / 2;
   const int64_t dp = tiles_total >= 2 * sms ? (tiles_total / sms - 1) * sms : 0;
   const int64_t sk_slabs = (tiles_total - dp) * k_slabs;
-  const int64_t sk_grid = std::min<int64_t>(sms, sk_slabs);
-  const double sk_run = std::max(
-      (static_cast<double>(dp / sms) * (total + 1) + 2.0 * ((sk_slabs + sk_grid - 1) / sk_grid) + 2) * t_stage,
-      all_bytes / kDramBytesPerNs);
-  const double sk_cost = sk_run + 4.0 * sk_grid * p.tokens * p.rows * 4 / kDramBytesPerNs + kLaunchNs;
-  const bool stream_k = f.splits == 0 && f.wgmma_persist >= 0 && sk_slabs * sms < (int64_t{1} << 31) &&
-                        (f.wgmma_stream_k > 0 || (f.wgmma_stream_k == 0 && sk_cost < best_cost * 0.97));
-  if (stream_k) {
+  if (f.wgmma_stream_k > 0 && f.splits == 0 && sk_slabs * sms < (int64_t{1} << 31)) {
     p.splits = 1;
     p.stages_per_split = total;
     p.units = static_cast<int>(tiles_total);
-    p.grid = static_cast<int>(sk_grid);
+    p.grid = static_cast<int>(std::min<int64_t>(sms, sk_slabs));
     p.stream_k = true;
     p.dp_units = static_cast<int>(dp);
     p.sk_slabs = sk_slabs;

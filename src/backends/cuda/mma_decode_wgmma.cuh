@@ -153,7 +153,8 @@ __device__ __forceinline__ bool segment_at(const Walk& wk, int i, Segment& sg) {
 }
 
 // L2 eviction priorities of TMA loads (the cache-policy encodings CUTLASS passes for sm_90): the weights are
-// read once, the activation boxes by every block.
+// read once, the activation boxes by every block (measured on the H200: 0-4% faster than no hints at M = 64
+// and 256 on the 70B layers, never slower).
 constexpr uint64_t kEvictFirst = 0x12F0000000000000ull, kEvictLast = 0x14F0000000000000ull;
 
 // The producer's copies and barrier operations on 32-bit shared-window addresses.
@@ -522,7 +523,7 @@ Status launch_tile(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial
                 static_cast<int>(2 * k_slabs),
                 forced_stages < Sh::kStagesFit ? (forced_stages < 2 ? 2 : forced_stages) : Sh::kStagesFit,
                 mma_decode_forced().wgmma_probe,
-                mma_decode_forced().wgmma_hint ? 1 : 0,
+                mma_decode_forced().wgmma_no_hint ? 0 : 1,
                 mma_decode_forced().wgmma_drain ? 1 : 0,
                 p.stream_k ? 1 : 0,
                 p.dp_units,
