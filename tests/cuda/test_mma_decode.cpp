@@ -280,6 +280,29 @@ TEST(CudaMmaDecode, WgmmaKernelMatchesTheReference) {
   }
 }
 
+// Block pairs sharing each activation box by TMA multicast (thread-block clusters of 2): every code, odd and
+// even row-block counts (an odd last block pairs with one past N), split K, several units per pair, one
+// pair per unit.
+TEST(CudaMmaDecode, WgmmaBlockPairsMatchTheReference) {
+  QL_REQUIRE_SM90();
+  for (const KernelScheme& ks : kAll) {
+    const Scheme s = scheme_of(ks);
+    for (int variant = 0; variant < 4; ++variant) {
+      cuda::MmaDecodeForce f;
+      f.wgmma = 1;
+      f.wgmma_cluster = 2;
+      f.wgmma_persist = variant == 0 ? 4 : (variant == 1 ? -1 : 0);
+      if (variant == 3) f.splits = 2;
+      cuda_test::ForceScope force(f);
+      SCOPED_TRACE("block pairs, variant " + std::to_string(variant));
+      check({ks.kernel, s, 70, 1040, 2304});   // 9 row blocks: 5 pairs
+      check({ks.kernel, s, 140, 528, 1600});   // 5 row blocks, 256-token tile
+      check({ks.kernel, s, 40, 2064, 512});    // 17 row blocks, 64-token tile
+      check({ks.kernel, s, 300, 256, 1024});   // 2 row blocks x 2 token tiles
+    }
+  }
+}
+
 // M <= 16 split-K: the splits added in a thread-block cluster and through FP32 partial sums plus the
 // reduction launch give the same output bit for bit (both add in split order), for 2 .. 8 splits, and a
 // second call gives it again.

@@ -58,12 +58,14 @@ MmaWgmmaPlan mma_wgmma_plan(const MmaDecodeArgs& a) {
   const int64_t sms = std::max(1, f.wgmma_persist > 0 ? std::min(a.sm_count, f.wgmma_persist) : a.sm_count);
   auto per_split = [&](int s) { return (total / 2 + s - 1) / s * 2; };  // whole slabs per split
   auto count = [&](int s) { return (total + per_split(s) - 1) / per_split(s); };
+  p.cluster = f.wgmma_cluster == 2 && f.wgmma_stream_k <= 0 ? 2 : 1;
   const int64_t tiles_total = static_cast<int64_t>(p.n_blocks) * p.m_tiles;
+  const int64_t pair_units = (p.n_blocks + p.cluster - 1) / p.cluster * int64_t{p.m_tiles};  // per split
   int best = 1;
   if (f.splits > 0) {
     best = count(std::min(f.splits, total / 2));
   } else {
-    for (int s = 2; s <= 16 && tiles_total * s <= sms && per_split(s) >= kWgmmaMinStagesPerSplit; ++s) {
+    for (int s = 2; s <= 16 && pair_units * p.cluster * s <= sms && per_split(s) >= kWgmmaMinStagesPerSplit; ++s) {
       if (s * a.m * a.layout.n * 4 > a.layout.weight_bytes()) break;
       best = s;
     }
@@ -71,14 +73,15 @@ MmaWgmmaPlan mma_wgmma_plan(const MmaDecodeArgs& a) {
   }
   p.splits = best;
   p.stages_per_split = per_split(best);
-  p.units = static_cast<int>(tiles_total) * p.splits;
-  p.grid = f.wgmma_persist < 0 ? p.units : static_cast<int>(std::min<int64_t>(p.units, sms));
+  p.units = static_cast<int>(pair_units) * p.splits;  // row blocks, or row-block pairs
+  const int64_t blocks = int64_t{p.units} * p.cluster;
+  p.grid = static_cast<int>(f.wgmma_persist < 0 ? blocks : std::min<int64_t>(blocks, sms / p.cluster * p.cluster));
   // Stream-K (forced only): the whole waves of tiles but the last as they are, the rest in equal slab
   // ranges, one per block (32-bit slab arithmetic on the device).
   const int64_t k_slabs = total / 2;
   const int64_t dp = tiles_total >= 2 * sms ? (tiles_total / sms - 1) * sms : 0;
   const int64_t sk_slabs = (tiles_total - dp) * k_slabs;
-  if (f.wgmma_stream_k > 0 && f.splits == 0 && sk_slabs * sms < (int64_t{1} << 31)) {
+  if (f.wgmma_stream_k > 0 && f.splits == 0 && p.cluster == 1 && sk_slabs * sms < (int64_t{1} << 31)) {
     p.splits = 1;
     p.stages_per_split = total;
     p.units = static_cast<int>(tiles_total);

@@ -96,6 +96,7 @@ struct Shape {
 // and mma_wgmma_streamk_fixup adds the pieces of each tile in block order.
 struct Walk {
   int units, n_blocks, splits, stages_per_split, total_stages, stages, probe, hint, drain;
+  int cluster;  // 2: block pairs share each activation box (split-K schedule; units count row-block pairs)
   int stream_k, dp_units;
   int64_t sk_slabs;  // slabs of the stream-K tiles
 };
@@ -117,11 +118,14 @@ struct Segment {
 __device__ __forceinline__ bool segment_at(const Walk& wk, int i, Segment& sg) {
   const int c = blockIdx.x, grid = gridDim.x;
   if (!wk.stream_k) {
-    const int u = c + i * grid;
+    // With block pairs (cluster 2), unit u is a pair of row blocks: block c takes row block 2 (u % pairs) +
+    // c % 2 of the pair units c / 2, c / 2 + grid / 2, ... (an odd last row block pairs with one past N).
+    const int pairs = (wk.n_blocks + wk.cluster - 1) / wk.cluster;
+    const int u = c / wk.cluster + i * (grid / wk.cluster);
     if (u >= wk.units) return false;
-    sg.b = u % wk.n_blocks;
-    sg.split = (u / wk.n_blocks) % wk.splits;
-    sg.z = u / (wk.n_blocks * wk.splits);
+    sg.b = wk.cluster * (u % pairs) + c % wk.cluster;
+    sg.split = (u / pairs) % wk.splits;
+    sg.z = u / (pairs * wk.splits);
     sg.kst0 = sg.split * wk.stages_per_split;
     sg.steps = min(wk.stages_per_split, wk.total_stages - sg.kst0);
     sg.piece = wk.splits > 1 ? sg.split : -1;
@@ -207,6 +211,24 @@ __device__ __forceinline__ void tma_3d(uint32_t dst, const CUtensorMap* map, uin
         "l"(map), "r"(bar), "r"(0), "r"(c1), "r"(c2)
         : "memory");
   }
+}
+// The x half box of this block (cluster 2): into both blocks of the pair at the same offsets.
+__device__ __forceinline__ void tma_2d_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
+                                                 uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint "
+      "[%0], [%1, {%3, %4}], [%2], %5, %6;" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(static_cast<uint16_t>(3)), "l"(policy)
+      : "memory");
+}
+// Arrive on the barrier at the same offset in the other block of the pair.
+__device__ __forceinline__ void arrive_remote(uint32_t bar, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 }  // namespace sa
 
@@ -305,11 +327,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < wk.stages; ++s) {
       wgmma::mbar_init(&full[s], 1);
-      wgmma::mbar_init(&empty[s], 4 * kMathWarpgroups);  // one arrive per math warp
+      wgmma::mbar_init(&empty[s], 4 * kMathWarpgroups * wk.cluster);  // one arrive per math warp of the pair
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  if (wk.cluster > 1) {
+    sa::cluster_sync();  // the partner's barriers exist before any copy or arrive reaches them
+  } else {
+    __syncthreads();
+  }
 
   if (warp >= kProducerWarp) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
@@ -329,7 +355,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t st = ring + slot * Sh::kStageBytes, bar = full0 + 8 * slot;
         sa::wait(empty0 + 8 * slot, phase ^ 1);  // a fresh barrier counts as released
         sa::expect_tx(bar, bytes);
-        sa::tma_2d(st, &map_x, bar, kst * kStageK, row0, wk.hint, kEvictLast);
+        if (wk.cluster > 1) {  // half the box each, multicast to both blocks
+          const int r = static_cast<int>(blockIdx.x % 2);
+          sa::tma_2d_multicast(st + r * (BN / 2) * 128, &map_x, bar, kst * kStageK, row0 + r * (BN / 2), kEvictLast);
+        } else {
+          sa::tma_2d(st, &map_x, bar, kst * kStageK, row0, wk.hint, kEvictLast);
+        }
         if (weights) {
           sa::tma_3d(st + Sh::kXBytes, &map_w, bar, slab * Sh::kChunksPerUnit + half, tile0, wk.hint, kEvictFirst);
           if constexpr (Sh::kRec > 0) {
@@ -342,6 +373,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
+    if (wk.cluster > 1) sa::cluster_sync();  // neither block leaves while the other may still arrive on it
   } else {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kMathRegs));
   // Warp w of warpgroup g decodes tile 4 SUB g + 4 sub + w % 4 for row group `sub` of the warpgroup.
@@ -352,6 +384,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool decode = (wk.probe & kProbeNoDecode) == 0;
   int slot = 0, prev = -1;
   uint32_t phase = 0;
+  // A ring slot is free once every math warp of the block (and of the pair: its x half came from both) is done.
+  auto release = [&](int s) {
+    wgmma::mbar_arrive(&empty[s]);
+    if (wk.cluster > 1) sa::arrive_remote(wgmma::smem_addr(&empty[s]), static_cast<uint32_t>(blockIdx.x % 2) ^ 1u);
+  };
 
   // One stage (half HALF of its slab): decode into `af` (the set whose group retired at the previous
   // step), issue its four wgmmas, then retire the previous stage's group and release that ring slot.
@@ -387,7 +424,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kk = 0; kk < 4; ++kk) wgmma::wgmma_bf16_rs(acc[sub], af[sub][kk], db[kk], 1);
     wgmma::wgmma_commit();
     wgmma::wgmma_wait<1>();
-    if (prev >= 0 && lane == 0) wgmma::mbar_arrive(&empty[prev]);
+    if (prev >= 0 && lane == 0) release(prev);
     prev = slot;
     if (++slot == wk.stages) {
       slot = 0;
@@ -419,7 +456,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (wk.drain) wgmma::wgmma_wait<0>();
     }
     wgmma::wgmma_wait<0>();
-    if (prev >= 0 && lane == 0) wgmma::mbar_arrive(&empty[prev]);
+    if (prev >= 0 && lane == 0) release(prev);
     prev = -1;
 #pragma unroll
     for (int sub = 0; sub < SUB; ++sub) wgmma::fence_regs(acc[sub]);
@@ -452,6 +489,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
+  if (wk.cluster > 1) sa::cluster_sync();  // neither block leaves while the other may still arrive on it
   }  // math warpgroups
 }
 
@@ -503,7 +541,7 @@ Status launch_tile(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial
   using Sh = Shape<C, S, BN, SUB>;
   auto kernel = mma_wgmma_kernel<C, S, BN, SUB>;
   QL_RETURN_IF_ERROR(wgmma::allow_smem(kernel, Sh::kSmem));
-  QL_ASSIGN_OR_RETURN(CUtensorMap map_x, x_map(a, BN));
+  QL_ASSIGN_OR_RETURN(CUtensorMap map_x, x_map(a, p.cluster > 1 ? BN / 2 : BN));
   const int64_t n_tiles = a.layout.n_tiles(), k_slabs = a.layout.k_slabs();
   // The packed buffers are device allocations (256-byte aligned): every chunk and record row is 16-byte
   // aligned, as TMA needs.
@@ -525,12 +563,33 @@ Status launch_tile(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial
                 mma_decode_forced().wgmma_probe,
                 mma_decode_forced().wgmma_no_hint ? 0 : 1,
                 mma_decode_forced().wgmma_drain ? 1 : 0,
+                p.cluster,
                 p.stream_k ? 1 : 0,
                 p.dp_units,
                 p.sk_slabs};
-  kernel<<<p.grid, kThreads, Sh::kSmem, stream>>>(map_x, map_w, map_s, a, wk, partial);
-  QL_CUDA_CHECK_LAUNCH("mma_wgmma_kernel");
-  return Status::ok();
+  if (p.cluster == 1) {
+    kernel<<<p.grid, kThreads, Sh::kSmem, stream>>>(map_x, map_w, map_s, a, wk, partial);
+    QL_CUDA_CHECK_LAUNCH("mma_wgmma_kernel");
+    return Status::ok();
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = Sh::kSmem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 2;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cfg.gridDim = dim3(2);
+  int clusters = 0;  // pairs resident at once: the persistent grid must not exceed them
+  QL_RETURN_IF_ERROR(cuda::check(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg),
+                                       "cudaOccupancyMaxActiveClusters(mma_wgmma_kernel)"));
+  cfg.gridDim = dim3(static_cast<unsigned>(2 * std::max(1, std::min(p.grid / 2, clusters))));
+  return cuda::check(cudaLaunchKernelEx(&cfg, kernel, map_x, map_w, map_s, a, wk, partial),
+                           "cudaLaunchKernelEx(mma_wgmma_kernel, block pairs)");
 }
 
 // The token tiles of one (code, scale) pair.
