@@ -239,7 +239,7 @@ TEST(CudaMmaDecode, WgmmaKernelMatchesTheReference) {
       EXPECT_TRUE(named) << s.name;
       for (int64_t m : {17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 300}) {
         check({ks.kernel, s, m, 200, 800});
-        if (m % 64 <= 1) check({ks.kernel, s, m, 1040, 1088});  // 9 N blocks, the last partial
+        if (m == 64 || m == 65 || m == 257) check({ks.kernel, s, m, 1040, 1088});  // 9 N blocks, the last partial
       }
       for (int64_t m : {24, 130}) {
         check({ks.kernel, s, m, 128, 8192});  // one N block: split K
@@ -272,33 +272,36 @@ TEST(CudaMmaDecode, WgmmaKernelMatchesTheReference) {
       }
       cuda_test::ForceScope force(f);
       SCOPED_TRACE("wgmma variant " + std::to_string(variant));
-      check({ks.kernel, s, 70, 1040, 2304});   // 9 row blocks, one token tile
-      check({ks.kernel, s, 140, 528, 1600});   // 5 row blocks (the last partial), 256-token tile
-      check({ks.kernel, s, 100, 1040, 1600});  // 9 row blocks x 1 token tile of 128
-      check({ks.kernel, s, 40, 2064, 512});    // 17 row blocks (9 of 256 rows), 64-token tile
+      if (variant % 2 == 0) {
+        check({ks.kernel, s, 70, 1040, 2304});   // 9 row blocks, one token tile of 128
+        check({ks.kernel, s, 140, 528, 1600});   // 5 row blocks (the last partial), 256-token tile
+      } else {
+        check({ks.kernel, s, 300, 1040, 1024});  // 9 row blocks x 2 token tiles of 256
+        check({ks.kernel, s, 40, 2064, 512});    // 17 row blocks (9 of 256 rows), 64-token tile
+      }
     }
   }
 }
 
-// Block pairs sharing each activation box by TMA multicast (thread-block clusters of 2): every code, odd and
-// even row-block counts (an odd last block pairs with one past N), split K, several units per pair, one
-// pair per unit.
+// Blocks sharing each activation box by TMA multicast (thread-block clusters of 2 and 4): every code, row-
+// block counts off the cluster size (the last group takes rows past N), split K, several units per cluster,
+// one cluster per unit, 256-row units.
 TEST(CudaMmaDecode, WgmmaBlockPairsMatchTheReference) {
   QL_REQUIRE_SM90();
   for (const KernelScheme& ks : kAll) {
     const Scheme s = scheme_of(ks);
-    for (int variant = 0; variant < 4; ++variant) {
+    for (int variant = 0; variant < 6; ++variant) {
       cuda::MmaDecodeForce f;
       f.wgmma = 1;
-      f.wgmma_cluster = 2;
-      f.wgmma_persist = variant == 0 ? 4 : (variant == 1 ? -1 : 0);
+      f.wgmma_cluster = variant < 4 ? 2 : 4;
+      f.wgmma_persist = variant == 0 || variant == 4 ? 4 : (variant == 1 ? -1 : 0);
       if (variant == 3) f.splits = 2;
+      if (variant == 5) f.wgmma_rows = 256;
       cuda_test::ForceScope force(f);
       SCOPED_TRACE("block pairs, variant " + std::to_string(variant));
-      check({ks.kernel, s, 70, 1040, 2304});   // 9 row blocks: 5 pairs
-      check({ks.kernel, s, 140, 528, 1600});   // 5 row blocks, 256-token tile
+      check({ks.kernel, s, 70, 1040, 2304});   // 9 row blocks: 5 pairs, 3 groups of 4
       check({ks.kernel, s, 40, 2064, 512});    // 17 row blocks, 64-token tile
-      check({ks.kernel, s, 300, 256, 1024});   // 2 row blocks x 2 token tiles
+      if (variant % 2 == 0) check({ks.kernel, s, 300, 256, 1024});  // 2 row blocks x 2 token tiles of 256
     }
   }
 }

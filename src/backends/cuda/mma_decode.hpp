@@ -94,7 +94,7 @@ struct MmaDecodeForce {
   int wgmma_tokens = 0;                                   // its token tile (64, 128, 256; 0 = by M)
   int wgmma_rows = 0;                                     // its weight rows per unit (128, or 256 at 64 tokens)
   int wgmma_stages = 0;                                   // its ring depth (0: what shared memory holds)
-  int wgmma_cluster = 0;                                  // its block pairs sharing x by multicast (2; else 1)
+  int wgmma_cluster = 0;                                  // its blocks sharing x by multicast (2 or 4; else 1)
   int wgmma_stream_k = 0;                                 // its schedule: 1 = stream-K, else split-K
   int wgmma_persist = 0;                                  // its grid: -1 = a block per unit, N > 0 = at most N
   bool wgmma_no_hint = false;                             // its TMA loads without L2 hints (weights evict first)

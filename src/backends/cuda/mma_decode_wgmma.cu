@@ -58,7 +58,7 @@ MmaWgmmaPlan mma_wgmma_plan(const MmaDecodeArgs& a) {
   const int64_t sms = std::max(1, f.wgmma_persist > 0 ? std::min(a.sm_count, f.wgmma_persist) : a.sm_count);
   auto per_split = [&](int s) { return (total / 2 + s - 1) / s * 2; };  // whole slabs per split
   auto count = [&](int s) { return (total + per_split(s) - 1) / per_split(s); };
-  p.cluster = f.wgmma_cluster == 2 && f.wgmma_stream_k <= 0 ? 2 : 1;
+  p.cluster = (f.wgmma_cluster == 2 || f.wgmma_cluster == 4) && f.wgmma_stream_k <= 0 ? f.wgmma_cluster : 1;
   const int64_t tiles_total = static_cast<int64_t>(p.n_blocks) * p.m_tiles;
   const int64_t pair_units = (p.n_blocks + p.cluster - 1) / p.cluster * int64_t{p.m_tiles};  // per split
   int best = 1;

@@ -96,7 +96,7 @@ struct Shape {
 // and mma_wgmma_streamk_fixup adds the pieces of each tile in block order.
 struct Walk {
   int units, n_blocks, splits, stages_per_split, total_stages, stages, probe, hint, drain;
-  int cluster;  // 2: block pairs share each activation box (split-K schedule; units count row-block pairs)
+  int cluster;  // 2 or 4: block groups share each activation box (split-K schedule; units count row-block groups)
   int stream_k, dp_units;
   int64_t sk_slabs;  // slabs of the stream-K tiles
 };
@@ -118,8 +118,9 @@ struct Segment {
 __device__ __forceinline__ bool segment_at(const Walk& wk, int i, Segment& sg) {
   const int c = blockIdx.x, grid = gridDim.x;
   if (!wk.stream_k) {
-    // With block pairs (cluster 2), unit u is a pair of row blocks: block c takes row block 2 (u % pairs) +
-    // c % 2 of the pair units c / 2, c / 2 + grid / 2, ... (an odd last row block pairs with one past N).
+    // With block groups (clusters of 2 or 4), unit u is a group of row blocks: block c takes row block
+    // cluster (u % groups) + c % cluster of the group units c / cluster, c / cluster + grid / cluster, ...
+    // (a last group short of row blocks takes some past N: zeros, discarded).
     const int pairs = (wk.n_blocks + wk.cluster - 1) / wk.cluster;
     const int u = c / wk.cluster + i * (grid / wk.cluster);
     if (u >= wk.units) return false;
@@ -212,16 +213,16 @@ __device__ __forceinline__ void tma_3d(uint32_t dst, const CUtensorMap* map, uin
         : "memory");
   }
 }
-// The x half box of this block (cluster 2): into both blocks of the pair at the same offsets.
+// This block's share of the x box (clusters): into every block of the cluster (`mask`) at the same offsets.
 __device__ __forceinline__ void tma_2d_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
-                                                 uint64_t policy) {
+                                                 uint16_t mask, uint64_t policy) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint "
       "[%0], [%1, {%3, %4}], [%2], %5, %6;" ::"r"(dst),
-      "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(static_cast<uint16_t>(3)), "l"(policy)
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(mask), "l"(policy)
       : "memory");
 }
-// Arrive on the barrier at the same offset in the other block of the pair.
+// Arrive on the barrier at the same offset in block `rank` of the cluster.
 __device__ __forceinline__ void arrive_remote(uint32_t bar, uint32_t rank) {
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(rank));
@@ -355,9 +356,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t st = ring + slot * Sh::kStageBytes, bar = full0 + 8 * slot;
         sa::wait(empty0 + 8 * slot, phase ^ 1);  // a fresh barrier counts as released
         sa::expect_tx(bar, bytes);
-        if (wk.cluster > 1) {  // half the box each, multicast to both blocks
-          const int r = static_cast<int>(blockIdx.x % 2);
-          sa::tma_2d_multicast(st + r * (BN / 2) * 128, &map_x, bar, kst * kStageK, row0 + r * (BN / 2), kEvictLast);
+        if (wk.cluster > 1) {  // a share of the box rows each, multicast to every block of the cluster
+          const int r = static_cast<int>(blockIdx.x) % wk.cluster, rows = BN / wk.cluster;
+          sa::tma_2d_multicast(st + r * rows * 128, &map_x, bar, kst * kStageK, row0 + r * rows,
+                               static_cast<uint16_t>((1u << wk.cluster) - 1), kEvictLast);
         } else {
           sa::tma_2d(st, &map_x, bar, kst * kStageK, row0, wk.hint, kEvictLast);
         }
@@ -384,10 +386,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool decode = (wk.probe & kProbeNoDecode) == 0;
   int slot = 0, prev = -1;
   uint32_t phase = 0;
-  // A ring slot is free once every math warp of the block (and of the pair: its x half came from both) is done.
+  // A ring slot is free once every math warp of the cluster is done with it (each block writes its share of
+  // the x box into all of them).
   auto release = [&](int s) {
     wgmma::mbar_arrive(&empty[s]);
-    if (wk.cluster > 1) sa::arrive_remote(wgmma::smem_addr(&empty[s]), static_cast<uint32_t>(blockIdx.x % 2) ^ 1u);
+    if (wk.cluster > 1) {
+      uint32_t own;  // read here, not kept in a register across the K loop
+      asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(own));
+      for (int r = 1; r < wk.cluster; ++r) {
+        sa::arrive_remote(wgmma::smem_addr(&empty[s]), (own + r) & static_cast<uint32_t>(wk.cluster - 1));
+      }
+    }
   };
 
   // One stage (half HALF of its slab): decode into `af` (the set whose group retired at the previous
@@ -541,7 +550,7 @@ Status launch_tile(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial
   using Sh = Shape<C, S, BN, SUB>;
   auto kernel = mma_wgmma_kernel<C, S, BN, SUB>;
   QL_RETURN_IF_ERROR(wgmma::allow_smem(kernel, Sh::kSmem));
-  QL_ASSIGN_OR_RETURN(CUtensorMap map_x, x_map(a, p.cluster > 1 ? BN / 2 : BN));
+  QL_ASSIGN_OR_RETURN(CUtensorMap map_x, x_map(a, BN / p.cluster));
   const int64_t n_tiles = a.layout.n_tiles(), k_slabs = a.layout.k_slabs();
   // The packed buffers are device allocations (256-byte aligned): every chunk and record row is 16-byte
   // aligned, as TMA needs.
@@ -578,18 +587,18 @@ Status launch_tile(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 2;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(p.cluster);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  cfg.gridDim = dim3(2);
-  int clusters = 0;  // pairs resident at once: the persistent grid must not exceed them
+  cfg.gridDim = dim3(static_cast<unsigned>(p.cluster));
+  int clusters = 0;  // clusters resident at once: the persistent grid must not exceed them
   QL_RETURN_IF_ERROR(cuda::check(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg),
                                        "cudaOccupancyMaxActiveClusters(mma_wgmma_kernel)"));
-  cfg.gridDim = dim3(static_cast<unsigned>(2 * std::max(1, std::min(p.grid / 2, clusters))));
+  cfg.gridDim = dim3(static_cast<unsigned>(p.cluster * std::max(1, std::min(p.grid / p.cluster, clusters))));
   return cuda::check(cudaLaunchKernelEx(&cfg, kernel, map_x, map_w, map_s, a, wk, partial),
-                           "cudaLaunchKernelEx(mma_wgmma_kernel, block pairs)");
+                     "cudaLaunchKernelEx(mma_wgmma_kernel, block clusters)");
 }
 
 // The token tiles of one (code, scale) pair.

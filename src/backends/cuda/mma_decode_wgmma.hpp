@@ -29,7 +29,7 @@ struct MmaWgmmaPlan {
   int n_blocks = 0, m_tiles = 0, units = 0;
   int grid = 0;    // blocks launched: min(units, SMs) when persistent, else units
   int stages = 0;  // ring depth (0: as many as shared memory holds)
-  int cluster = 1;  // 2: block pairs (units: row-block pairs) share each activation box by TMA multicast
+  int cluster = 1;  // 2 or 4: block clusters (units: row-block groups) share each activation box by multicast
   // Stream-K schedule (splits = 1): the first dp_units tiles whole, then sk_slabs k128 slabs (of the other
   // tiles) in `grid` equal ranges; the tiles covered in part add up in a fixup launch.
   bool stream_k = false;
