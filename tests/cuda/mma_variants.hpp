@@ -79,6 +79,7 @@ inline std::vector<MmaVariant> mma_variants() {
   add("wg_r256", 17, 64, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_rows = 256; });  // 256 rows, 64 tokens
   add("wg_cl2", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_cluster = 2; });  // block pairs
   add("wg_cl4", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_cluster = 4; });
+  add("wg_cl2s2", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_cluster = 2; f.splits = 2; });
   add("wg_cl2r", 17, 64, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_cluster = 2; f.wgmma_rows = 256; });
   add("wg_sk", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_stream_k = 1; });
   add("wg_nosk", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_stream_k = -1; });
