@@ -164,7 +164,8 @@ TEST(CudaMmaDecodeBench, DISABLED_VersusCublasBf16) {
       {"w4a16-nvfp4", &cuda::kSm90MmaDecodeNvfp4, kNvfp4Static, std::nullopt, nullptr},
   };
   const std::vector<int64_t> kBenchMs = bench_ms();
-  const std::vector<cuda_test::MmaVariant> variants = cuda_test::mma_variants();
+  std::vector<cuda_test::MmaVariant> variants = cuda_test::mma_variants();
+  for (const cuda_test::MmaVariant& v : cuda_test::mma_probe_variants()) variants.push_back(v);
   const char* csv_path = std::getenv("QL_MMA_BENCH_CSV");
   FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
   if (csv) std::fprintf(csv, "layer,n,k,m,scheme,us,bf16_us,clean_us,bf16_clean_us,splits,bytes,tbps\n");

@@ -66,13 +66,27 @@ inline std::vector<MmaVariant> mma_variants() {
   add("mma64", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.wgmma = -1; });
   add("t64x64", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.wgmma = -1; f.large_m_config = 1; });
   add("t64x128", 17, 1 << 20, [](MmaDecodeForce& f) { f.widen_above_m = -1; f.wgmma = -1; f.large_m_config = 2; });
-  // The swap-AB wgmma kernel (mma_decode_wgmma.hpp; E4M3 and E2M1 layers whose scales fold, the rest keep
-  // the mma.sync kernel): its token tile by M (32, 64, 128, 256), or 64 / 128 tokens per M tile, or without
-  // split-K.
+  // The swap-AB wgmma kernel (mma_decode_wgmma.hpp; every code, MX layers whose scales do not fold keep the
+  // mma.sync kernel): its token tile by M (64, 128, 256) or forced, split counts, one block per unit, 256-row
+  // units, stream-K or split-K, L2 hints, the groups drained every 4 stages, the ring depth.
   add("wgmma", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; });
-  add("wg_t64", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_tokens = 64; });
+  add("wg_t64", 65, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_tokens = 64; });
   add("wg_t128", 129, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_tokens = 128; });
   add("wg_s1", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.splits = 1; });
+  add("wg_s2", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.splits = 2; });
+  add("wg_s4", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.splits = 4; });
+  add("wg_np", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_persist = -1; });  // a block per unit
+  add("wg_r256", 17, 64, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_rows = 256; });  // 256 rows, 64 tokens
+  add("wg_cl2", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_cluster = 2; });  // block pairs
+  add("wg_cl4", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_cluster = 4; });
+  add("wg_cl2s2", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_cluster = 2; f.splits = 2; });
+  add("wg_cl2r", 17, 64, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_cluster = 2; f.wgmma_rows = 256; });
+  add("wg_sk", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_stream_k = 1; });
+  add("wg_nosk", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_stream_k = -1; });
+  add("wg_nohint", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_no_hint = true; });
+  add("wg_drain", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_drain = true; });
+  add("wg_st4", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_stages = 4; });
+  add("wg_st8", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_stages = 8; });
   // The widen route from M = 65 (the wgmma kernel off): fragments or gathered elements, row blocks or the
   // whole weight (the table: whole up to 1 GiB of BF16).
   add("wfrag32", 65, 1 << 20, [](MmaDecodeForce& f) {
@@ -99,6 +113,21 @@ inline std::vector<MmaVariant> mma_variants() {
     f.widen = MmaWidenKind::kFragments;
     f.widen_block_mib = -1;
   });
+  return v;
+}
+
+// Timing probes of the wgmma kernel (benchmark only: their outputs are wrong): a stage without its decode,
+// without its weight copies.
+inline std::vector<MmaVariant> mma_probe_variants() {
+  std::vector<MmaVariant> v;
+  cuda::MmaDecodeForce f;
+  f.wgmma = 1;
+  f.wgmma_probe = 1;
+  v.push_back({"wg_nodec", 17, 1 << 20, f});
+  f.wgmma_probe = 2;
+  v.push_back({"wg_nowt", 17, 1 << 20, f});
+  f.wgmma_probe = 3;
+  v.push_back({"wg_xonly", 17, 1 << 20, f});
   return v;
 }
 

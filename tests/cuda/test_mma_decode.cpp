@@ -214,13 +214,14 @@ TEST(CudaMmaDecode, EveryForcedVariantMatchesTheReference) {
   }
 }
 
-// The swap-AB wgmma kernel forced at every M from 17 (token tiles 32 / 64 / 128 / 256 by M, several M tiles at
-// 300), on N and K off its 128-row and 64-K tiles, split K, bias and output dtypes; each token tile forced
-// on its own too (FP6 layers and MX scales outside the fold range keep the mma.sync kernel).
+// The swap-AB wgmma kernel forced at every M from 17 (token tiles 64 / 128 / 256 by M, several token tiles
+// at 300), on N and K off its 128-row and 64-K tiles, split K, bias and output dtypes, every code (FP6
+// included); each token tile, the ring depth, the grid (persistent or one block per unit), the schedule
+// (split-K or stream-K), 256-row units and the L2 hints forced on their own too (MX scales outside the fold
+// range keep the mma.sync kernel).
 TEST(CudaMmaDecode, WgmmaKernelMatchesTheReference) {
   QL_REQUIRE_SM90();
   for (const KernelScheme& ks : kAll) {
-    if (ks.kernel == &cuda::kSm90MmaDecodeMxfp6) continue;
     const Scheme s = scheme_of(ks);
     {
       cuda::MmaDecodeForce f;
@@ -236,9 +237,9 @@ TEST(CudaMmaDecode, WgmmaKernelMatchesTheReference) {
         if (r.contains(64)) named = r.why.find("wgmma") != std::string::npos;
       }
       EXPECT_TRUE(named) << s.name;
-      for (int64_t m : {17, 63, 64, 65, 128, 255, 256, 300}) {
+      for (int64_t m : {17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 300}) {
         check({ks.kernel, s, m, 200, 800});
-        check({ks.kernel, s, m, 1040, 1088});  // 9 N blocks, the last partial
+        if (m == 64 || m == 65 || m == 257) check({ks.kernel, s, m, 1040, 1088});  // 9 N blocks, the last partial
       }
       for (int64_t m : {24, 130}) {
         check({ks.kernel, s, m, 128, 8192});  // one N block: split K
@@ -246,12 +247,61 @@ TEST(CudaMmaDecode, WgmmaKernelMatchesTheReference) {
         check({ks.kernel, s, m, 96, 320, Spread::kNarrow, DType::kF16, DType::kF32, {32, 64}});
       }
     }
-    for (int tokens : {32, 64, 128, 256}) {
+    for (int tokens : {64, 128, 256}) {
       cuda::MmaDecodeForce f;
       f.wgmma = 1;
       f.wgmma_tokens = tokens;
       cuda_test::ForceScope force(f);
       check({ks.kernel, s, 200, 272, 1024});
+    }
+    // The knobs: at most 3 blocks in flight (several units per block on these small layers) unless said.
+    for (int variant = 0; variant < 8; ++variant) {
+      cuda::MmaDecodeForce f;
+      f.wgmma = 1;
+      f.wgmma_persist = 3;
+      if (variant == 0) f.wgmma_stages = 2;    // the ring wraps every other stage
+      if (variant == 1) f.wgmma_persist = -1;  // one block per unit
+      if (variant == 2) f.wgmma_persist = 0;   // as many blocks as SMs
+      if (variant == 3) f.splits = 3;          // three splits
+      if (variant == 4) f.wgmma_rows = 256;    // 256 rows per unit (64-token tiles)
+      if (variant == 5) f.wgmma_no_hint = f.wgmma_drain = true;
+      if (variant == 6) f.wgmma_stream_k = 1;  // stream-K: 9 or 18 tiles on 3 blocks, pieces added by the fixup
+      if (variant == 7) {                      // stream-K with a wave of whole tiles first (9 tiles, 4 blocks)
+        f.wgmma_stream_k = 1;
+        f.wgmma_persist = 4;
+      }
+      cuda_test::ForceScope force(f);
+      SCOPED_TRACE("wgmma variant " + std::to_string(variant));
+      if (variant % 2 == 0) {
+        check({ks.kernel, s, 70, 1040, 2304});   // 9 row blocks, one token tile of 128
+        check({ks.kernel, s, 140, 528, 1600});   // 5 row blocks (the last partial), 256-token tile
+      } else {
+        check({ks.kernel, s, 300, 1040, 1024});  // 9 row blocks x 2 token tiles of 256
+        check({ks.kernel, s, 40, 2064, 512});    // 17 row blocks (9 of 256 rows), 64-token tile
+      }
+    }
+  }
+}
+
+// Blocks sharing each activation box by TMA multicast (thread-block clusters of 2 and 4): every code, row-
+// block counts off the cluster size (the last group takes rows past N), split K, several units per cluster,
+// one cluster per unit, 256-row units.
+TEST(CudaMmaDecode, WgmmaBlockPairsMatchTheReference) {
+  QL_REQUIRE_SM90();
+  for (const KernelScheme& ks : kAll) {
+    const Scheme s = scheme_of(ks);
+    for (int variant = 0; variant < 6; ++variant) {
+      cuda::MmaDecodeForce f;
+      f.wgmma = 1;
+      f.wgmma_cluster = variant < 4 ? 2 : 4;
+      f.wgmma_persist = variant == 0 || variant == 4 ? 4 : (variant == 1 ? -1 : 0);
+      if (variant == 3) f.splits = 2;
+      if (variant == 5) f.wgmma_rows = 256;
+      cuda_test::ForceScope force(f);
+      SCOPED_TRACE("block pairs, variant " + std::to_string(variant));
+      check({ks.kernel, s, 70, 1040, 2304});   // 9 row blocks: 5 pairs, 3 groups of 4
+      check({ks.kernel, s, 40, 2064, 512});    // 17 row blocks, 64-token tile
+      if (variant % 2 == 0) check({ks.kernel, s, 300, 256, 1024});  // 2 row blocks x 2 token tiles of 256
     }
   }
 }
@@ -303,7 +353,12 @@ TEST(CudaMmaDecode, CapturesAndReplaysInACudaGraph) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   cuda::StreamGuard guard(stream);
   for (const KernelScheme& ks : kAll) {
-    for (int64_t m : {1, 16, 64, 256}) {  // 256: the widening route
+    for (int64_t m : {1, 16, 64, 256, -64}) {  // 256: the widening route or the wgmma kernel; -64: wgmma forced
+      cuda::MmaDecodeForce f;
+      f.wgmma = m < 0 ? 1 : 0;
+      f.splits = m < 0 ? 2 : 0;  // its split-K reduction in the graph too
+      cuda_test::ForceScope force(f);
+      m = m < 0 ? -m : m;
       const Case c{ks.kernel, scheme_of(ks), m, 128, 4096, Spread::kNarrow, DType::kBF16, DType::kBF16};
       const uint64_t seed = fresh_seed();
       SCOPED_TRACE(describe(c, seed));

@@ -203,15 +203,14 @@ TEST(CudaMmaDecodeAct, SplitKInputDtypesBiasAndOutputDtypes) {
   }
 }
 
-// The swap-AB wgmma kernel forced (E4M3 / E2M1 weights; FP6 keeps the mma.sync kernel): the activation
-// factor (static FP8 scale, NVFP4 1/g) and the quantized values through its epilogue, split K and dtypes.
+// The swap-AB wgmma kernel forced (every code): the activation factor (static FP8 scale, NVFP4 1/g) and the
+// quantized values through its epilogue, split K and dtypes.
 TEST(CudaMmaDecodeAct, WgmmaKernelMatchesTheReference) {
   QL_REQUIRE_SM90();
   cuda::MmaDecodeForce f;
   f.wgmma = 1;
   cuda_test::ForceScope force(f);
   for (const Scheme& s : all_act_schemes()) {
-    if (s.family == Family::kMxfp6) continue;
     for (int64_t m : {17, 64, 65, 256, 300}) check({s, m, 200, odd_k(s)});
     check({s, 40, 128, 8192});
     check({s, 130, 96, odd_k(s), DType::kF16, DType::kF32, DType::kBF16});

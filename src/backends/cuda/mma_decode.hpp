@@ -96,7 +96,15 @@ struct MmaDecodeForce {
   int64_t widen_block_mib = 0;                            // BF16 row-block size in MiB; -1: the whole weight
   int large_m_config = 0;                                 // M > 16: 1 = 64 tokens x 64 rows, 2 = 64 x 128
   int wgmma = 0;                                          // M > 16: 1 = the swap-AB wgmma kernel, -1 = never
-  int wgmma_tokens = 0;                                   // its token tile (32, 64, 128, 256; 0 = by M)
+  int wgmma_tokens = 0;                                   // its token tile (64, 128, 256; 0 = by M)
+  int wgmma_rows = 0;                                     // its weight rows per unit (128, or 256 at 64 tokens)
+  int wgmma_stages = 0;                                   // its ring depth (0: what shared memory holds)
+  int wgmma_cluster = 0;                                  // its blocks sharing x by multicast (2 or 4; else 1)
+  int wgmma_stream_k = 0;                                 // its schedule: 1 = stream-K, else split-K
+  int wgmma_persist = 0;                                  // its grid: -1 = a block per unit, N > 0 = at most N
+  bool wgmma_no_hint = false;                             // its TMA loads without L2 hints (weights evict first)
+  bool wgmma_drain = false;                               // its wgmma groups all retired every 4 stages
+  int wgmma_probe = 0;                                    // benchmark probes (mma_wgmma::kProbe*: wrong results)
   MmaSplitReduce split_reduce = MmaSplitReduce::kTable;   // pipelined kernel, M <= 16
   bool no_programmatic = false;                           // quantized activations: plain launch after the pass
   bool no_l2_streaming = false;                           // M <= 16: weights without the L2 streaming window

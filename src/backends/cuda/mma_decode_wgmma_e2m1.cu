@@ -1,14 +1,11 @@
 // Swap-AB wgmma decode GEMM instantiations for E2M1 weights: MXFP4 (folded) and NVFP4.
 #include "backends/cuda/mma_decode_wgmma.cuh"
-#include "backends/cuda/mma_decode_wgmma.hpp"
 
 namespace qlinear::cuda::mma_wgmma {
 
-Status launch_e2m1(const MmaDecodeArgs& a, int tokens, int splits, float* partial, Stream stream) {
-  if (a.layout.scale == MmaScale::kNv16) {
-    return launch_tokens<MmaCode::kE2M1, MmaScale::kNv16>(a, tokens, splits, partial, stream);
-  }
-  return launch_tokens<MmaCode::kE2M1, MmaScale::kMx32>(a, tokens, splits, partial, stream);
+Status launch_e2m1(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial, Stream stream) {
+  if (a.layout.scale == MmaScale::kNv16) return launch_tokens<MmaCode::kE2M1, MmaScale::kNv16>(a, p, partial, stream);
+  return launch_tokens<MmaCode::kE2M1, MmaScale::kMx32>(a, p, partial, stream);
 }
 
 }  // namespace qlinear::cuda::mma_wgmma

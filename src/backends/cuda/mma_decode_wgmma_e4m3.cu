@@ -1,14 +1,11 @@
 // Swap-AB wgmma decode GEMM instantiations for E4M3 weights: per-channel (FP8 W8A16) and MXFP8 (folded).
 #include "backends/cuda/mma_decode_wgmma.cuh"
-#include "backends/cuda/mma_decode_wgmma.hpp"
 
 namespace qlinear::cuda::mma_wgmma {
 
-Status launch_e4m3(const MmaDecodeArgs& a, int tokens, int splits, float* partial, Stream stream) {
-  if (a.layout.scale == MmaScale::kRow) {
-    return launch_tokens<MmaCode::kE4M3, MmaScale::kRow>(a, tokens, splits, partial, stream);
-  }
-  return launch_tokens<MmaCode::kE4M3, MmaScale::kMx32>(a, tokens, splits, partial, stream);
+Status launch_e4m3(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial, Stream stream) {
+  if (a.layout.scale == MmaScale::kRow) return launch_tokens<MmaCode::kE4M3, MmaScale::kRow>(a, p, partial, stream);
+  return launch_tokens<MmaCode::kE4M3, MmaScale::kMx32>(a, p, partial, stream);
 }
 
 }  // namespace qlinear::cuda::mma_wgmma
