@@ -15,6 +15,7 @@ const LinearKernel* const kCudaPriority[] = {
     // sm_90a (each declines other compute capabilities): hybrid routes first, pure cuBLASLt after.
     &cuda::kSm90Fp8ScaledMM,
     &cuda::kCublasLtFp8ScaledMM,
+    &cuda::kSm90Fp8ScaledMMWgmma,
     &cuda::kSm90Fp8ScaledMMStream,
     &cuda::kSm90Fp8BlockScaled,
     &cuda::kCublasLtFp8BlockScaled,

@@ -1,0 +1,197 @@
+// The own persistent wgmma FP8 GEMM (wgmma_fp8_gemm.hpp) at the GEMM level: every tile width gives the same
+// output bit for bit (the same promotion every 128 K, whatever the tile), within the tensor-core FP8 bound
+// of an FP64 sum on the host; and its route captured in a CUDA graph replays a direct call bit for bit.
+// The route against the reference backend is in test_cuda.cpp (Fp8WgmmaRouteMatchesTheReference).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cuda/cuda_test_util.hpp"
+#include "qlinear/formats.hpp"
+#include "qlinear/random.hpp"
+#include "qlinear/registry.hpp"
+#include "qlinear/scheme.hpp"
+
+#if QLINEAR_WITH_CUDA
+#include "backends/cuda/cuda_kernels.hpp"
+#include "backends/cuda/wgmma_fp8_gemm.hpp"
+#include "qlinear/cuda.hpp"
+#include "qlinear/make_layer.hpp"
+
+namespace qlinear {
+namespace {
+
+using cuda_test::fresh_seed;
+using cuda_test::to_dtype;
+
+// Random E4M3 codes (NaN codes replaced) in [rows, ld] with zeros past `cols`.
+Tensor random_e4m3(int64_t rows, int64_t cols, int64_t ld, uint64_t seed) {
+  Tensor t = Tensor::empty(DType::kU8, {rows, ld});
+  uint64_t st = seed | 1;
+  auto* p = static_cast<uint8_t*>(t.raw());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < ld; ++c) {
+      st ^= st << 13;
+      st ^= st >> 7;
+      st ^= st << 17;
+      uint8_t b = static_cast<uint8_t>(st);
+      if ((b & 0x7F) == 0x7F) b = 0x3C;
+      p[r * ld + c] = c < cols ? b : 0;
+    }
+  }
+  return t;
+}
+
+// Scales spanning 2^-20 .. 2^10.
+Tensor spread_scales(int64_t n, uint64_t seed) {
+  Tensor t = Tensor::empty(DType::kF32, {n});
+  for (int64_t i = 0; i < n; ++i) {
+    t.data<float>()[i] = std::ldexp(1.0f + static_cast<float>((seed + 7 * i) % 13) / 16, static_cast<int>((i * 11 + seed) % 31) - 20);
+  }
+  return t;
+}
+
+float bf16_value(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+TEST(CudaWgmmaFp8, EveryTileGivesTheSameOutputWithinTheFp8Bound) {
+  QL_REQUIRE_SM90();
+  const cuda::Stream s = cuda::current_stream();
+  struct Case {
+    int64_t m, n, k;
+  };
+  for (const Case& c : {Case{300, 1000, 1000}, Case{1000, 456, 4100}, Case{7, 200, 96}}) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("M=" + std::to_string(c.m) + " N=" + std::to_string(c.n) + " K=" + std::to_string(c.k) +
+                 " seed=" + std::to_string(seed));
+    const int64_t ld = (c.k + 15) / 16 * 16;
+    const Tensor x = random_e4m3(c.m, c.k, ld, seed);
+    const Tensor w = random_e4m3(c.n, c.k, ld, seed + 1);
+    const Tensor xs = spread_scales(c.m, seed);
+    const Tensor ws = spread_scales(c.n, seed + 3);
+    auto xd = cuda::to_device(x).value();
+    auto wd = cuda::to_device(w).value();
+    auto xsd = cuda::to_device(xs).value();
+    auto wsd = cuda::to_device(ws).value();
+    auto out = cuda::empty(DType::kBF16, {c.m, c.n}).value();
+    cuda::WgmmaFp8Args a;
+    a.x = xd.raw();
+    a.ld_x = ld;
+    a.w = wd.raw();
+    a.ld_w = ld;
+    a.m = c.m;
+    a.n = c.n;
+    a.k = c.k;
+    a.x_scale = static_cast<const float*>(xsd.raw());
+    a.x_scale_per_row = true;
+    a.w_scale = static_cast<const float*>(wsd.raw());
+    a.w_scale_per_col = true;
+    a.out = out.raw();
+    std::vector<Tensor> got;
+    for (cuda::WgmmaFp8Tile tile : {cuda::WgmmaFp8Tile::kN128, cuda::WgmmaFp8Tile::kN192, cuda::WgmmaFp8Tile::kN256}) {
+      a.tile = tile;
+      a.group_m = tile == cuda::WgmmaFp8Tile::kN192 ? 1 : 0;  // another rasterization too
+      ASSERT_TRUE(cuda::fill_bytes(out, 0xFF).is_ok());
+      const Status st = cuda::launch_wgmma_fp8_gemm(a, s);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      got.push_back(cuda::to_host(out).value());
+    }
+    for (size_t i = 1; i < got.size(); ++i) {
+      EXPECT_EQ(std::memcmp(got[0].raw(), got[i].raw(), static_cast<size_t>(got[0].nbytes())), 0) << "tile " << i;
+    }
+    // The host sum in FP64 of the exact products; the tensor cores keep ~14 bits between promotions
+    // (kTensorCoreFp8Bound of test_cuda.cpp: 2^-10 sum|x w|), then one BF16 rounding.
+    const int64_t rows = std::min<int64_t>(c.m, 64);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double sum = 0, abs_sum = 0;
+        for (int64_t q = 0; q < c.k; ++q) {
+          const double p = decode(DType::kF8E4M3, x.data<uint8_t>()[i * ld + q]) *
+                           decode(DType::kF8E4M3, w.data<uint8_t>()[j * ld + q]);
+          sum += p;
+          abs_sum += std::fabs(p);
+        }
+        const double scale = static_cast<double>(xs.data<float>()[i]) * ws.data<float>()[j];
+        const double want = sum * scale;
+        const double g = bf16_value(got[0].data<uint16_t>()[i * c.n + j]);
+        const double bound = abs_sum * scale / 1024 + std::fabs(want) * std::ldexp(1.0, -8) + 1e-30;
+        if (!(std::fabs(g - want) <= bound) && bad++ < 5) {
+          ADD_FAILURE() << "out(" << i << ", " << j << ") = " << g << ", want " << want << " (bound " << bound << ")";
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+// Captured once into a CUDA graph (after a warm-up call outside capture) and replayed on new inputs written
+// into the same buffer: the replay's output equals a direct call's, bit for bit.
+TEST(CudaWgmmaFp8, RouteCapturesAndReplaysInACudaGraph) {
+  QL_REQUIRE_SM90();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cuda::StreamGuard guard(stream);
+  const LinearKernel& kernel = cuda::kSm90Fp8ScaledMMWgmma;
+  for (const char* scheme_name : {"w8a8-fp8-channel", "w8a8-fp8-tensor"}) {
+    const int64_t m = 1024, n = 456, k = 1000;
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(std::string(scheme_name) + " seed=" + std::to_string(seed));
+    MakeLayerOptions opt;
+    opt.out_dtype = DType::kBF16;
+    opt.input_dtype = DType::kBF16;
+    opt.input_min = -3.0f;
+    opt.input_max = 3.0f;
+    auto layer = quantize_layer("graph", *find_scheme(scheme_name), random_normal(DType::kF32, {n, k}, seed, 0.05), opt);
+    ASSERT_TRUE(layer) << layer.message();
+    ASSERT_TRUE(kernel.process_weights_after_loading(*layer).is_ok());
+    const Tensor bias = to_dtype(random_normal(DType::kF32, {n}, seed + 2, 0.5), DType::kBF16);
+    auto bd = cuda::to_device(bias).value();
+    auto xd = cuda::empty(DType::kBF16, {m, k}).value();
+    auto od = cuda::empty(DType::kBF16, {m, n}).value();
+    auto direct = cuda::empty(DType::kBF16, {m, n}).value();
+    auto upload_x = [&](uint64_t sd) {
+      const Tensor x = to_dtype(random_normal(DType::kF32, {m, k}, sd, 1.0), DType::kBF16);
+      EXPECT_EQ(cudaMemcpyAsync(xd.raw(), x.raw(), static_cast<size_t>(x.nbytes()), cudaMemcpyHostToDevice, stream),
+                cudaSuccess);
+    };
+    upload_x(seed + 10);
+    ASSERT_TRUE(kernel.apply(*layer, Activation::dense(xd), &bd, od).is_ok());  // warm-up
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    const Status cs = kernel.apply(*layer, Activation::dense(xd), &bd, od);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_TRUE(cs.is_ok()) << cs.message();
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int replay = 0; replay < 2; ++replay) {
+      upload_x(seed + 20 + replay);
+      ASSERT_TRUE(cuda::fill_bytes(od, 0xFF).is_ok());
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_TRUE(kernel.apply(*layer, Activation::dense(xd), &bd, direct).is_ok());
+      auto got = cuda::to_host(od).value();
+      auto want = cuda::to_host(direct).value();
+      EXPECT_EQ(std::memcmp(got.raw(), want.raw(), static_cast<size_t>(got.nbytes())), 0) << "replay " << replay;
+      int64_t nan = 0;
+      for (int64_t i = 0; i < m * n; ++i) nan += std::isnan(bf16_value(got.data<uint16_t>()[i]));
+      EXPECT_EQ(nan, 0) << "replay " << replay << ": outputs left unwritten";
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace qlinear
+
+#else
+TEST(CudaWgmmaFp8, BuiltWithoutCuda) { GTEST_SKIP() << "qlinear was built without its CUDA backend"; }
+#endif
