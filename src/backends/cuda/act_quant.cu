@@ -65,18 +65,20 @@ __device__ __noinline__ uint32_t encode_e4m3_quotient(float x, double s) {
 // instruction): q = x * r is within 2 ulps of the exact quotient, so where q is a normal E4M3 value
 // (|q| >= 2^-6) at least 4 ulps from a rounding midpoint, the hardware's RNE/saturating conversion of q
 // gives the code of the quotient; zeros keep their sign; everything else takes the exact double path.
+// The checks are one predicate per element; the per-element repair runs only for a vector that has such
+// an element (a few in a million on activations; the instruction count per element, not the loads, bounds
+// this encoder).
 __device__ __forceinline__ uint2 encode8_div(const float (&x)[kVec], float r, double s) {
-  uint32_t bits[kVec];
-  uint32_t slow = 0;
   float q[kVec];
+  bool any = false;
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
     q[i] = x[i] * r;
-    bits[i] = __float_as_uint(q[i]);
-    const uint32_t u = bits[i] & 0x7FFFFFFFu;
+    const uint32_t u = __float_as_uint(q[i]) & 0x7FFFFFFFu;
     const bool normal = u - (121u << 23) < 0x7F800000u - (121u << 23);
     const bool near_midpoint = (u & 0xFFFFFu) - 0x7FFFCu <= 8u;
-    if (u != 0 && (!normal || near_midpoint)) slow |= 1u << i;
+    const bool neg_zero = __float_as_uint(q[i]) == 0x80000000u;
+    any |= (u != 0 && (!normal || near_midpoint)) || neg_zero;
   }
   uint32_t w[2];
 #pragma unroll
@@ -85,19 +87,25 @@ __device__ __forceinline__ uint2 encode8_div(const float (&x)[kVec], float r, do
     const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(q[4 * h + 2], q[4 * h + 3]), __NV_SATFINITE, __NV_E4M3);
     w[h] = lo | hi << 16;
   }
+  if (any) {
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    uint32_t c = 0;
-    bool fix = false;
-    if (bits[i] == 0x80000000u) {  // -0 keeps its sign
-      c = 0x80u;
-      fix = true;
+    for (int i = 0; i < kVec; ++i) {
+      const uint32_t bits = __float_as_uint(q[i]);
+      const uint32_t u = bits & 0x7FFFFFFFu;
+      const bool normal = u - (121u << 23) < 0x7F800000u - (121u << 23);
+      const bool near_midpoint = (u & 0xFFFFFu) - 0x7FFFCu <= 8u;
+      uint32_t c = 0;
+      bool fix = false;
+      if (bits == 0x80000000u) {  // -0 keeps its sign
+        c = 0x80u;
+        fix = true;
+      }
+      if (u != 0 && (!normal || near_midpoint)) {
+        c = encode_e4m3_quotient(x[i], s);
+        fix = true;
+      }
+      if (fix) w[i / 4] = (w[i / 4] & ~(0xFFu << (8 * (i % 4)))) | c << (8 * (i % 4));
     }
-    if (slow & (1u << i)) {
-      c = encode_e4m3_quotient(x[i], s);
-      fix = true;
-    }
-    if (fix) w[i / 4] = (w[i / 4] & ~(0xFFu << (8 * (i % 4)))) | c << (8 * (i % 4));
   }
   return make_uint2(w[0], w[1]);
 }
