@@ -1,6 +1,7 @@
-// The own persistent wgmma FP8 GEMM (wgmma_fp8_gemm.hpp) at the GEMM level: every tile width gives the same
-// output bit for bit (the same promotion every 128 K, whatever the tile), within the tensor-core FP8 bound
-// of an FP64 sum on the host; and its route captured in a CUDA graph replays a direct call bit for bit.
+// The own persistent wgmma FP8 GEMM (wgmma_fp8_gemm.hpp) at the GEMM level: every tile width, cluster and
+// rasterization gives the same output bit for bit (the same promotion every 128 K, whatever the tile),
+// within the tensor-core FP8 bound of an FP64 sum on the host; and its route captured in a CUDA graph
+// replays a direct call bit for bit.
 // The route against the reference backend is in test_cuda.cpp (Fp8WgmmaRouteMatchesTheReference).
 #include <gtest/gtest.h>
 
@@ -94,16 +95,23 @@ TEST(CudaWgmmaFp8, EveryTileGivesTheSameOutputWithinTheFp8Bound) {
     a.w_scale_per_col = true;
     a.out = out.raw();
     std::vector<Tensor> got;
-    for (cuda::WgmmaFp8Tile tile : {cuda::WgmmaFp8Tile::kN128, cuda::WgmmaFp8Tile::kN192, cuda::WgmmaFp8Tile::kN256}) {
-      a.tile = tile;
-      a.group_m = tile == cuda::WgmmaFp8Tile::kN192 ? 1 : 0;  // another rasterization too
+    struct Variant {
+      cuda::WgmmaFp8Tile tile;
+      int cluster, group;
+    };
+    for (const Variant& v : {Variant{cuda::WgmmaFp8Tile::kN128, 1, 0}, Variant{cuda::WgmmaFp8Tile::kN192, 1, 1},
+                             Variant{cuda::WgmmaFp8Tile::kN256, 1, 3}, Variant{cuda::WgmmaFp8Tile::kN128, 2, 0},
+                             Variant{cuda::WgmmaFp8Tile::kN256, 2, 1}}) {
+      a.tile = v.tile;
+      a.cluster_m = v.cluster;
+      a.group_m = v.group;  // other rasterizations too
       ASSERT_TRUE(cuda::fill_bytes(out, 0xFF).is_ok());
       const Status st = cuda::launch_wgmma_fp8_gemm(a, s);
       ASSERT_TRUE(st.is_ok()) << st.message();
       got.push_back(cuda::to_host(out).value());
     }
     for (size_t i = 1; i < got.size(); ++i) {
-      EXPECT_EQ(std::memcmp(got[0].raw(), got[i].raw(), static_cast<size_t>(got[0].nbytes())), 0) << "tile " << i;
+      EXPECT_EQ(std::memcmp(got[0].raw(), got[i].raw(), static_cast<size_t>(got[0].nbytes())), 0) << "variant " << i;
     }
     // The host sum in FP64 of the exact products; the tensor cores keep ~14 bits between promotions
     // (kTensorCoreFp8Bound of test_cuda.cpp: 2^-10 sum|x w|), then one BF16 rounding.

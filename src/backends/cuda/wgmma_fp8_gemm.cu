@@ -77,7 +77,6 @@ Status launch_wgmma_fp8_gemm(const WgmmaFp8Args& a, Stream stream) {
   p.num_kb = static_cast<int>((a.k + wgfp8::kBK - 1) / wgfp8::kBK);
   p.num_m = static_cast<int>((a.m + wgfp8::kBM - 1) / wgfp8::kBM);
   p.group_m = a.group_m > 0 ? a.group_m : 16;
-  if (p.group_m > p.num_m) p.group_m = p.num_m;
   p.x_scale = a.x_scale;
   p.w_scale = a.w_scale;
   p.bias = a.bias;
@@ -95,13 +94,26 @@ Status launch_wgmma_fp8_gemm(const WgmmaFp8Args& a, Stream stream) {
     QL_ASSIGN_OR_RETURN(int sms, multiprocessors());
     tile = wgmma_fp8_auto_tile(a.m, a.n, sms);
   }
+  const int cm = a.cluster_m > 0 ? a.cluster_m : 1;
+  if (cm != 1 && cm != 2) return Status::error("wgmma_fp8_gemm: cluster_m must be 1 or 2");
+  if (a.fast_accum) {
+    if (tile != WgmmaFp8Tile::kN256 || cm != 1) {
+      return Status::error("wgmma_fp8_gemm: fast accumulation exists for 256-column tiles without clusters only");
+    }
+    return wgfp8::launch_tile<256, 1, false>(a, map_x, p, stream);
+  }
   switch (tile) {
-    case WgmmaFp8Tile::kN128: return wgfp8::launch_tile<128>(a, map_x, p, stream);
-    case WgmmaFp8Tile::kN192: return wgfp8::launch_tile<192>(a, map_x, p, stream);
+    case WgmmaFp8Tile::kN128:
+      return cm == 2 ? wgfp8::launch_tile<128, 2, true>(a, map_x, p, stream)
+                     : wgfp8::launch_tile<128, 1, true>(a, map_x, p, stream);
+    case WgmmaFp8Tile::kN192:
+      if (cm == 2) return Status::error("wgmma_fp8_gemm: 192-column tiles run without clusters");
+      return wgfp8::launch_tile<192, 1, true>(a, map_x, p, stream);
     case WgmmaFp8Tile::kN256:
     case WgmmaFp8Tile::kAuto: break;
   }
-  return wgfp8::launch_tile<256>(a, map_x, p, stream);
+  return cm == 2 ? wgfp8::launch_tile<256, 2, true>(a, map_x, p, stream)
+                 : wgfp8::launch_tile<256, 1, true>(a, map_x, p, stream);
 }
 
 }  // namespace qlinear::cuda

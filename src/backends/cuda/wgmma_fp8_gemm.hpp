@@ -43,7 +43,11 @@ struct WgmmaFp8Args {
   DType out_dtype = DType::kBF16;
   int64_t ld_out = 0;
   WgmmaFp8Tile tile = WgmmaFp8Tile::kAuto;
-  int group_m = 0;  // row blocks per rasterization group (0: the default)
+  int group_m = 0;    // row units per rasterization group (0: the default)
+  int cluster_m = 0;  // blocks per cluster along M sharing the w tile by multicast: 1 or 2 (0: the default);
+                      // 2 exists for the 128- and 256-column tiles
+  bool fast_accum = false;  // benchmark diagnostic (256-column tile, one block): no promotion, the tensor
+                            // cores accumulate across K (not the route's numerics)
 };
 
 // The tile kAuto picks for an (m, n) problem on `sms` multiprocessors.
