@@ -21,6 +21,7 @@ const LinearKernel* const kCudaPriority[] = {
     &cuda::kCublasLtFp8BlockScaled,
     &cuda::kSm90Fp8BlockScaledStream,
     &cuda::kSm90Int8ScaledMM,
+    &cuda::kSm90Int8ScaledMMWgmma,
     // Weight-only: the tensor-core decode kernels (built for M <= 64, correct for every M) ahead of the
     // streaming / BF16-GEMM hybrids, which take the layers they decline (non-BF16 activations, W8A8 MX).
     &cuda::kSm90MmaDecodeFp8WeightOnly,

@@ -67,11 +67,19 @@ const CudaLinearKernel kSm90Mxfp4Stream(
     Family::kMxfp4, "sm90_mxfp4_stream",
     "sm_90a MXFP4 W4A16 / W4A8: weight-streaming CUDA-core GEMM (any M; built for decode)", Route::kStream);
 
+// wgmma_min_m: from this M the own wgmma INT8 GEMM (epilogue fused) replaces cuBLASLt + the epilogue pass
+// (0: not by default; sm90_int8_scaled_mm_wgmma runs it when forced).
+constexpr int64_t kInt8WgmmaMinM = 0;
 const CudaLinearKernel kSm90Int8ScaledMM(
     Family::kInt8ScaledMM, "sm90_int8_scaled_mm",
     "sm_90a INT8 W8A8: GPU activation quantization (static/dynamic, sym/asym) + cuBLASLt INT8 GEMM (exact INT32) "
     "+ FP64 epilogue (zero points, scales, bias)",
-    Route::kCublasLt);
+    Route::kCublasLt, 1, kInt8WgmmaMinM);
+const CudaLinearKernel kSm90Int8ScaledMMWgmma(
+    Family::kInt8ScaledMM, "sm90_int8_scaled_mm_wgmma",
+    "sm_90a INT8 W8A8: GPU activation quantization + the own persistent wgmma INT8 GEMM (exact S32) with the FP64 "
+    "epilogue fused (zero points, scales, bias; bit for bit the cuBLASLt route's output)",
+    Route::kWgmma);
 
 // The routes of the hybrids above as kernels of their own: what m_routes names and QLINEAR_FORCE_KERNEL
 // reaches.
@@ -114,7 +122,7 @@ const CudaLinearKernel kSm90Mxfp4Bf16(
 const CudaLinearKernel* route_kernel(Family family, Route route) {
   static const CudaLinearKernel* const kRouteKernels[] = {
       &kCublasLtFp8ScaledMM,   &kSm90Fp8ScaledMMStream,   &kCublasLtFp8BlockScaled, &kSm90Fp8BlockScaledStream,
-      &kSm90Fp8ScaledMMWgmma,  &kSm90Int8ScaledMM,      &kSm90Fp8WeightOnlyBf16,   &kSm90Fp8WeightOnlyStream, &kSm90Mxfp8Bf16,
+      &kSm90Fp8ScaledMMWgmma,  &kSm90Int8ScaledMMWgmma, &kSm90Int8ScaledMM,      &kSm90Fp8WeightOnlyBf16,   &kSm90Fp8WeightOnlyStream, &kSm90Mxfp8Bf16,
       &kSm90Mxfp8Stream,       &kSm90Mxfp6Bf16,           &kSm90Mxfp6Stream,        &kSm90Mxfp4Bf16,
       &kSm90Mxfp4Stream,
   };

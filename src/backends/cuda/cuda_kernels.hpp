@@ -12,11 +12,13 @@
 //   kDequantBf16  MX and FP8 weight-only: weights widened to BF16 in row blocks (exactly: dequant_bf16.hpp),
 //                 MXFP8 activations quantized then widened likewise, cuBLASLt BF16 GEMM (FP32 accumulation)
 //   kWgmma        FP8 per-tensor / per-channel: activation quantization kernel + the own persistent wgmma
-//                 FP8 GEMM (wgmma_fp8_gemm.hpp), scales, bias and rounding in its epilogue
+//                 FP8 GEMM (wgmma_fp8_gemm.hpp), scales, bias and rounding in its epilogue; INT8: the
+//                 quantization kernel + the own wgmma INT8 GEMM with the FP64 epilogue fused
 //   kAuto         kStream while M <= stream_max_m (per kernel, from H200 measurements), above it kCublasLt
 //                 (FP8 W8A8 families; N % 16 != 0 takes kStream for every M) or kDequantBf16 (MX and FP8
 //                 weight-only, when the layer's scales keep the BF16 values exact and the input is BF16);
-//                 FP8 W8A8 takes kWgmma from M = wgmma_min_m (0: never) where cuBLASLt would run
+//                 FP8 W8A8 takes kWgmma from M = wgmma_min_m (0: never) where cuBLASLt would run; so does
+//                 the INT8 kernel (a kCublasLt kernel with wgmma_min_m)
 //
 // Every route is also a kernel of its own (route_kernel), so a kAuto kernel declares its M ranges as
 // m_routes naming those kernels, and QLINEAR_FORCE_KERNEL can run any route for every M.
@@ -103,6 +105,7 @@ extern const CudaLinearKernel kSm90Fp8BlockScaled;   // "sm90_fp8_block_scaled" 
 extern const CudaLinearKernel kCublasLtFp8BlockScaled;  // "cublaslt_fp8_block_scaled"
 extern const CudaLinearKernel kSm90Fp8BlockScaledStream;  // "sm90_fp8_block_scaled_stream"
 extern const CudaLinearKernel kSm90Int8ScaledMM;     // "sm90_int8_scaled_mm"      cuBLASLt INT8 + FP64 epilogue
+extern const CudaLinearKernel kSm90Int8ScaledMMWgmma;  // "sm90_int8_scaled_mm_wgmma" own wgmma INT8, epilogue fused
 extern const CudaLinearKernel kSm90Fp8WeightOnly;   // "sm90_fp8_weight_only"     stream, BF16 GEMM above M = 16
 extern const CudaLinearKernel kSm90Fp8WeightOnlyBf16;    // "sm90_fp8_weight_only_bf16"
 extern const CudaLinearKernel kSm90Fp8WeightOnlyStream;  // "sm90_fp8_weight_only_stream"

@@ -1,8 +1,8 @@
 // The persistent wgmma FP8 GEMM's host side: checks, the x tensor map, the tile choice and the launch of
-// the instantiation (wgmma_fp8_kernel.cuh; one .cu per tile width).
+// the instantiation (wgmma_persistent.cuh; one .cu per instantiation).
 #include "backends/cuda/wgmma_fp8_gemm.hpp"
 
-#include "backends/cuda/wgmma_fp8_kernel.cuh"
+#include "backends/cuda/wgmma_persistent.cuh"
 
 namespace qlinear::cuda {
 
@@ -16,7 +16,7 @@ WgmmaFp8Tile wgmma_fp8_auto_tile(int64_t m, int64_t n, int sms) {
   };
   const Cand cands[] = {{WgmmaFp8Tile::kN256, 256, 1.0}, {WgmmaFp8Tile::kN192, 192, 1.04},
                         {WgmmaFp8Tile::kN128, 128, 1.12}};
-  const int64_t rows = (m + wgfp8::kBM - 1) / wgfp8::kBM;
+  const int64_t rows = (m + wgp::kBM - 1) / wgp::kBM;
   WgmmaFp8Tile best = WgmmaFp8Tile::kN256;
   double best_cost = 0;
   for (const Cand& c : cands) {
@@ -42,19 +42,19 @@ Result<int> multiprocessors() {
 
 Result<int> out_kind(DType d) {
   switch (d) {
-    case DType::kBF16: return static_cast<int>(wgfp8::kOutBf16);
-    case DType::kF16: return static_cast<int>(wgfp8::kOutF16);
-    case DType::kF32: return static_cast<int>(wgfp8::kOutF32);
+    case DType::kBF16: return static_cast<int>(wgp::kOutBf16);
+    case DType::kF16: return static_cast<int>(wgp::kOutF16);
+    case DType::kF32: return static_cast<int>(wgp::kOutF32);
     default: return Status::error("wgmma_fp8_gemm: output dtype " + std::string(name(d)) + " (BF16, F16 or F32)");
   }
 }
 
 Result<int> bias_kind(const void* bias, DType d) {
-  if (bias == nullptr) return static_cast<int>(wgfp8::kBiasNone);
+  if (bias == nullptr) return static_cast<int>(wgp::kBiasNone);
   switch (d) {
-    case DType::kBF16: return static_cast<int>(wgfp8::kBiasBf16);
-    case DType::kF16: return static_cast<int>(wgfp8::kBiasF16);
-    case DType::kF32: return static_cast<int>(wgfp8::kBiasF32);
+    case DType::kBF16: return static_cast<int>(wgp::kBiasBf16);
+    case DType::kF16: return static_cast<int>(wgp::kBiasF16);
+    case DType::kF32: return static_cast<int>(wgp::kBiasF32);
     default: return Status::error("wgmma_fp8_gemm: bias dtype " + std::string(name(d)) + " (BF16, F16 or F32)");
   }
 }
@@ -71,11 +71,11 @@ Status launch_wgmma_fp8_gemm(const WgmmaFp8Args& a, Stream stream) {
   if (a.m > (int64_t{1} << 30) || a.n > (int64_t{1} << 30) || a.k > (int64_t{1} << 30)) {
     return Status::error("wgmma_fp8_gemm: M, N and K must be below 2^30");
   }
-  wgfp8::Params p{};
+  wgp::Params p{};
   p.m = static_cast<int>(a.m);
   p.n = static_cast<int>(a.n);
-  p.num_kb = static_cast<int>((a.k + wgfp8::kBK - 1) / wgfp8::kBK);
-  p.num_m = static_cast<int>((a.m + wgfp8::kBM - 1) / wgfp8::kBM);
+  p.num_kb = static_cast<int>((a.k + wgp::kBK - 1) / wgp::kBK);
+  p.num_m = static_cast<int>((a.m + wgp::kBM - 1) / wgp::kBM);
   p.group_m = a.group_m > 0 ? a.group_m : 16;
   p.x_scale = a.x_scale;
   p.w_scale = a.w_scale;
@@ -88,7 +88,7 @@ Status launch_wgmma_fp8_gemm(const WgmmaFp8Args& a, Stream stream) {
   QL_ASSIGN_OR_RETURN(p.out_kind, out_kind(a.out_dtype));
   const size_t pair_bytes = 2 * element_size(a.out_dtype);
   p.pairs = p.ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(a.out) % pair_bytes == 0;
-  QL_ASSIGN_OR_RETURN(CUtensorMap map_x, wgmma::byte_map(a.x, a.m, a.k, a.ld_x, wgfp8::kBM));
+  QL_ASSIGN_OR_RETURN(CUtensorMap map_x, wgmma::byte_map(a.x, a.m, a.k, a.ld_x, wgp::kBM));
   WgmmaFp8Tile tile = a.tile;
   if (tile == WgmmaFp8Tile::kAuto) {
     QL_ASSIGN_OR_RETURN(int sms, multiprocessors());
@@ -100,20 +100,20 @@ Status launch_wgmma_fp8_gemm(const WgmmaFp8Args& a, Stream stream) {
     if (tile != WgmmaFp8Tile::kN256 || cm != 1) {
       return Status::error("wgmma_fp8_gemm: fast accumulation exists for 256-column tiles without clusters only");
     }
-    return wgfp8::launch_tile<256, 1, false>(a, map_x, p, stream);
+    return wgp::launch_tile<256, 1, wgp::Mode::kFp8Fast>(map_x, a.w, a.ld_w, a.n, a.k, p, stream);
   }
   switch (tile) {
     case WgmmaFp8Tile::kN128:
-      return cm == 2 ? wgfp8::launch_tile<128, 2, true>(a, map_x, p, stream)
-                     : wgfp8::launch_tile<128, 1, true>(a, map_x, p, stream);
+      return cm == 2 ? wgp::launch_tile<128, 2, wgp::Mode::kFp8>(map_x, a.w, a.ld_w, a.n, a.k, p, stream)
+                     : wgp::launch_tile<128, 1, wgp::Mode::kFp8>(map_x, a.w, a.ld_w, a.n, a.k, p, stream);
     case WgmmaFp8Tile::kN192:
       if (cm == 2) return Status::error("wgmma_fp8_gemm: 192-column tiles run without clusters");
-      return wgfp8::launch_tile<192, 1, true>(a, map_x, p, stream);
+      return wgp::launch_tile<192, 1, wgp::Mode::kFp8>(map_x, a.w, a.ld_w, a.n, a.k, p, stream);
     case WgmmaFp8Tile::kN256:
     case WgmmaFp8Tile::kAuto: break;
   }
-  return cm == 2 ? wgfp8::launch_tile<256, 2, true>(a, map_x, p, stream)
-                 : wgfp8::launch_tile<256, 1, true>(a, map_x, p, stream);
+  return cm == 2 ? wgp::launch_tile<256, 2, wgp::Mode::kFp8>(map_x, a.w, a.ld_w, a.n, a.k, p, stream)
+                 : wgp::launch_tile<256, 1, wgp::Mode::kFp8>(map_x, a.w, a.ld_w, a.n, a.k, p, stream);
 }
 
 }  // namespace qlinear::cuda

@@ -1,11 +1,8 @@
-// The persistent wgmma FP8 GEMM: 192-column tiles, one block per tile (wgmma_fp8_kernel.cuh).
-#include "backends/cuda/wgmma_fp8_kernel.cuh"
+// The persistent wgmma GEMM: FP8, 192-column tiles, one block per tile (wgmma_persistent.cuh).
+#include "backends/cuda/wgmma_persistent.cuh"
 
-namespace qlinear::cuda::wgfp8 {
+namespace qlinear::cuda::wgp {
 
-template <>
-Status launch_tile<192, 1, true>(const WgmmaFp8Args& a, const CUtensorMap& map_x, Params p, Stream stream) {
-  return launch_tile_impl<192, 1, true>(a, map_x, p, stream);
-}
+QL_WGMMA_TILE(192, 1, Mode::kFp8) { return launch_tile_impl<192, 1, Mode::kFp8>(map_x, w, ld_w, n, k, p, stream); }
 
-}  // namespace qlinear::cuda::wgfp8
+}  // namespace qlinear::cuda::wgp

@@ -1,11 +1,9 @@
-// The persistent wgmma FP8 GEMM: 256-column tiles accumulated across K (the benchmark's fast-accumulation diagnostic) (wgmma_fp8_kernel.cuh).
-#include "backends/cuda/wgmma_fp8_kernel.cuh"
+// The persistent wgmma GEMM: FP8, 256-column tiles accumulated across K (the benchmark's fast-accumulation
+// diagnostic) (wgmma_persistent.cuh).
+#include "backends/cuda/wgmma_persistent.cuh"
 
-namespace qlinear::cuda::wgfp8 {
+namespace qlinear::cuda::wgp {
 
-template <>
-Status launch_tile<256, 1, false>(const WgmmaFp8Args& a, const CUtensorMap& map_x, Params p, Stream stream) {
-  return launch_tile_impl<256, 1, false>(a, map_x, p, stream);
-}
+QL_WGMMA_TILE(256, 1, Mode::kFp8Fast) { return launch_tile_impl<256, 1, Mode::kFp8Fast>(map_x, w, ld_w, n, k, p, stream); }
 
-}  // namespace qlinear::cuda::wgfp8
+}  // namespace qlinear::cuda::wgp

@@ -1,11 +1,9 @@
-// The persistent wgmma FP8 GEMM: 256-column tiles, 2-block clusters along M sharing the w tile by multicast (wgmma_fp8_kernel.cuh).
-#include "backends/cuda/wgmma_fp8_kernel.cuh"
+// The persistent wgmma GEMM: FP8, 256-column tiles, 2-block clusters along M sharing the w tile by multicast
+// (wgmma_persistent.cuh).
+#include "backends/cuda/wgmma_persistent.cuh"
 
-namespace qlinear::cuda::wgfp8 {
+namespace qlinear::cuda::wgp {
 
-template <>
-Status launch_tile<256, 2, true>(const WgmmaFp8Args& a, const CUtensorMap& map_x, Params p, Stream stream) {
-  return launch_tile_impl<256, 2, true>(a, map_x, p, stream);
-}
+QL_WGMMA_TILE(256, 2, Mode::kFp8) { return launch_tile_impl<256, 2, Mode::kFp8>(map_x, w, ld_w, n, k, p, stream); }
 
-}  // namespace qlinear::cuda::wgfp8
+}  // namespace qlinear::cuda::wgp

@@ -1,9 +1,7 @@
 #pragma once
-// The pieces of the warp-specialized wgmma GEMMs (wgmma_fp8_gemm.cu, wgmma_int8_gemm.cu) for sm_90a:
-// mbarriers, TMA tile loads, shared-memory matrix descriptors, the wgmma instructions, the producer and the
-// math warpgroups' main loop over K. Tile: 128 rows (two math warpgroups of 64) x BN columns, 128-byte K
-// slices (128B swizzle) in a kStages ring; warpgroup 0 is the producer (one thread issues the TMA loads).
-// Device code and host helpers for nvcc only.
+// The pieces of the warp-specialized wgmma kernels (wgmma_persistent.cuh, mma_decode_wgmma.cuh) for sm_90a:
+// mbarriers, TMA tile loads (128B swizzle), shared-memory matrix descriptors, the wgmma instructions, the
+// tensor maps and launch helpers. Device code and host helpers for nvcc only.
 #include <cuda.h>
 
 #include <cstdint>
@@ -14,13 +12,7 @@
 
 namespace qlinear::cuda::wgmma {
 
-constexpr int kBM = 128, kBK = 128, kStages = 4;
-constexpr int kTileX = kBM * kBK;  // bytes of one stage's activation tile
-template <int BN>
-constexpr int stage_bytes() { return kTileX + BN * kBK; }
-template <int BN>
-constexpr int smem_bytes() { return kStages * stage_bytes<BN>() + 2 * kStages * 8 + 1024; }  // + barriers, alignment
-constexpr int kThreads = 384;  // producer warpgroup + two math warpgroups
+constexpr int kBM = 128, kBK = 128;  // output tile rows; bytes of K per stage (one 128B-swizzle row)
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -142,107 +134,6 @@ __device__ __forceinline__ void wgmma_m64k32(int32_t (&d)[128], uint64_t desc_a,
       "}\n"
       : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63]), "+r"(d[64]), "+r"(d[65]), "+r"(d[66]), "+r"(d[67]), "+r"(d[68]), "+r"(d[69]), "+r"(d[70]), "+r"(d[71]), "+r"(d[72]), "+r"(d[73]), "+r"(d[74]), "+r"(d[75]), "+r"(d[76]), "+r"(d[77]), "+r"(d[78]), "+r"(d[79]), "+r"(d[80]), "+r"(d[81]), "+r"(d[82]), "+r"(d[83]), "+r"(d[84]), "+r"(d[85]), "+r"(d[86]), "+r"(d[87]), "+r"(d[88]), "+r"(d[89]), "+r"(d[90]), "+r"(d[91]), "+r"(d[92]), "+r"(d[93]), "+r"(d[94]), "+r"(d[95]), "+r"(d[96]), "+r"(d[97]), "+r"(d[98]), "+r"(d[99]), "+r"(d[100]), "+r"(d[101]), "+r"(d[102]), "+r"(d[103]), "+r"(d[104]), "+r"(d[105]), "+r"(d[106]), "+r"(d[107]), "+r"(d[108]), "+r"(d[109]), "+r"(d[110]), "+r"(d[111]), "+r"(d[112]), "+r"(d[113]), "+r"(d[114]), "+r"(d[115]), "+r"(d[116]), "+r"(d[117]), "+r"(d[118]), "+r"(d[119]), "+r"(d[120]), "+r"(d[121]), "+r"(d[122]), "+r"(d[123]), "+r"(d[124]), "+r"(d[125]), "+r"(d[126]), "+r"(d[127])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-
-// The block's shared memory: the stage ring (1024-byte aligned for the swizzle), then the barriers.
-template <int BN>
-struct Ring {
-  uint8_t* smem;
-  uint64_t* full;   // stage loaded (the producer's arrive + the TMA bytes)
-  uint64_t* empty;  // stage consumed (one arrive per math warpgroup)
-  __device__ explicit Ring(uint8_t* raw)
-      : smem(reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023})),
-        full(reinterpret_cast<uint64_t*>(smem + kStages * stage_bytes<BN>())),
-        empty(full + kStages) {}
-  __device__ void init() {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 2);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-};
-
-// Output tiles: tile i of a block covers rows [m0, m0 + 128) and columns [n0, n0 + BN), M fastest (blocks
-// running together share a column block of w, and x stays in the L2). A block takes tiles blockIdx.x,
-// blockIdx.x + gridDim.x, ...: one tile per block, or a persistent grid of one block per multiprocessor
-// whose producer loads the next tile while the math warpgroups run the epilogue.
-struct TileOrder {
-  int num_m, num_tiles;
-  __device__ void coords(int tile, int bn, int& m0, int& n0) const {
-    m0 = (tile % num_m) * kBM;
-    n0 = (tile / num_m) * bn;
-  }
-};
-
-// Warpgroup 0, one thread: for each of the block's tiles, the K slices of its x rows and w rows into the
-// ring. `it` counts K blocks across tiles (the ring's position and phase).
-template <int BN>
-__device__ __forceinline__ void produce(Ring<BN>& r, const CUtensorMap* map_x, const CUtensorMap* map_w,
-                                        const TileOrder& order, int num_kb) {
-  int it = 0;
-  for (int tile = blockIdx.x; tile < order.num_tiles; tile += gridDim.x) {
-    int m0, n0;
-    order.coords(tile, BN, m0, n0);
-    for (int kb = 0; kb < num_kb; ++kb, ++it) {
-      const int s = it % kStages;
-      mbar_wait(&r.empty[s], ((it / kStages) & 1) ^ 1);  // a fresh barrier counts as released
-      mbar_arrive_expect_tx(&r.full[s], stage_bytes<BN>());
-      uint8_t* stage = r.smem + s * stage_bytes<BN>();
-      tma_load(stage, map_x, &r.full[s], kb * kBK, m0);
-      tma_load(stage + kTileX, map_w, &r.full[s], kb * kBK, n0);
-    }
-  }
-}
-
-// Math warpgroup g (rows [64 g, 64 g + 64) of the tile), thread t of 128: acc = x_tile . w_tile^T over K
-// for one tile; `it` counts K blocks across the block's tiles (as the producer's). kPromote: each 128-K
-// block's sum goes to a scratch accumulator added to acc (FP8 without fast accumulation); otherwise the
-// tensor cores accumulate across K with one wgmma group in flight. Every stage is released when done.
-template <int BN, bool kPromote, class Acc>
-__device__ __forceinline__ void consume(Ring<BN>& r, int g, int t, int num_kb, int& it, Acc (&acc)[BN / 2]) {
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
-  if constexpr (kPromote) {
-    Acc part[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) part[i] = 0;
-    for (int kb = 0; kb < num_kb; ++kb, ++it) {
-      const int s = it % kStages;
-      mbar_wait(&r.full[s], (it / kStages) & 1);
-      const uint8_t* stage = r.smem + s * stage_bytes<BN>();
-      const uint64_t da = smem_desc(stage + g * 64 * kBK);
-      const uint64_t db = smem_desc(stage + kTileX);
-      fence_regs(part);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBK / 32; ++kk) wgmma_m64k32(part, da + 2 * kk, db + 2 * kk, kk);  // +32 bytes
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(part);
-      if (t == 0) mbar_arrive(&r.empty[s]);
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) acc[i] += part[i];
-    }
-  } else {
-    for (int kb = 0; kb < num_kb; ++kb, ++it) {
-      const int s = it % kStages;
-      mbar_wait(&r.full[s], (it / kStages) & 1);
-      const uint8_t* stage = r.smem + s * stage_bytes<BN>();
-      const uint64_t da = smem_desc(stage + g * 64 * kBK);
-      const uint64_t db = smem_desc(stage + kTileX);
-      fence_regs(acc);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBK / 32; ++kk) wgmma_m64k32(acc, da + 2 * kk, db + 2 * kk, 1);
-      wgmma_commit();
-      wgmma_wait<1>();  // the previous block's group is done: release its stage
-      if (t == 0 && kb > 0) mbar_arrive(&r.empty[(it - 1) % kStages]);
-    }
-    wgmma_wait<0>();
-    fence_regs(acc);
-    if (t == 0 && num_kb > 0) mbar_arrive(&r.empty[(it - 1) % kStages]);
-  }
 }
 
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,

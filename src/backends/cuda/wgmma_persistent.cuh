@@ -1,13 +1,11 @@
 #pragma once
-// Device code of the persistent FP8 GEMM (wgmma_fp8_gemm.hpp has the contract and the structure). One
-// instantiation per tile width, each in its own .cu (wgmma_fp8_gemm_n<BN>.cu), so they compile in parallel.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+// Device code of the persistent warp-specialized wgmma GEMMs (wgmma_fp8_gemm.hpp has the structure; the
+// INT8 GEMM of wgmma_int8_gemm.hpp runs the same skeleton with exact S32 accumulators): the tile order,
+// the producer, the math warpgroups' main loop, the launch. The epilogues are in wgmma_epilogue.cuh. One
+// instantiation per .cu (wgmma_fp8_gemm_n<BN>*.cu, wgmma_int8_gemm_n<BN>*.cu), so they compile in parallel.
+#include "backends/cuda/wgmma_epilogue.cuh"
 
-#include "backends/cuda/wgmma_fp8_gemm.hpp"
-#include "backends/cuda/wgmma_pipeline.cuh"
-
-namespace qlinear::cuda::wgfp8 {
+namespace qlinear::cuda::wgp {
 
 using wgmma::kBK;
 using wgmma::kBM;
@@ -16,30 +14,21 @@ constexpr int kMathWarps = 8;
 // Registers per thread after setmaxnreg: 128 x 40 + 256 x 232 <= the 64 K a 384-thread block gets at
 // launch (168 each); a 192-column tile keeps 96 accumulators and 96 promotion scratch registers.
 constexpr int kProducerRegs = 40, kMathRegs = 232;
-constexpr int kSmemBudget = 200 * 1024;  // the stage ring; the rest of the 227 KiB is barriers and alignment
+constexpr int kSmemLimit = 227 * 1024;  // a block's dynamic shared memory on sm_90
+constexpr int kSmemReserve = 1024 + 256;  // alignment of the ring, barriers
 
-enum OutKind : int { kOutBf16 = 0, kOutF16 = 1, kOutF32 = 2 };
-enum BiasKind : int { kBiasNone = 0, kBiasBf16 = 1, kBiasF16 = 2, kBiasF32 = 3 };
-
-struct Params {
-  int m, n, num_kb;
-  int num_m, num_n, group_m, num_tiles;
-  const float* x_scale;
-  const float* w_scale;
-  const void* bias;
-  void* out;
-  int64_t ld_out;
-  int x_scale_per_row, w_scale_per_col, bias_kind, out_kind, pairs;  // pairs: two outputs per store
-};
-
-template <int BN>
+// The ring of 4-6 stages, then (INT8) the epilogue's staging buffer, then the barriers.
+template <int BN, Mode M>
 struct Tile {
   static_assert(BN == 128 || BN == 192 || BN == 256, "tile width");
   static constexpr int kXBytes = kBM * kBK;
   static constexpr int kStageBytes = kXBytes + BN * kBK;
-  static constexpr int kStages = kSmemBudget / kStageBytes < 6 ? kSmemBudget / kStageBytes : 6;
+  static constexpr int kEpiBytes = M == Mode::kInt8 ? kInt8EpiBytes : 0;
+  static constexpr int kFit = (kSmemLimit - kSmemReserve - kEpiBytes) / kStageBytes;
+  static constexpr int kStages = kFit < 6 ? kFit : 6;
+  static_assert(kStages >= 4, "a ring of at least 4 stages");
   static constexpr int kChunk = BN == 256 ? 128 : BN;  // columns promoted per step
-  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kEpiBytes + 2 * kStages * 8 + 1024;
 };
 
 // Tile t -> (row unit, column block): groups of group_m row units, column blocks outer inside a group,
@@ -53,75 +42,6 @@ __device__ __forceinline__ void tile_coords(const Params& p, int t, int& mu, int
   const int r = t - g * per_group;
   mu = first + r % rows;
   nb = r / rows;
-}
-
-__device__ __forceinline__ float load_bias(const Params& p, int col) {
-  switch (p.bias_kind) {
-    case kBiasBf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[col]);
-    case kBiasF16: return __half2float(static_cast<const __half*>(p.bias)[col]);
-    case kBiasF32: return static_cast<const float*>(p.bias)[col];
-    default: return 0.0f;
-  }
-}
-
-__device__ __forceinline__ void store_out(const Params& p, int64_t idx, float v0, float v1, bool both) {
-  if (p.out_kind == kOutBf16) {
-    auto* o = static_cast<__nv_bfloat16*>(p.out) + idx;
-    if (both && p.pairs) {
-      *reinterpret_cast<__nv_bfloat162*>(o) = __floats2bfloat162_rn(v0, v1);
-    } else {
-      o[0] = __float2bfloat16_rn(v0);
-      if (both) o[1] = __float2bfloat16_rn(v1);
-    }
-  } else if (p.out_kind == kOutF16) {
-    auto* o = static_cast<__half*>(p.out) + idx;
-    if (both && p.pairs) {
-      *reinterpret_cast<__half2*>(o) = __floats2half2_rn(v0, v1);
-    } else {
-      o[0] = __float2half_rn(v0);
-      if (both) o[1] = __float2half_rn(v1);
-    }
-  } else {
-    float* o = static_cast<float*>(p.out) + idx;
-    if (both && p.pairs) {
-      *reinterpret_cast<float2*>(o) = make_float2(v0, v1);
-    } else {
-      o[0] = v0;
-      if (both) o[1] = v1;
-    }
-  }
-}
-
-// The tile's outputs: register 4 j + 2 i + c of thread t (warp w, lane l) of math warpgroup g is row
-// m0 + 64 g + 16 w + l / 4 + 8 i, column n0 + 8 j + 2 (l % 4) + c (the wgmma accumulator layout).
-template <int BN>
-__device__ __forceinline__ void store_tile(const Params& p, const float (&acc)[BN / 2], int m0, int n0, int g, int t) {
-  const int warp = t / 32, lane = t % 32;
-  const int row0 = m0 + g * 64 + warp * 16 + lane / 4;
-  float xs[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int row = row0 + 8 * i;
-    xs[i] = row < p.m ? p.x_scale[p.x_scale_per_row ? row : 0] : 0.0f;
-  }
-#pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
-    const int col = n0 + 8 * j + 2 * (lane % 4);
-    if (col >= p.n) continue;
-    const bool both = col + 1 < p.n;
-    const float ws0 = p.w_scale[p.w_scale_per_col ? col : 0];
-    const float ws1 = both ? p.w_scale[p.w_scale_per_col ? col + 1 : 0] : 0.0f;
-    const float b0 = load_bias(p, col);
-    const float b1 = both ? load_bias(p, col + 1) : 0.0f;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = row0 + 8 * i;
-      if (row >= p.m) continue;
-      const float v0 = acc[4 * j + 2 * i] * xs[i] * ws0 + b0;
-      const float v1 = acc[4 * j + 2 * i + 1] * xs[i] * ws1 + b1;
-      store_out(p, static_cast<int64_t>(row) * p.ld_out + col, v0, v1, both);
-    }
-  }
 }
 
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -150,17 +70,18 @@ __device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap*
 
 // CM: blocks per cluster along M (1, or 2: the pair shares the w tile, each block loading half of it and
 // multicasting it to both, so each block reads 2/3 (BN = 256) of the bytes it would alone from the L2).
-// kPromote = false: the tensor cores accumulate across K (fast accumulation; a benchmark diagnostic of the
-// promotion's cost, not the route's numerics).
-template <int BN, int CM, bool kPromote>
+// Mode: kFp8 promotes every 128 K; kFp8Fast (a benchmark diagnostic of the promotion's cost, not the
+// route's numerics) and kInt8 (exact) accumulate across K in the tensor cores, one group in flight.
+template <int BN, int CM, Mode M>
 __global__ void __launch_bounds__(kThreads, 1)
-    wgmma_fp8_persistent_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+    wgmma_persistent_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
                                 const Params p) {
-  using T = Tile<BN>;
+  using T = Tile<BN, M>;
   constexpr int S = T::kStages;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + S * T::kStageBytes);
+  int32_t* epi = reinterpret_cast<int32_t*>(smem + S * T::kStageBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + S * T::kStageBytes + T::kEpiBytes);
   uint64_t* empty = full + S;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   const uint32_t rank = CM > 1 ? cluster_rank() : 0;
@@ -209,6 +130,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kMathRegs));
     const int g = wg - 1;
     const int lane = t % 32;
+    constexpr bool kPromote = M == Mode::kFp8;
+    using Acc = typename AccOf<M>::type;
     constexpr int kChunks = kPromote ? BN / T::kChunk : 1;
     constexpr int kPartRegs = kPromote ? T::kChunk / 2 : 1;
     // The stage is read: release it (in every block of the cluster, whose producers write into it).
@@ -226,9 +149,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       int mu, nb;
       tile_coords(p, tile, mu, nb);
       const int mb = mu * CM + static_cast<int>(rank);
-      float acc[BN / 2];
+      Acc acc[BN / 2];
 #pragma unroll
-      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+      for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
       if constexpr (kPromote) {
         float part[kPartRegs];
         for (int kb = 0; kb < p.num_kb; ++kb, ++it) {
@@ -270,35 +193,42 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::fence_regs(acc);
         if (p.num_kb > 0) release((it - 1) % S);
       }
-      store_tile<BN>(p, acc, mb * kBM, nb * BN, g, t);
+      if constexpr (M == Mode::kInt8) {
+        store_tile_int8<BN>(p, acc, mb * kBM, nb * BN, g, t, epi + (t / 32 + 4 * g) * kInt8EpiWarpWords);
+      } else {
+        store_tile<BN>(p, acc, mb * kBM, nb * BN, g, t);
+      }
     }
   }
   if constexpr (CM > 1) cluster_sync();  // no block leaves while its peer may still arrive on its barriers
 }
 
-// Launches the kernel of (BN, CM, kPromote) (defined in wgmma_fp8_gemm_n<BN>*.cu).
-template <int BN, int CM, bool kPromote>
-Status launch_tile(const WgmmaFp8Args& a, const CUtensorMap& map_x, Params p, Stream stream);
-template <>
-Status launch_tile<128, 1, true>(const WgmmaFp8Args& a, const CUtensorMap& map_x, Params p, Stream stream);
-template <>
-Status launch_tile<192, 1, true>(const WgmmaFp8Args& a, const CUtensorMap& map_x, Params p, Stream stream);
-template <>
-Status launch_tile<256, 1, true>(const WgmmaFp8Args& a, const CUtensorMap& map_x, Params p, Stream stream);
-template <>
-Status launch_tile<256, 1, false>(const WgmmaFp8Args& a, const CUtensorMap& map_x, Params p, Stream stream);
-template <>
-Status launch_tile<128, 2, true>(const WgmmaFp8Args& a, const CUtensorMap& map_x, Params p, Stream stream);
-template <>
-Status launch_tile<256, 2, true>(const WgmmaFp8Args& a, const CUtensorMap& map_x, Params p, Stream stream);
+// Launches the kernel of (BN, CM, M) (each defined in its own .cu).
+template <int BN, int CM, Mode M>
+Status launch_tile(const CUtensorMap& map_x, const void* w, int64_t ld_w, int64_t n, int64_t k, Params p,
+                   Stream stream);
+#define QL_WGMMA_TILE(BN, CM, M)                                                                            \
+  template <>                                                                                               \
+  Status launch_tile<BN, CM, M>(const CUtensorMap& map_x, const void* w, int64_t ld_w, int64_t n, int64_t k, \
+                                Params p, Stream stream)
+QL_WGMMA_TILE(128, 1, Mode::kFp8);
+QL_WGMMA_TILE(192, 1, Mode::kFp8);
+QL_WGMMA_TILE(256, 1, Mode::kFp8);
+QL_WGMMA_TILE(256, 1, Mode::kFp8Fast);
+QL_WGMMA_TILE(128, 2, Mode::kFp8);
+QL_WGMMA_TILE(256, 2, Mode::kFp8);
+QL_WGMMA_TILE(128, 1, Mode::kInt8);
+QL_WGMMA_TILE(256, 1, Mode::kInt8);
+QL_WGMMA_TILE(256, 2, Mode::kInt8);
 
-template <int BN, int CM, bool kPromote>
-Status launch_tile_impl(const WgmmaFp8Args& a, const CUtensorMap& map_x, Params p, Stream stream) {
-  using T = Tile<BN>;
-  auto* kernel = wgmma_fp8_persistent_kernel<BN, CM, kPromote>;
-  QL_ASSIGN_OR_RETURN(CUtensorMap map_w, wgmma::byte_map(a.w, a.n, a.k, a.ld_w, BN / CM));
+template <int BN, int CM, Mode M>
+Status launch_tile_impl(const CUtensorMap& map_x, const void* w, int64_t ld_w, int64_t n, int64_t k, Params p,
+                        Stream stream) {
+  using T = Tile<BN, M>;
+  auto* kernel = wgmma_persistent_kernel<BN, CM, M>;
+  QL_ASSIGN_OR_RETURN(CUtensorMap map_w, wgmma::byte_map(w, n, k, ld_w, BN / CM));
   QL_RETURN_IF_ERROR(wgmma::allow_smem(kernel, T::kSmemBytes));
-  p.num_n = static_cast<int>((a.n + BN - 1) / BN);
+  p.num_n = static_cast<int>((n + BN - 1) / BN);
   p.num_m = (p.num_m + CM - 1) / CM;  // row units of CM row blocks
   if (p.group_m > p.num_m) p.group_m = p.num_m;
   p.num_tiles = p.num_m * p.num_n;
@@ -325,8 +255,8 @@ Status launch_tile_impl(const WgmmaFp8Args& a, const CUtensorMap& map_x, Params 
   if (units > static_cast<unsigned>(p.num_tiles)) units = static_cast<unsigned>(p.num_tiles);
   cfg.gridDim = dim3(units * CM);
   QL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, map_x, map_w, p));
-  QL_CUDA_CHECK_LAUNCH("wgmma_fp8_persistent_kernel");
+  QL_CUDA_CHECK_LAUNCH("wgmma_persistent_kernel");
   return Status::ok();
 }
 
-}  // namespace qlinear::cuda::wgfp8
+}  // namespace qlinear::cuda::wgp

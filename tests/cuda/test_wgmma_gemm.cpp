@@ -1,7 +1,8 @@
-// The own persistent wgmma FP8 GEMM (wgmma_fp8_gemm.hpp) at the GEMM level: every tile width, cluster and
-// rasterization gives the same output bit for bit (the same promotion every 128 K, whatever the tile),
-// within the tensor-core FP8 bound of an FP64 sum on the host; and its route captured in a CUDA graph
-// replays a direct call bit for bit.
+// The own persistent wgmma GEMMs. FP8 (wgmma_fp8_gemm.hpp) at the GEMM level: every tile width, cluster
+// and rasterization gives the same output bit for bit (the same promotion every 128 K, whatever the tile),
+// within the tensor-core FP8 bound of an FP64 sum on the host; its route captured in a CUDA graph replays a
+// direct call bit for bit. INT8 (wgmma_int8_gemm.hpp): its route gives the cuBLASLt route's output bit for
+// bit (exact S32 sums, the same FP64 epilogue) for every activation mode, dtype and tile.
 // The route against the reference backend is in test_cuda.cpp (Fp8WgmmaRouteMatchesTheReference).
 #include <gtest/gtest.h>
 
@@ -18,6 +19,7 @@
 #if QLINEAR_WITH_CUDA
 #include "backends/cuda/cuda_kernels.hpp"
 #include "backends/cuda/wgmma_fp8_gemm.hpp"
+#include "backends/cuda/wgmma_int8_gemm.hpp"
 #include "qlinear/cuda.hpp"
 #include "qlinear/make_layer.hpp"
 
@@ -197,9 +199,61 @@ TEST(CudaWgmmaFp8, RouteCapturesAndReplaysInACudaGraph) {
   cudaStreamDestroy(stream);
 }
 
+// The INT8 wgmma route against the cuBLASLt route on the same layer and input: bit for bit.
+TEST(CudaWgmmaInt8, RouteGivesTheCublasLtRoutesOutputBitForBit) {
+  QL_REQUIRE_SM90();
+  struct Case {
+    const char* scheme;
+    int64_t m, n, k;
+    DType in, out;
+    bool bias;
+  };
+  for (const Case& c : {Case{"w8a8-int8-dynamic", 1000, 456, 1000, DType::kBF16, DType::kBF16, true},
+                        Case{"w8a8-int8-static-asym", 257, 200, 4100, DType::kF16, DType::kF16, true},
+                        Case{"w8a8-int8-static", 4096, 1024, 520, DType::kBF16, DType::kF32, false},
+                        Case{"w8a8-int8-dynamic", 7, 76, 999, DType::kF32, DType::kBF16, false},
+                        Case{"w8a8-int8-static-asym", 1024, 3000, 256, DType::kBF16, DType::kBF16, true}}) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(std::string(c.scheme) + " M=" + std::to_string(c.m) + " N=" + std::to_string(c.n) + " K=" +
+                 std::to_string(c.k) + " seed=" + std::to_string(seed));
+    MakeLayerOptions opt;
+    opt.out_dtype = c.out;
+    opt.input_dtype = c.in;
+    opt.input_min = -2.0f;
+    opt.input_max = 3.0f;
+    auto made = quantize_layer("int8", *find_scheme(c.scheme), random_normal(DType::kF32, {c.n, c.k}, seed, 0.05), opt);
+    ASSERT_TRUE(made) << made.message();
+    LinearLayer lt = *made, wg = *made;
+    ASSERT_TRUE(cuda::kSm90Int8ScaledMM.process_weights_after_loading(lt).is_ok());
+    ASSERT_TRUE(cuda::kSm90Int8ScaledMMWgmma.process_weights_after_loading(wg).is_ok());
+    auto xd = cuda::to_device(to_dtype(random_normal(DType::kF32, {c.m, c.k}, seed + 1, 1.0), c.in)).value();
+    auto bd = cuda::to_device(to_dtype(random_normal(DType::kF32, {c.n}, seed + 2, 0.5), DType::kBF16)).value();
+    auto o_lt = cuda::empty(c.out, {c.m, c.n}).value();
+    auto o_wg = cuda::empty(c.out, {c.m, c.n}).value();
+    ASSERT_TRUE(cuda::fill_bytes(o_wg, 0xFF).is_ok());
+    const Tensor* bias = c.bias ? &bd : nullptr;
+    const Status s1 = cuda::kSm90Int8ScaledMM.apply(lt, Activation::dense(xd), bias, o_lt);
+    const Status s2 = cuda::kSm90Int8ScaledMMWgmma.apply(wg, Activation::dense(xd), bias, o_wg);
+    ASSERT_TRUE(s1.is_ok()) << s1.message();
+    ASSERT_TRUE(s2.is_ok()) << s2.message();
+    auto a = cuda::to_host(o_lt).value();
+    auto b = cuda::to_host(o_wg).value();
+    const int64_t bytes = element_size(c.out);
+    int64_t differing = 0;
+    for (int64_t i = 0; i < c.m * c.n; ++i) {
+      if (std::memcmp(static_cast<const uint8_t*>(a.raw()) + i * bytes, static_cast<const uint8_t*>(b.raw()) + i * bytes,
+                      static_cast<size_t>(bytes)) != 0 &&
+          differing++ < 5) {
+        ADD_FAILURE() << "output " << i / c.n << ", " << i % c.n << " differs";
+      }
+    }
+    EXPECT_EQ(differing, 0);
+  }
+}
+
 }  // namespace
 }  // namespace qlinear
 
 #else
-TEST(CudaWgmmaFp8, BuiltWithoutCuda) { GTEST_SKIP() << "qlinear was built without its CUDA backend"; }
+TEST(CudaWgmmaGemm, BuiltWithoutCuda) { GTEST_SKIP() << "qlinear was built without its CUDA backend"; }
 #endif
