@@ -253,6 +253,20 @@ TEST(CudaFp8PrefillBench, DISABLED_VersusCublasLt) {
       q.mode = cuda::ActQuantMode::kDynamicToken;
       q.scale = {x_scale.raw(), 1, 0, false};
       const double q_tok = add("q_tok", time_us([&] { return cuda::launch_act_quant(q, s); }));
+      // The quantizer and the GEMM in sequence, plain and with the GEMM's programmatic dependent launch.
+      a.x = codes.raw();
+      a.x_scale_per_row = true;
+      a.w_scale_per_col = true;
+      const auto seq = [&](bool pdl) {
+        a.pdl = pdl;
+        return time_us([&] {
+          QL_RETURN_IF_ERROR(cuda::launch_act_quant(q, s));
+          return cuda::launch_wgmma_fp8_gemm(a, s);
+        });
+      };
+      add("seq", seq(false));
+      add("seq_pdl", seq(true));
+      a.pdl = false;
       q.mode = cuda::ActQuantMode::kStaticTensor;
       q.static_scale = 0.02f;
       q.scale = {x_scale.raw(), 0, 0, false};

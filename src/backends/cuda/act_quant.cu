@@ -158,6 +158,9 @@ struct Fp8QuantParams {
 // Grid (rows, chunks). Thread t of a block takes vectors t + j * blockDim.x (j < V) of its chunk.
 template <class T, int V>
 __global__ void __launch_bounds__(512) fp8_quant_kernel(Fp8QuantParams p) {
+  // A GEMM launched after this one with programmatic stream serialization (wgmma_fp8_gemm.hpp) may start
+  // its blocks once every block here has started; it waits for this grid's completion before reading.
+  asm volatile("griddepcontrol.launch_dependents;");
   const int64_t row = blockIdx.x;
   const T* xr = static_cast<const T*>(p.x) + row * p.ld_x;
   const int64_t per_pass = int64_t{blockDim.x} * V * kVec;

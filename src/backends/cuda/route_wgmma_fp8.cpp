@@ -54,7 +54,9 @@ Status apply_wgmma_fp8(const ApplyCtx& a) {
     q.amax_scratch = amax.as<uint32_t>();
   }
   QL_RETURN_IF_ERROR(launch_act_quant(q, a.stream));
-  return launch_wgmma_fp8_gemm(gemm_args(a, codes.get(), scales.as<float>(), per_row), a.stream);
+  WgmmaFp8Args g = gemm_args(a, codes.get(), scales.as<float>(), per_row);
+  g.pdl = true;  // the GEMM's blocks set up while the quantization finishes
+  return launch_wgmma_fp8_gemm(g, a.stream);
 }
 
 }  // namespace qlinear::cuda

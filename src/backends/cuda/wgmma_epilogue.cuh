@@ -42,6 +42,7 @@ struct Params {
   const int32_t* x_zero_point;
   int x_zp_per_row, x_zp_value;
   const int64_t* w_colsum;
+  int pdl;  // launched with programmatic stream serialization after the kernel that writes x / its scales
 };
 
 __device__ __forceinline__ float load_bias(const Params& p, int col) {

@@ -84,6 +84,7 @@ Status launch_wgmma_fp8_gemm(const WgmmaFp8Args& a, Stream stream) {
   p.ld_out = a.ld_out > 0 ? a.ld_out : a.n;
   p.x_scale_per_row = a.x_scale_per_row;
   p.w_scale_per_col = a.w_scale_per_col;
+  p.pdl = a.pdl;
   QL_ASSIGN_OR_RETURN(p.bias_kind, bias_kind(a.bias, a.bias_dtype));
   QL_ASSIGN_OR_RETURN(p.out_kind, out_kind(a.out_dtype));
   const size_t pair_bytes = 2 * element_size(a.out_dtype);

@@ -46,6 +46,9 @@ struct WgmmaFp8Args {
   int group_m = 0;    // row units per rasterization group (0: the default)
   int cluster_m = 0;  // blocks per cluster along M sharing the w tile by multicast: 1 or 2 (0: the default);
                       // 2 exists for the 128- and 256-column tiles
+  // Programmatic dependent launch: the GEMM's blocks may start (set up their barriers) while the previous
+  // kernel on the stream finishes, waiting for it before reading anything (griddepcontrol.wait).
+  bool pdl = false;
   bool fast_accum = false;  // benchmark diagnostic (256-column tile, one block): no promotion, the tensor
                             // cores accumulate across K (not the route's numerics)
 };

@@ -99,6 +99,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     __syncthreads();
   }
+  // Launched with programmatic stream serialization (Params::pdl), the set-up above overlapped the end of
+  // the previous kernel (the activation quantization); nothing it writes is read before this point.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
@@ -233,7 +236,8 @@ Status launch_tile_impl(const CUtensorMap& map_x, const void* w, int64_t ld_w, i
   if (p.group_m > p.num_m) p.group_m = p.num_m;
   p.num_tiles = p.num_m * p.num_n;
   cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
+  const bool pdl = p.pdl != 0;
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = T::kSmemBytes;
   cfg.stream = stream;
@@ -242,7 +246,13 @@ Status launch_tile_impl(const CUtensorMap& map_x, const void* w, int64_t ld_w, i
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = CM > 1 ? 1 : 0;
+  cfg.numAttrs = 0;
+  if constexpr (CM > 1) cfg.numAttrs = 1;
+  if (pdl) {
+    attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+    ++cfg.numAttrs;
+  }
   // One block per multiprocessor; clusters: as many as fit at once (a GPC with an odd count keeps one idle).
   QL_ASSIGN_OR_RETURN(unsigned sms, wgmma::grid_blocks(1 << 30, true));
   unsigned units = sms / CM;
