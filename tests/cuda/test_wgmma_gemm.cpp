@@ -143,16 +143,23 @@ TEST(CudaWgmmaFp8, EveryTileGivesTheSameOutputWithinTheFp8Bound) {
 
 // Captured once into a CUDA graph (after a warm-up call outside capture) and replayed on new inputs written
 // into the same buffer: the replay's output equals a direct call's, bit for bit.
-TEST(CudaWgmmaFp8, RouteCapturesAndReplaysInACudaGraph) {
+TEST(CudaWgmmaGemm, RoutesCaptureAndReplayInACudaGraph) {
   QL_REQUIRE_SM90();
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   cuda::StreamGuard guard(stream);
-  const LinearKernel& kernel = cuda::kSm90Fp8ScaledMMWgmma;
-  for (const char* scheme_name : {"w8a8-fp8-channel", "w8a8-fp8-tensor"}) {
+  struct Route {
+    const LinearKernel& kernel;
+    const char* scheme;
+  };
+  for (const Route& r : {Route{cuda::kSm90Fp8ScaledMMWgmma, "w8a8-fp8-channel"},
+                         Route{cuda::kSm90Fp8ScaledMMWgmma, "w8a8-fp8-tensor"},
+                         Route{cuda::kSm90Int8ScaledMMWgmma, "w8a8-int8-static-asym"}}) {
+    const LinearKernel& kernel = r.kernel;
+    const char* scheme_name = r.scheme;
     const int64_t m = 1024, n = 456, k = 1000;
     const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(std::string(scheme_name) + " seed=" + std::to_string(seed));
+    SCOPED_TRACE(std::string(kernel.name()) + " " + scheme_name + " seed=" + std::to_string(seed));
     MakeLayerOptions opt;
     opt.out_dtype = DType::kBF16;
     opt.input_dtype = DType::kBF16;
