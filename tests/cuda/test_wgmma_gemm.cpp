@@ -17,6 +17,7 @@
 #include "qlinear/scheme.hpp"
 
 #if QLINEAR_WITH_CUDA
+#include "backends/cuda/act_quant.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
 #include "backends/cuda/wgmma_fp8_gemm.hpp"
 #include "backends/cuda/wgmma_int8_gemm.hpp"
@@ -204,6 +205,104 @@ TEST(CudaWgmmaGemm, RoutesCaptureAndReplayInACudaGraph) {
   }
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaStreamDestroy(stream);
+}
+
+// The quantization fused into the FP8 GEMM (static per-tensor, per-token) against the quantizer kernel +
+// the same GEMM: codes, scales and outputs bit for bit, on rows that span binades (a zero row, a tiny row).
+TEST(CudaWgmmaFp8, FusedQuantizationGivesTheQuantizerKernelsCodesAndOutput) {
+  QL_REQUIRE_SM90();
+  const cuda::Stream s = cuda::current_stream();
+  struct Case {
+    int64_t m, n, k;
+    bool token;
+    cuda::WgmmaFp8Tile tile;
+    int cluster;
+  };
+  for (const Case& c : {Case{300, 456, 1000, true, cuda::WgmmaFp8Tile::kN256, 1},
+                        Case{1024, 1000, 4096, false, cuda::WgmmaFp8Tile::kN192, 1},
+                        Case{1000, 200, 4104, true, cuda::WgmmaFp8Tile::kN128, 2},
+                        Case{4096, 384, 520, true, cuda::WgmmaFp8Tile::kN256, 2},
+                        Case{3, 64, 8, false, cuda::WgmmaFp8Tile::kN128, 1}}) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("M=" + std::to_string(c.m) + " N=" + std::to_string(c.n) + " K=" + std::to_string(c.k) +
+                 (c.token ? " per-token" : " static") + " seed=" + std::to_string(seed));
+    Tensor xf = random_normal(DType::kF32, {c.m, c.k}, seed, 1.0);
+    for (int64_t r = 0; r < c.m; ++r) {
+      const float f = r == 1 ? 0.0f : r == 2 ? 1e-6f : std::ldexp(1.0f, static_cast<int>(r % 9) - 4);
+      for (int64_t q = 0; q < c.k; ++q) xf.data<float>()[r * c.k + q] *= f;
+    }
+    const int64_t ld = (c.k + 31) / 32 * 32;
+    auto xd = cuda::to_device(to_dtype(xf, DType::kBF16)).value();
+    auto wd = cuda::to_device(random_e4m3(c.n, c.k, ld, seed + 1)).value();
+    auto wsd = cuda::to_device(spread_scales(c.n, seed + 3)).value();
+    auto codes1 = cuda::empty(DType::kU8, {c.m, ld}).value();
+    auto codes2 = cuda::empty(DType::kU8, {c.m, ld}).value();
+    auto sc1 = cuda::empty(DType::kF32, {c.m}).value();
+    auto sc2 = cuda::empty(DType::kF32, {c.m}).value();
+    auto out1 = cuda::empty(DType::kBF16, {c.m, c.n}).value();
+    auto out2 = cuda::empty(DType::kBF16, {c.m, c.n}).value();
+    const int64_t blocks = (c.m + 127) / 128;
+    auto ready = cuda::empty(DType::kI32, {blocks}).value();
+    for (Tensor* t : {&codes2, &sc2, &out2}) ASSERT_TRUE(cuda::fill_bytes(*t, 0xFF).is_ok());
+    ASSERT_TRUE(cuda::fill_bytes(ready, 0).is_ok());
+    const float static_scale = 0.0123f;
+    cuda::ActQuantArgs q;
+    q.x = xd.raw();
+    q.m = c.m;
+    q.k = c.k;
+    q.ld_x = c.k;
+    q.mode = c.token ? cuda::ActQuantMode::kDynamicToken : cuda::ActQuantMode::kStaticTensor;
+    q.static_scale = static_scale;
+    q.codes = codes1.raw();
+    q.ld_codes = ld;
+    q.scale = {sc1.raw(), c.token ? 1 : 0, 0, false};
+    ASSERT_TRUE(cuda::launch_act_quant(q, s).is_ok());
+    cuda::WgmmaFp8Args a;
+    a.x = codes1.raw();
+    a.ld_x = ld;
+    a.w = wd.raw();
+    a.ld_w = ld;
+    a.m = c.m;
+    a.n = c.n;
+    a.k = c.k;
+    a.x_scale = static_cast<const float*>(sc1.raw());
+    a.x_scale_per_row = c.token;
+    a.w_scale = static_cast<const float*>(wsd.raw());
+    a.w_scale_per_col = true;
+    a.out = out1.raw();
+    a.tile = c.tile;
+    a.cluster_m = c.cluster;
+    ASSERT_TRUE(cuda::launch_wgmma_fp8_gemm(a, s).is_ok());
+    a.x = codes2.raw();
+    a.x_scale = c.token ? static_cast<const float*>(sc2.raw()) : nullptr;
+    a.out = out2.raw();
+    a.q_mode = c.token ? cuda::WgmmaFp8Args::FusedQuant::kToken : cuda::WgmmaFp8Args::FusedQuant::kStatic;
+    a.q_src = xd.raw();
+    a.q_ld_src = c.k;
+    a.q_static_scale = static_scale;
+    a.ready = static_cast<int*>(ready.raw());
+    const Status st = cuda::launch_wgmma_fp8_gemm(a, s);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    auto c1 = cuda::to_host(codes1).value();
+    auto c2 = cuda::to_host(codes2).value();
+    int64_t bad = 0;
+    for (int64_t r = 0; r < c.m; ++r) {
+      for (int64_t q2 = 0; q2 < c.k; ++q2) {
+        if (c1.data<uint8_t>()[r * ld + q2] != c2.data<uint8_t>()[r * ld + q2] && bad++ < 5) {
+          ADD_FAILURE() << "code (" << r << ", " << q2 << ") differs";
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    if (c.token) {
+      auto s1 = cuda::to_host(sc1).value();
+      auto s2 = cuda::to_host(sc2).value();
+      EXPECT_EQ(std::memcmp(s1.raw(), s2.raw(), static_cast<size_t>(s1.nbytes())), 0) << "scales differ";
+    }
+    auto o1 = cuda::to_host(out1).value();
+    auto o2 = cuda::to_host(out2).value();
+    EXPECT_EQ(std::memcmp(o1.raw(), o2.raw(), static_cast<size_t>(o1.nbytes())), 0) << "outputs differ";
+  }
 }
 
 // The INT8 wgmma route against the cuBLASLt route on the same layer and input: bit for bit.

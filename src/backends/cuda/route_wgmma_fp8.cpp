@@ -8,6 +8,10 @@ namespace qlinear::cuda {
 
 namespace {
 
+// The activation quantization inside the GEMM (its producer warpgroup's idle warps) instead of a kernel
+// before it.
+constexpr bool kFusedQuantization = false;
+
 WgmmaFp8Args gemm_args(const ApplyCtx& a, const void* codes, const float* x_scale, bool per_row) {
   WgmmaFp8Args g;
   g.x = codes;
@@ -29,6 +33,14 @@ WgmmaFp8Args gemm_args(const ApplyCtx& a, const void* codes, const float* x_scal
   return g;
 }
 
+// BF16 activations with static per-tensor or per-token scales, rows the bulk copies can read: the GEMM
+// quantizes them itself (wgmma_quant.cuh).
+bool fusable(const ApplyCtx& a, ActQuantMode mode) {
+  return kFusedQuantization && a.x.dtype() == DType::kBF16 && a.x.strides()[1] == 1 && a.c.k % 8 == 0 &&
+         a.x.strides()[0] % 8 == 0 && reinterpret_cast<uintptr_t>(a.x.raw()) % 16 == 0 &&
+         (mode == ActQuantMode::kStaticTensor || mode == ActQuantMode::kDynamicToken);
+}
+
 }  // namespace
 
 Status apply_wgmma_fp8(const ApplyCtx& a) {
@@ -45,6 +57,19 @@ Status apply_wgmma_fp8(const ApplyCtx& a) {
   const bool per_row = key.scale.group.is_per_token();
   QL_ASSIGN_OR_RETURN(Scratch codes, Scratch::make(static_cast<size_t>(a.m * kl), a.stream));
   QL_ASSIGN_OR_RETURN(Scratch scales, Scratch::make(sizeof(float) * static_cast<size_t>(per_row ? a.m : 1), a.stream));
+  if (fusable(a, q.mode)) {
+    const int64_t blocks = (a.m + 127) / 128;
+    QL_ASSIGN_OR_RETURN(Scratch ready, Scratch::make(sizeof(int) * static_cast<size_t>(blocks), a.stream));
+    QL_CUDA_CHECK(cudaMemsetAsync(ready.get(), 0, sizeof(int) * static_cast<size_t>(blocks), a.stream));
+    WgmmaFp8Args g = gemm_args(a, codes.get(), scales.as<float>(), per_row);
+    g.k = a.c.k;  // the codes past K are never written: the tensor map reads zeros there
+    g.q_mode = per_row ? WgmmaFp8Args::FusedQuant::kToken : WgmmaFp8Args::FusedQuant::kStatic;
+    g.q_src = a.x.raw();
+    g.q_ld_src = a.x.strides()[0];
+    g.q_static_scale = a.st.static_input_scale;
+    g.ready = ready.as<int>();
+    return launch_wgmma_fp8_gemm(g, a.stream);
+  }
   q.codes = codes.get();
   q.ld_codes = kl;
   q.scale = {scales.get(), per_row ? 1 : 0, 0, false};

@@ -43,6 +43,18 @@ struct Params {
   int x_zp_per_row, x_zp_value;
   const int64_t* w_colsum;
   int pdl;  // launched with programmatic stream serialization after the kernel that writes x / its scales
+  // Fused activation quantization (wgmma_quant.cuh; q_mode 0: none): BF16 rows q_src (q_ld_src elements
+  // apart, q_k long) -> E4M3 codes q_codes (q_ld_codes apart: the x of the tensor map) and per-token scales
+  // q_scale_out; ready: finished rows per row block. first_group: row units of the first tile group (0: as
+  // the others).
+  int q_mode, q_k;
+  const void* q_src;
+  int64_t q_ld_src, q_ld_codes;
+  float q_static_scale;
+  uint8_t* q_codes;
+  float* q_scale_out;
+  int* ready;
+  int first_group;
 };
 
 __device__ __forceinline__ float load_bias(const Params& p, int col) {
@@ -91,7 +103,7 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&acc)[B
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int row = row0 + 8 * i;
-    xs[i] = row < p.m ? p.x_scale[p.x_scale_per_row ? row : 0] : 0.0f;
+    xs[i] = row >= p.m ? 0.0f : p.x_scale == nullptr ? p.x_scale_value : p.x_scale[p.x_scale_per_row ? row : 0];
   }
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j) {

@@ -85,6 +85,30 @@ Status launch_wgmma_fp8_gemm(const WgmmaFp8Args& a, Stream stream) {
   p.x_scale_per_row = a.x_scale_per_row;
   p.w_scale_per_col = a.w_scale_per_col;
   p.pdl = a.pdl;
+  if (a.q_mode != WgmmaFp8Args::FusedQuant::kNone) {
+    if (a.q_src == nullptr || a.ready == nullptr || a.k % 8 != 0 || a.q_ld_src % 8 != 0 ||
+        reinterpret_cast<uintptr_t>(a.q_src) % 16 != 0 || a.ld_x < a.k) {
+      return Status::error("wgmma_fp8_gemm: fused quantization needs BF16 rows 16-byte aligned, K % 8 == 0, "
+                           "ready scratch and code rows of at least K bytes");
+    }
+    const bool token = a.q_mode == WgmmaFp8Args::FusedQuant::kToken;
+    if (token && (a.x_scale == nullptr || !a.x_scale_per_row)) {
+      return Status::error("wgmma_fp8_gemm: fused per-token quantization writes x_scale [m]");
+    }
+    p.q_mode = token ? wgp::kQuantToken : wgp::kQuantStatic;
+    p.q_k = static_cast<int>(a.k);
+    p.q_src = a.q_src;
+    p.q_ld_src = a.q_ld_src;
+    p.q_ld_codes = a.ld_x;
+    p.q_static_scale = a.q_static_scale;
+    p.q_codes = static_cast<uint8_t*>(const_cast<void*>(a.x));
+    p.q_scale_out = const_cast<float*>(a.x_scale);
+    p.ready = a.ready;
+    if (!token) {
+      p.x_scale = nullptr;
+      p.x_scale_value = a.q_static_scale;
+    }
+  }
   QL_ASSIGN_OR_RETURN(p.bias_kind, bias_kind(a.bias, a.bias_dtype));
   QL_ASSIGN_OR_RETURN(p.out_kind, out_kind(a.out_dtype));
   const size_t pair_bytes = 2 * element_size(a.out_dtype);

@@ -46,6 +46,17 @@ struct WgmmaFp8Args {
   int group_m = 0;    // row units per rasterization group (0: the default)
   int cluster_m = 0;  // blocks per cluster along M sharing the w tile by multicast: 1 or 2 (0: the default);
                       // 2 exists for the 128- and 256-column tiles
+  // Fused activation quantization (q_mode != kNone): the GEMM quantizes q_src (BF16 [m, k], rows q_ld_src
+  // elements apart, 16-byte aligned, k % 8 == 0) itself into x (the codes buffer, ld_x >= k, written here)
+  // and, per token, x_scale (written here; x_scale_per_row); static: x_scale null, q_static_scale used.
+  // ready: ceil(m / 128) ints of scratch, zeroed before the launch. Codes and scales bit for bit those of
+  // launch_act_quant (act_quant.hpp).
+  enum class FusedQuant : uint8_t { kNone, kStatic, kToken };
+  FusedQuant q_mode = FusedQuant::kNone;
+  const void* q_src = nullptr;
+  int64_t q_ld_src = 0;
+  float q_static_scale = 1.0f;
+  int* ready = nullptr;
   // Programmatic dependent launch: the GEMM's blocks may start (set up their barriers) while the previous
   // kernel on the stream finishes, waiting for it before reading anything (griddepcontrol.wait).
   bool pdl = false;

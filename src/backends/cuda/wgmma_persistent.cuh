@@ -3,7 +3,10 @@
 // INT8 GEMM of wgmma_int8_gemm.hpp runs the same skeleton with exact S32 accumulators): the tile order,
 // the producer, the math warpgroups' main loop, the launch. The epilogues are in wgmma_epilogue.cuh. One
 // instantiation per .cu (wgmma_fp8_gemm_n<BN>*.cu, wgmma_int8_gemm_n<BN>*.cu), so they compile in parallel.
+#include <algorithm>
+
 #include "backends/cuda/wgmma_epilogue.cuh"
+#include "backends/cuda/wgmma_quant.cuh"
 
 namespace qlinear::cuda::wgp {
 
@@ -17,27 +20,38 @@ constexpr int kProducerRegs = 40, kMathRegs = 232;
 constexpr int kSmemLimit = 227 * 1024;  // a block's dynamic shared memory on sm_90
 constexpr int kSmemReserve = 1024 + 256;  // alignment of the ring, barriers
 
-// The ring of 4-6 stages, then (INT8) the epilogue's staging buffer, then the barriers.
+// The ring of 4-6 stages, then (INT8) the epilogue's staging buffer or (FP8) the fused quantization's
+// buffers, then the barriers.
 template <int BN, Mode M>
 struct Tile {
   static_assert(BN == 128 || BN == 192 || BN == 256, "tile width");
   static constexpr int kXBytes = kBM * kBK;
   static constexpr int kStageBytes = kXBytes + BN * kBK;
   static constexpr int kEpiBytes = M == Mode::kInt8 ? kInt8EpiBytes : 0;
-  static constexpr int kFit = (kSmemLimit - kSmemReserve - kEpiBytes) / kStageBytes;
+  static constexpr int kQuantBytes = M == Mode::kInt8 ? 0 : kQuantSmemBytes;
+  static constexpr int kFit = (kSmemLimit - kSmemReserve - kEpiBytes - kQuantBytes) / kStageBytes;
   static constexpr int kStages = kFit < 6 ? kFit : 6;
   static_assert(kStages >= 4, "a ring of at least 4 stages");
   static constexpr int kChunk = BN == 256 ? 128 : BN;  // columns promoted per step
-  static constexpr int kSmemBytes = kStages * kStageBytes + kEpiBytes + 2 * kStages * 8 + 1024;
+  static constexpr int kSmemBytes =
+      kStages * kStageBytes + kEpiBytes + kQuantBytes + (2 * kStages + kQuantBarriers) * 8 + 1024;
 };
 
 // Tile t -> (row unit, column block): groups of group_m row units, column blocks outer inside a group,
 // row units inner, so consecutive tiles (the blocks running together) share w columns and x rows. A row
 // unit is CM row blocks (one per block of a cluster).
 __device__ __forceinline__ void tile_coords(const Params& p, int t, int& mu, int& nb) {
+  const int head = p.first_group * p.num_n;
+  if (t < head) {
+    mu = t % p.first_group;
+    nb = t / p.first_group;
+    return;
+  }
+  const int base = p.first_group;
+  t -= head;
   const int per_group = p.group_m * p.num_n;
   const int g = t / per_group;
-  const int first = g * p.group_m;
+  const int first = base + g * p.group_m;
   const int rows = min(p.group_m, p.num_m - first);
   const int r = t - g * per_group;
   mu = first + r % rows;
@@ -81,8 +95,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   int32_t* epi = reinterpret_cast<int32_t*>(smem + S * T::kStageBytes);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + S * T::kStageBytes + T::kEpiBytes);
+  uint8_t* qbufs = smem + S * T::kStageBytes + T::kEpiBytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(qbufs + T::kQuantBytes);
   uint64_t* empty = full + S;
+  uint64_t* qbars = empty + S;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   const uint32_t rank = CM > 1 ? cluster_rank() : 0;
   const int first_tile = static_cast<int>(blockIdx.x) / CM, tile_step = static_cast<int>(gridDim.x) / CM;
@@ -92,6 +108,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::mbar_init(&full[s], 1);
       wgmma::mbar_init(&empty[s], kMathWarps * CM);  // one arrive per math warp of every block of the cluster
     }
+    for (int b = 0; b < kQuantBarriers; ++b) wgmma::mbar_init(&qbars[b], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   if constexpr (CM > 1) {
@@ -105,6 +122,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    const int warp = t / 32;
+    if constexpr (M != Mode::kInt8) {
+      if (warp >= 1 && p.q_mode != kQuantNone) {
+        const int qw = warp - 1;
+        quantize_rows(p, qbufs + qw * kQuantBuffers * kQuantChunk, qbars + qw * kQuantBuffers,
+                      static_cast<int>(blockIdx.x) * kQuantWarps + qw, static_cast<int>(gridDim.x) * kQuantWarps,
+                      t % 32);
+      }
+    }
     if (t == 0) {
       // The producer: K slices of every tile of this block, in order; `it` counts slices across tiles (the
       // ring position and its phase), so the next tile's loads start while the math warpgroups finish.
@@ -113,6 +139,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         int mu, nb;
         tile_coords(p, tile, mu, nb);
         const int mb = mu * CM + static_cast<int>(rank);
+        if (p.q_mode != kQuantNone) wait_rows_ready(p, mb);
         for (int kb = 0; kb < p.num_kb; ++kb, ++it) {
           const int s = it % S;
           wgmma::mbar_wait(&empty[s], ((it / S) & 1) ^ 1);  // a fresh barrier counts as released
@@ -196,6 +223,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::fence_regs(acc);
         if (p.num_kb > 0) release((it - 1) % S);
       }
+      // Fused per-token scales come from other blocks: acquire them as the producer did the codes.
+      if (p.q_mode == kQuantToken && mb * kBM < p.m) (void)ld_acquire(p.ready + mb);
       if constexpr (M == Mode::kInt8) {
         store_tile_int8<BN>(p, acc, mb * kBM, nb * BN, g, t, epi + (t / 32 + 4 * g) * kInt8EpiWarpWords);
       } else {
@@ -263,6 +292,10 @@ Status launch_tile_impl(const CUtensorMap& map_x, const void* w, int64_t ld_w, i
     if (clusters > 0) units = static_cast<unsigned>(clusters);
   }
   if (units > static_cast<unsigned>(p.num_tiles)) units = static_cast<unsigned>(p.num_tiles);
+  // Fused quantization: the first wave's tiles span as few row blocks as fill it, so it waits for few rows.
+  if (p.q_mode != kQuantNone) {
+    p.first_group = std::min<int>(p.num_m, (static_cast<int>(units) + p.num_n - 1) / p.num_n);
+  }
   cfg.gridDim = dim3(units * CM);
   QL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, map_x, map_w, p));
   QL_CUDA_CHECK_LAUNCH("wgmma_persistent_kernel");
