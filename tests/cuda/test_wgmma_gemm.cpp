@@ -104,7 +104,7 @@ TEST(CudaWgmmaFp8, EveryTileGivesTheSameOutputWithinTheFp8Bound) {
     };
     for (const Variant& v : {Variant{cuda::WgmmaFp8Tile::kN128, 1, 0}, Variant{cuda::WgmmaFp8Tile::kN192, 1, 1},
                              Variant{cuda::WgmmaFp8Tile::kN256, 1, 3}, Variant{cuda::WgmmaFp8Tile::kN128, 2, 0},
-                             Variant{cuda::WgmmaFp8Tile::kN256, 2, 1}}) {
+                             Variant{cuda::WgmmaFp8Tile::kN256, 2, 1}, Variant{cuda::WgmmaFp8Tile::kN192, 2, 2}}) {
       a.tile = v.tile;
       a.cluster_m = v.cluster;
       a.group_m = v.group;  // other rasterizations too

@@ -132,8 +132,8 @@ Status launch_wgmma_fp8_gemm(const WgmmaFp8Args& a, Stream stream) {
       return cm == 2 ? wgp::launch_tile<128, 2, wgp::Mode::kFp8>(map_x, a.w, a.ld_w, a.n, a.k, p, stream)
                      : wgp::launch_tile<128, 1, wgp::Mode::kFp8>(map_x, a.w, a.ld_w, a.n, a.k, p, stream);
     case WgmmaFp8Tile::kN192:
-      if (cm == 2) return Status::error("wgmma_fp8_gemm: 192-column tiles run without clusters");
-      return wgp::launch_tile<192, 1, wgp::Mode::kFp8>(map_x, a.w, a.ld_w, a.n, a.k, p, stream);
+      return cm == 2 ? wgp::launch_tile<192, 2, wgp::Mode::kFp8>(map_x, a.w, a.ld_w, a.n, a.k, p, stream)
+                     : wgp::launch_tile<192, 1, wgp::Mode::kFp8>(map_x, a.w, a.ld_w, a.n, a.k, p, stream);
     case WgmmaFp8Tile::kN256:
     case WgmmaFp8Tile::kAuto: break;
   }

@@ -44,8 +44,7 @@ struct WgmmaFp8Args {
   int64_t ld_out = 0;
   WgmmaFp8Tile tile = WgmmaFp8Tile::kAuto;
   int group_m = 0;    // row units per rasterization group (0: the default)
-  int cluster_m = 0;  // blocks per cluster along M sharing the w tile by multicast: 1 or 2 (0: the default);
-                      // 2 exists for the 128- and 256-column tiles
+  int cluster_m = 0;  // blocks per cluster along M sharing the w tile by multicast: 1 or 2 (0: the default)
   // Fused activation quantization (q_mode != kNone): the GEMM quantizes q_src (BF16 [m, k], rows q_ld_src
   // elements apart, 16-byte aligned, k % 8 == 0) itself into x (the codes buffer, ld_x >= k, written here)
   // and, per token, x_scale (written here; x_scale_per_row); static: x_scale null, q_static_scale used.

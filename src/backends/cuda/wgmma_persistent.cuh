@@ -248,6 +248,7 @@ QL_WGMMA_TILE(192, 1, Mode::kFp8);
 QL_WGMMA_TILE(256, 1, Mode::kFp8);
 QL_WGMMA_TILE(256, 1, Mode::kFp8Fast);
 QL_WGMMA_TILE(128, 2, Mode::kFp8);
+QL_WGMMA_TILE(192, 2, Mode::kFp8);
 QL_WGMMA_TILE(256, 2, Mode::kFp8);
 QL_WGMMA_TILE(128, 1, Mode::kInt8);
 QL_WGMMA_TILE(256, 1, Mode::kInt8);
