@@ -9,7 +9,7 @@ namespace qlinear::cuda {
 // every M, M = 1 included (8B qkv 15.3 us vs 17.5 us, 70B down 73.4 us vs 88.5 us); the stream route stays
 // for N % 16 != 0, which cuBLASLt does not take. wgmma_min_m: from this M the own wgmma GEMM replaces
 // cuBLASLt (0: not by default; sm90_fp8_scaled_mm_wgmma runs it when forced).
-constexpr int64_t kFp8WgmmaMinM = 0;
+constexpr int64_t kFp8WgmmaMinM = 1024;
 const CudaLinearKernel kSm90Fp8ScaledMM(
     Family::kFp8ScaledMM, "sm90_fp8_scaled_mm",
     "sm_90a FP8 W8A8: cuBLASLt FP8 (SCALAR / OUTER_VEC) after GPU activation quantization; "
@@ -69,7 +69,7 @@ const CudaLinearKernel kSm90Mxfp4Stream(
 
 // wgmma_min_m: from this M the own wgmma INT8 GEMM (epilogue fused) replaces cuBLASLt + the epilogue pass
 // (0: not by default; sm90_int8_scaled_mm_wgmma runs it when forced).
-constexpr int64_t kInt8WgmmaMinM = 0;
+constexpr int64_t kInt8WgmmaMinM = 1024;
 const CudaLinearKernel kSm90Int8ScaledMM(
     Family::kInt8ScaledMM, "sm90_int8_scaled_mm",
     "sm_90a INT8 W8A8: GPU activation quantization (static/dynamic, sym/asym) + cuBLASLt INT8 GEMM (exact INT32) "

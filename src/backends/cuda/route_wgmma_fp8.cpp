@@ -10,7 +10,7 @@ namespace {
 
 // The activation quantization inside the GEMM (its producer warpgroup's idle warps) instead of a kernel
 // before it.
-constexpr bool kFusedQuantization = false;
+constexpr bool kFusedQuantization = true;
 
 WgmmaFp8Args gemm_args(const ApplyCtx& a, const void* codes, const float* x_scale, bool per_row) {
   WgmmaFp8Args g;

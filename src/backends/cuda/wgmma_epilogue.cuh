@@ -57,11 +57,14 @@ struct Params {
   int first_group;
 };
 
+// Scales, column sums and bias are read-only for the kernel's life: read through the non-coherent path,
+// which the compiler may schedule ahead of the output stores (plain loads could alias them and would wait
+// for every store before, one L2 round trip per column: that cost more than the MMAs of a tile).
 __device__ __forceinline__ float load_bias(const Params& p, int col) {
   switch (p.bias_kind) {
-    case kBiasBf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[col]);
-    case kBiasF16: return __half2float(static_cast<const __half*>(p.bias)[col]);
-    case kBiasF32: return static_cast<const float*>(p.bias)[col];
+    case kBiasBf16: return __bfloat162float(__ldg(static_cast<const __nv_bfloat16*>(p.bias) + col));
+    case kBiasF16: return __half2float(__ldg(static_cast<const __half*>(p.bias) + col));
+    case kBiasF32: return __ldg(static_cast<const float*>(p.bias) + col);
     default: return 0.0f;
   }
 }
@@ -94,37 +97,43 @@ __device__ __forceinline__ void store_out(const Params& p, int64_t idx, float v0
   }
 }
 
-// FP8: y = acc * x_scale * w_scale + bias in FP32.
+// FP8: y = acc * x_scale * w_scale + bias in FP32: first every accumulator is scaled in place (all the
+// loads, none waits for a store), then the tile is converted and stored.
 template <int BN>
-__device__ __forceinline__ void store_tile(const Params& p, const float (&acc)[BN / 2], int m0, int n0, int g, int t) {
+__device__ __forceinline__ void store_tile(const Params& p, float (&acc)[BN / 2], int m0, int n0, int g, int t) {
   const int warp = t / 32, lane = t % 32;
   const int row0 = m0 + g * 64 + warp * 16 + lane / 4;
   float xs[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int row = row0 + 8 * i;
-    xs[i] = row >= p.m ? 0.0f : p.x_scale == nullptr ? p.x_scale_value : p.x_scale[p.x_scale_per_row ? row : 0];
+    const int row = min(row0 + 8 * i, p.m - 1);
+    xs[i] = p.x_scale == nullptr ? p.x_scale_value : p.x_scale[p.x_scale_per_row ? row : 0];
+  }
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int c0 = min(n0 + 8 * j + 2 * (lane % 4), p.n - 1), c1 = min(c0 + 1, p.n - 1);
+    const float ws0 = __ldg(p.w_scale + (p.w_scale_per_col ? c0 : 0));
+    const float ws1 = __ldg(p.w_scale + (p.w_scale_per_col ? c1 : 0));
+    const float b0 = load_bias(p, c0), b1 = load_bias(p, c1);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      acc[4 * j + 2 * i] = acc[4 * j + 2 * i] * xs[i] * ws0 + b0;
+      acc[4 * j + 2 * i + 1] = acc[4 * j + 2 * i + 1] * xs[i] * ws1 + b1;
+    }
   }
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j) {
     const int col = n0 + 8 * j + 2 * (lane % 4);
     if (col >= p.n) continue;
     const bool both = col + 1 < p.n;
-    const float ws0 = p.w_scale[p.w_scale_per_col ? col : 0];
-    const float ws1 = both ? p.w_scale[p.w_scale_per_col ? col + 1 : 0] : 0.0f;
-    const float b0 = load_bias(p, col);
-    const float b1 = both ? load_bias(p, col + 1) : 0.0f;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int row = row0 + 8 * i;
       if (row >= p.m) continue;
-      const float v0 = acc[4 * j + 2 * i] * xs[i] * ws0 + b0;
-      const float v1 = acc[4 * j + 2 * i + 1] * xs[i] * ws1 + b1;
-      store_out(p, static_cast<int64_t>(row) * p.ld_out + col, v0, v1, both);
+      store_out(p, static_cast<int64_t>(row) * p.ld_out + col, acc[4 * j + 2 * i], acc[4 * j + 2 * i + 1], both);
     }
   }
 }
-
 
 // INT8: y = (acc - z colsum[n]) * (s_x * s_w[n]) + bias[n] in FP64, as launch_int8_epilogue computes it.
 // Each warp stages its 16 rows x 64 columns of accumulators at a time in shared memory (buf, 4 KiB) and
@@ -135,17 +144,17 @@ constexpr int kInt8EpiWarpWords = 16 * kInt8EpiCols;
 constexpr int kInt8EpiBytes = 8 * kInt8EpiWarpWords * 4;  // 8 math warps
 
 __device__ __forceinline__ void finish_int8_chunk(const Params& p, const int32_t* buf, int row0, int col0, int lane) {
-#pragma unroll 1
+#pragma unroll 4
   for (int e = lane; e < kInt8EpiWarpWords; e += 32) {
     const int row = row0 + e / kInt8EpiCols, col = col0 + e % kInt8EpiCols;
     if (row >= p.m || col >= p.n) continue;
-    const double sx = p.x_scale == nullptr ? p.x_scale_value : p.x_scale[p.x_scale_per_row ? row : 0];
+    const double sx = p.x_scale == nullptr ? p.x_scale_value : __ldg(p.x_scale + (p.x_scale_per_row ? row : 0));
     const int64_t z = p.w_colsum == nullptr          ? 0
                       : p.x_zero_point == nullptr    ? p.x_zp_value
-                                                     : p.x_zero_point[p.x_zp_per_row ? row : 0];
+                                                     : __ldg(p.x_zero_point + (p.x_zp_per_row ? row : 0));
     int64_t v = buf[e];
-    if (z != 0) v -= z * p.w_colsum[col];
-    double y = static_cast<double>(v) * (sx * static_cast<double>(p.w_scale[col]));
+    if (z != 0) v -= z * __ldg(p.w_colsum + col);
+    double y = static_cast<double>(v) * (sx * static_cast<double>(__ldg(p.w_scale + col)));
     if (p.bias_kind != kBiasNone) y += static_cast<double>(load_bias(p, col));
     const int64_t at = static_cast<int64_t>(row) * p.ld_out + col;
     if (p.out_kind == kOutBf16) {

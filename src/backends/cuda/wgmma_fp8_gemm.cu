@@ -33,13 +33,6 @@ WgmmaFp8Tile wgmma_fp8_auto_tile(int64_t m, int64_t n, int sms) {
 
 namespace {
 
-Result<int> multiprocessors() {
-  int device = 0, sms = 0;
-  QL_CUDA_CHECK(cudaGetDevice(&device));
-  QL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
-
 Result<int> out_kind(DType d) {
   switch (d) {
     case DType::kBF16: return static_cast<int>(wgp::kOutBf16);
@@ -116,7 +109,7 @@ Status launch_wgmma_fp8_gemm(const WgmmaFp8Args& a, Stream stream) {
   QL_ASSIGN_OR_RETURN(CUtensorMap map_x, wgmma::byte_map(a.x, a.m, a.k, a.ld_x, wgp::kBM));
   WgmmaFp8Tile tile = a.tile;
   if (tile == WgmmaFp8Tile::kAuto) {
-    QL_ASSIGN_OR_RETURN(int sms, multiprocessors());
+    QL_ASSIGN_OR_RETURN(int sms, wgmma::multiprocessors());
     tile = wgmma_fp8_auto_tile(a.m, a.n, sms);
   }
   const int cm = a.cluster_m > 0 ? a.cluster_m : 1;

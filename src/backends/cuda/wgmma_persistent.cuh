@@ -287,9 +287,16 @@ Status launch_tile_impl(const CUtensorMap& map_x, const void* w, int64_t ld_w, i
   QL_ASSIGN_OR_RETURN(unsigned sms, wgmma::grid_blocks(1 << 30, true));
   unsigned units = sms / CM;
   if constexpr (CM > 1) {
-    cfg.gridDim = dim3(sms / CM * CM);
-    int clusters = 0;
-    QL_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+    // Clusters that fit at once (a GPC with an odd count of free multiprocessors keeps one idle), per device.
+    int device = 0;
+    QL_CUDA_CHECK(cudaGetDevice(&device));
+    static std::atomic<int> known[64] = {};
+    int clusters = device < 64 ? known[device].load(std::memory_order_relaxed) : 0;
+    if (clusters == 0) {
+      cfg.gridDim = dim3(sms / CM * CM);
+      QL_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+      if (device < 64 && clusters > 0) known[device].store(clusters, std::memory_order_relaxed);
+    }
     if (clusters > 0) units = static_cast<unsigned>(clusters);
   }
   if (units > static_cast<unsigned>(p.num_tiles)) units = static_cast<unsigned>(p.num_tiles);

@@ -4,6 +4,7 @@
 // tensor maps and launch helpers. Device code and host helpers for nvcc only.
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -155,7 +156,7 @@ inline Result<EncodeTiled> encode_tiled() {
 }
 
 // 2-D map of a [rows, cols] byte matrix (rows `ld` bytes apart), boxes of box_rows x 128 bytes, 128B swizzle.
-inline Result<CUtensorMap> byte_map(const void* base, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
+inline Result<CUtensorMap> encode_byte_map(const void* base, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
   QL_ASSIGN_OR_RETURN(EncodeTiled encode, encode_tiled());
   CUtensorMap map{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
@@ -173,13 +174,46 @@ inline Result<CUtensorMap> byte_map(const void* base, int64_t rows, int64_t cols
   return map;
 }
 
+// byte_map through a small per-thread cache: encoding a map is a driver call of microseconds, and the host
+// time between the quantizer's launch and the GEMM's shows on the GPU when the quantizer is short. Weights
+// keep their maps; activation scratch from the stream-ordered pool mostly comes back at the same address.
+inline Result<CUtensorMap> byte_map(const void* base, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
+  struct Entry {
+    const void* base = nullptr;
+    int64_t rows = 0, cols = 0, ld = 0;
+    int box_rows = 0;
+    CUtensorMap map{};
+  };
+  constexpr int kEntries = 16;
+  thread_local Entry cache[kEntries];
+  thread_local int next = 0;
+  for (const Entry& e : cache) {
+    if (e.base == base && e.rows == rows && e.cols == cols && e.ld == ld && e.box_rows == box_rows) return e.map;
+  }
+  QL_ASSIGN_OR_RETURN(CUtensorMap map, encode_byte_map(base, rows, cols, ld, box_rows));
+  cache[next] = Entry{base, rows, cols, ld, box_rows, map};
+  next = (next + 1) % kEntries;
+  return map;
+}
+
+// Multiprocessors of the current device (queried once per device).
+inline Result<int> multiprocessors() {
+  int device = 0;
+  QL_CUDA_CHECK(cudaGetDevice(&device));
+  static std::atomic<int> known[64] = {};
+  if (device >= 0 && device < 64) {
+    if (const int v = known[device].load(std::memory_order_relaxed); v > 0) return v;
+  }
+  int sms = 0;
+  QL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (device >= 0 && device < 64) known[device].store(sms, std::memory_order_relaxed);
+  return sms;
+}
 
 // Blocks of the grid: one per tile, or (persistent) at most one per multiprocessor.
 inline Result<unsigned> grid_blocks(int num_tiles, bool persistent) {
   if (!persistent) return static_cast<unsigned>(num_tiles);
-  int device = 0, sms = 0;
-  QL_CUDA_CHECK(cudaGetDevice(&device));
-  QL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  QL_ASSIGN_OR_RETURN(int sms, multiprocessors());
   return static_cast<unsigned>(num_tiles < sms ? num_tiles : sms);
 }
 
