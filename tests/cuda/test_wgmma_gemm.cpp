@@ -52,7 +52,8 @@ Tensor random_e4m3(int64_t rows, int64_t cols, int64_t ld, uint64_t seed) {
 Tensor spread_scales(int64_t n, uint64_t seed) {
   Tensor t = Tensor::empty(DType::kF32, {n});
   for (int64_t i = 0; i < n; ++i) {
-    t.data<float>()[i] = std::ldexp(1.0f + static_cast<float>((seed + 7 * i) % 13) / 16, static_cast<int>((i * 11 + seed) % 31) - 20);
+    const float mantissa = 1.0f + static_cast<float>((seed + 7 * i) % 13) / 16;
+    t.data<float>()[i] = std::ldexp(mantissa, static_cast<int>((i * 11 + seed) % 31) - 20);
   }
   return t;
 }
@@ -166,7 +167,8 @@ TEST(CudaWgmmaGemm, RoutesCaptureAndReplayInACudaGraph) {
     opt.input_dtype = DType::kBF16;
     opt.input_min = -3.0f;
     opt.input_max = 3.0f;
-    auto layer = quantize_layer("graph", *find_scheme(scheme_name), random_normal(DType::kF32, {n, k}, seed, 0.05), opt);
+    const Tensor w = random_normal(DType::kF32, {n, k}, seed, 0.05);
+    auto layer = quantize_layer("graph", *find_scheme(scheme_name), w, opt);
     ASSERT_TRUE(layer) << layer.message();
     ASSERT_TRUE(kernel.process_weights_after_loading(*layer).is_ok());
     const Tensor bias = to_dtype(random_normal(DType::kF32, {n}, seed + 2, 0.5), DType::kBF16);
@@ -347,8 +349,9 @@ TEST(CudaWgmmaInt8, RouteGivesTheCublasLtRoutesOutputBitForBit) {
     const int64_t bytes = element_size(c.out);
     int64_t differing = 0;
     for (int64_t i = 0; i < c.m * c.n; ++i) {
-      if (std::memcmp(static_cast<const uint8_t*>(a.raw()) + i * bytes, static_cast<const uint8_t*>(b.raw()) + i * bytes,
-                      static_cast<size_t>(bytes)) != 0 &&
+      const auto* pa = static_cast<const uint8_t*>(a.raw()) + i * bytes;
+      const auto* pb = static_cast<const uint8_t*>(b.raw()) + i * bytes;
+      if (std::memcmp(pa, pb, static_cast<size_t>(bytes)) != 0 &&
           differing++ < 5) {
         ADD_FAILURE() << "output " << i / c.n << ", " << i % c.n << " differs";
       }

@@ -122,9 +122,9 @@ const CudaLinearKernel kSm90Mxfp4Bf16(
 const CudaLinearKernel* route_kernel(Family family, Route route) {
   static const CudaLinearKernel* const kRouteKernels[] = {
       &kCublasLtFp8ScaledMM,   &kSm90Fp8ScaledMMStream,   &kCublasLtFp8BlockScaled, &kSm90Fp8BlockScaledStream,
-      &kSm90Fp8ScaledMMWgmma,  &kSm90Int8ScaledMMWgmma, &kSm90Int8ScaledMM,      &kSm90Fp8WeightOnlyBf16,   &kSm90Fp8WeightOnlyStream, &kSm90Mxfp8Bf16,
-      &kSm90Mxfp8Stream,       &kSm90Mxfp6Bf16,           &kSm90Mxfp6Stream,        &kSm90Mxfp4Bf16,
-      &kSm90Mxfp4Stream,
+      &kSm90Fp8ScaledMMWgmma,  &kSm90Int8ScaledMMWgmma,   &kSm90Int8ScaledMM,       &kSm90Fp8WeightOnlyBf16,
+      &kSm90Fp8WeightOnlyStream, &kSm90Mxfp8Bf16,         &kSm90Mxfp8Stream,        &kSm90Mxfp6Bf16,
+      &kSm90Mxfp6Stream,       &kSm90Mxfp4Bf16,           &kSm90Mxfp4Stream,
   };
   for (const CudaLinearKernel* k : kRouteKernels) {
     if (k->family() == family && k->route() == route) return k;

@@ -4,6 +4,8 @@
 
 namespace qlinear::cuda::wgp {
 
-QL_WGMMA_TILE(256, 1, Mode::kFp8Fast) { return launch_tile_impl<256, 1, Mode::kFp8Fast>(map_x, w, ld_w, n, k, p, stream); }
+QL_WGMMA_TILE(256, 1, Mode::kFp8Fast) {
+  return launch_tile_impl<256, 1, Mode::kFp8Fast>(map_x, w, ld_w, n, k, p, stream);
+}
 
 }  // namespace qlinear::cuda::wgp
