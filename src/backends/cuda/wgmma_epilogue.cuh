@@ -69,9 +69,8 @@ __device__ __forceinline__ float load_bias(const Params& p, int col) {
   }
 }
 
-template <int kOut>
 __device__ __forceinline__ void store_out(const Params& p, int64_t idx, float v0, float v1, bool both) {
-  if constexpr (kOut == kOutBf16) {
+  if (p.out_kind == kOutBf16) {
     auto* o = static_cast<__nv_bfloat16*>(p.out) + idx;
     if (both && p.pairs) {
       *reinterpret_cast<__nv_bfloat162*>(o) = __floats2bfloat162_rn(v0, v1);
@@ -79,7 +78,7 @@ __device__ __forceinline__ void store_out(const Params& p, int64_t idx, float v0
       o[0] = __float2bfloat16_rn(v0);
       if (both) o[1] = __float2bfloat16_rn(v1);
     }
-  } else if constexpr (kOut == kOutF16) {
+  } else if (p.out_kind == kOutF16) {
     auto* o = static_cast<__half*>(p.out) + idx;
     if (both && p.pairs) {
       *reinterpret_cast<__half2*>(o) = __floats2half2_rn(v0, v1);
@@ -94,25 +93,6 @@ __device__ __forceinline__ void store_out(const Params& p, int64_t idx, float v0
     } else {
       o[0] = v0;
       if (both) o[1] = v1;
-    }
-  }
-}
-
-// The tile's (scaled) accumulators to the output, the dtype a template argument so the unrolled stores
-// carry no per-element dtype branches.
-template <int BN, int kOut>
-__device__ __forceinline__ void store_pass(const Params& p, const float (&acc)[BN / 2], int row0, int n0, int lane) {
-#pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
-    const int col = n0 + 8 * j + 2 * (lane % 4);
-    if (col >= p.n) continue;
-    const bool both = col + 1 < p.n;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = row0 + 8 * i;
-      if (row >= p.m) continue;
-      store_out<kOut>(p, static_cast<int64_t>(row) * p.ld_out + col, acc[4 * j + 2 * i], acc[4 * j + 2 * i + 1],
-                      both);
     }
   }
 }
@@ -141,12 +121,17 @@ __device__ __forceinline__ void store_tile(const Params& p, float (&acc)[BN / 2]
       acc[4 * j + 2 * i + 1] = acc[4 * j + 2 * i + 1] * xs[i] * ws1 + b1;
     }
   }
-  if (p.out_kind == kOutBf16) {
-    store_pass<BN, kOutBf16>(p, acc, row0, n0, lane);
-  } else if (p.out_kind == kOutF16) {
-    store_pass<BN, kOutF16>(p, acc, row0, n0, lane);
-  } else {
-    store_pass<BN, kOutF32>(p, acc, row0, n0, lane);
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int col = n0 + 8 * j + 2 * (lane % 4);
+    if (col >= p.n) continue;
+    const bool both = col + 1 < p.n;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row0 + 8 * i;
+      if (row >= p.m) continue;
+      store_out(p, static_cast<int64_t>(row) * p.ld_out + col, acc[4 * j + 2 * i], acc[4 * j + 2 * i + 1], both);
+    }
   }
 }
 
