@@ -200,7 +200,6 @@ TEST(CudaFp8PrefillBench, DISABLED_VersusCublasLt) {
                              Var{"wg128", cuda::WgmmaFp8Tile::kN128, 1, false},
                              Var{"wg192", cuda::WgmmaFp8Tile::kN192, 1, false},
                              Var{"wg256", cuda::WgmmaFp8Tile::kN256, 1, false},
-                             Var{"wg128c2", cuda::WgmmaFp8Tile::kN128, 2, false},
                              Var{"wg192c2", cuda::WgmmaFp8Tile::kN192, 2, false},
                              Var{"wg256c2", cuda::WgmmaFp8Tile::kN256, 2, false},
                              Var{"wg256fast", cuda::WgmmaFp8Tile::kN256, 1, true}}) {
