@@ -9,9 +9,9 @@
 // Structure (wgmma_fp8_kernel.cuh): one block of three warpgroups per multiprocessor, looping over
 // 128 x BN output tiles in a rasterized order (groups of group_m row blocks, the column blocks inside a
 // group, so the blocks running together share their x rows and w columns in the L2). Warpgroup 0 is the
-// producer (setmaxnreg 40): one thread issues the TMA loads of 128-byte K slices (128B swizzle) of x and w
+// producer (setmaxnreg 56): one thread issues the TMA loads of 128-byte K slices (128B swizzle) of x and w
 // into a ring of 4-6 stages and runs ahead into the next tile while the math warpgroups finish the
-// current one. Warpgroups 1 and 2 (setmaxnreg 232) each own 64 rows of the tile and issue wgmma
+// current one. Warpgroups 1 and 2 (setmaxnreg 224) each own 64 rows of the tile and issue wgmma
 // m64nNk32 from shared memory.
 //
 // Numerics: the FP8 route's cuBLASLt call (fast accumulation off), promotion every 128 K: the tensor cores
