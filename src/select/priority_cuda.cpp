@@ -15,11 +15,13 @@ const LinearKernel* const kCudaPriority[] = {
     // sm_90a (each declines other compute capabilities): hybrid routes first, pure cuBLASLt after.
     &cuda::kSm90Fp8ScaledMM,
     &cuda::kCublasLtFp8ScaledMM,
+    &cuda::kSm90Fp8ScaledMMWgmma,
     &cuda::kSm90Fp8ScaledMMStream,
     &cuda::kSm90Fp8BlockScaled,
     &cuda::kCublasLtFp8BlockScaled,
     &cuda::kSm90Fp8BlockScaledStream,
     &cuda::kSm90Int8ScaledMM,
+    &cuda::kSm90Int8ScaledMMWgmma,
     // Weight-only: the tensor-core decode kernels (built for M <= 64, correct for every M) ahead of the
     // streaming / BF16-GEMM hybrids, which take the layers they decline (non-BF16 activations, W8A8 MX).
     &cuda::kSm90MmaDecodeFp8WeightOnly,

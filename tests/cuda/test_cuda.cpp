@@ -60,6 +60,7 @@ bool takes_cublaslt(const LinearKernel* k, const LinearConfig& c, int64_t m) {
   const bool w8a8 = c.family == Family::kFp8ScaledMM || c.family == Family::kFp8BlockScaled;
   // Tensor-core routes (cuBLASLt FP8, and the BF16 GEMM of the dequantizing route) get the tensor-core bound.
   return ck->route() == cuda::Route::kCublasLt || ck->route() == cuda::Route::kDequantBf16 ||
+         ck->route() == cuda::Route::kWgmma ||
          (ck->route() == cuda::Route::kAuto && c.n % 16 == 0 && m > ck->stream_max_m() && w8a8) ||
          (ck->route() == cuda::Route::kAuto && !w8a8 && m > ck->stream_max_m());
 }
@@ -429,6 +430,29 @@ TEST(CudaKernels, Fp8ScaledMMMatchesTheReference) {
   }
   check_kernel({&cuda::kSm90Fp8ScaledMM, channel, 4096, 256, 1024});
   check_kernel({&cuda::kSm90Fp8ScaledMM, tensor, 4096, 128, 512, DType::kBF16, DType::kF32, DType::kF32});
+}
+
+// The own wgmma GEMM's route on the small shapes of every FP8 activation mode and on prefill M with N and
+// K off every tile (128 x 128/192/256, 128-element K slices), each output dtype and bias dtype.
+TEST(CudaKernels, Fp8WgmmaRouteMatchesTheReference) {
+  QL_REQUIRE_SM90();
+  const Scheme tensor = *find_scheme("w8a8-fp8-tensor");
+  const Scheme channel = *find_scheme("w8a8-fp8-channel");
+  const Scheme dyn_tensor = custom(Family::kFp8ScaledMM, kFp8StaticTensorSym, kFp8DynamicTensorSym);
+  const Scheme tensor_w_token_a = custom(Family::kFp8ScaledMM, kFp8StaticTensorSym, kFp8DynamicTokenSym);
+  const LinearKernel* kern = &cuda::kSm90Fp8ScaledMMWgmma;
+  for (int64_t m : {1, 7, 17, 257}) {
+    check_kernel({kern, tensor, m, 256, 1024});
+    check_kernel({kern, channel, m, 75, 999});
+    check_kernel({kern, dyn_tensor, m, 128, 1000, DType::kF16, DType::kF16, DType::kF32});
+    check_kernel({kern, tensor_w_token_a, m, 96, 520, DType::kF32, DType::kF32, DType::kBF16});
+    check_kernel({kern, tensor, m, 96, 320, DType::kBF16, DType::kBF16, std::nullopt, {32, 64}});
+  }
+  for (int64_t m : {256, 1000, 1024, 4096}) {
+    check_kernel({kern, channel, m, m < 4096 ? 1000 : 200, 1000, DType::kBF16, DType::kBF16, DType::kBF16});
+    check_kernel({kern, tensor, m, 328, m < 4096 ? 2056 : 520, DType::kBF16, DType::kF32, DType::kF32});
+  }
+  check_kernel({kern, channel, 1024, 4200, 384, DType::kF16, DType::kF16, DType::kF16});
 }
 
 TEST(CudaKernels, Fp8BlockScaledMatchesTheReference) {

@@ -7,6 +7,7 @@
 
 #include "backends/cuda/act_quant.hpp"
 #include "backends/cuda/act_quant_simple.hpp"
+#include "backends/cuda/act_fp8_encode.cuh"
 #include "backends/cuda/act_vec.cuh"
 #include "backends/cuda/fp_codec.cuh"
 #include "qlinear/quantize.hpp"
@@ -17,6 +18,8 @@ namespace {
 
 using actvec::kVec;
 using actvec::Raw;
+using actenc::encode8_div;
+using actenc::quotient_rcp;
 
 constexpr int kThreads = 256;
 constexpr double kFp8Max = kFp8E4M3Max;
@@ -54,59 +57,6 @@ __device__ __forceinline__ void store8(void* __restrict__ codes, bool as_float, 
       static_cast<uint8_t*>(codes)[r * ld_codes + col + i] = static_cast<uint8_t>(c);
     }
   }
-}
-
-// The exact path of encode8_div, out of line: it runs for a few elements in a million.
-__device__ __noinline__ uint32_t encode_e4m3_quotient(float x, double s) {
-  return codec::encode_e4m3(static_cast<double>(x) / s);
-}
-
-// encode_e4m3(x[i] / s) for 8 elements, r = f32(1/s) (fp_codec.cuh's encode_e4m3_div, two conversions per
-// instruction): q = x * r is within 2 ulps of the exact quotient, so where q is a normal E4M3 value
-// (|q| >= 2^-6) at least 4 ulps from a rounding midpoint, the hardware's RNE/saturating conversion of q
-// gives the code of the quotient; zeros keep their sign; everything else takes the exact double path.
-__device__ __forceinline__ uint2 encode8_div(const float (&x)[kVec], float r, double s) {
-  uint32_t bits[kVec];
-  uint32_t slow = 0;
-  float q[kVec];
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    q[i] = x[i] * r;
-    bits[i] = __float_as_uint(q[i]);
-    const uint32_t u = bits[i] & 0x7FFFFFFFu;
-    const bool normal = u - (121u << 23) < 0x7F800000u - (121u << 23);
-    const bool near_midpoint = (u & 0xFFFFFu) - 0x7FFFCu <= 8u;
-    if (u != 0 && (!normal || near_midpoint)) slow |= 1u << i;
-  }
-  uint32_t w[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(q[4 * h], q[4 * h + 1]), __NV_SATFINITE, __NV_E4M3);
-    const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(q[4 * h + 2], q[4 * h + 3]), __NV_SATFINITE, __NV_E4M3);
-    w[h] = lo | hi << 16;
-  }
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    uint32_t c = 0;
-    bool fix = false;
-    if (bits[i] == 0x80000000u) {  // -0 keeps its sign
-      c = 0x80u;
-      fix = true;
-    }
-    if (slow & (1u << i)) {
-      c = encode_e4m3_quotient(x[i], s);
-      fix = true;
-    }
-    if (fix) w[i / 4] = (w[i / 4] & ~(0xFFu << (8 * (i % 4)))) | c << (8 * (i % 4));
-  }
-  return make_uint2(w[0], w[1]);
-}
-
-// f32(1/s), or NaN when that is not a normal float (a static scale beyond 2^125): encode8_div then takes
-// the exact path for every element, since the 2-ulp argument needs a normal reciprocal.
-__device__ __forceinline__ float quotient_rcp(double s) {
-  const float r = 1.0f / static_cast<float>(s);
-  return r >= 0x1p-125f && r <= 0x1p125f ? r : __int_as_float(0x7FFFFFFF);
 }
 
 // encode_e4m3(x[i] * 2^-e) for MX (fp_codec.cuh's encode_e4m3_pow2: the scaling is exact).
@@ -150,6 +100,9 @@ struct Fp8QuantParams {
 // Grid (rows, chunks). Thread t of a block takes vectors t + j * blockDim.x (j < V) of its chunk.
 template <class T, int V>
 __global__ void __launch_bounds__(512) fp8_quant_kernel(Fp8QuantParams p) {
+  // A GEMM launched after this one with programmatic stream serialization (wgmma_fp8_gemm.hpp) may start
+  // its blocks once every block here has started; it waits for this grid's completion before reading.
+  asm volatile("griddepcontrol.launch_dependents;");
   const int64_t row = blockIdx.x;
   const T* xr = static_cast<const T*>(p.x) + row * p.ld_x;
   const int64_t per_pass = int64_t{blockDim.x} * V * kVec;

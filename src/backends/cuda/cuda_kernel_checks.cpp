@@ -46,8 +46,14 @@ Verdict CudaLinearKernel::can_implement(const LinearConfig& c) const {
     return Verdict::no("input " + key_name(*c.activation_key) + " on MX weights is not implemented on the GPU " +
                        "(MXFP8 or unquantized activations are)");
   }
-  if (family_ == Family::kInt8ScaledMM) {
+  if (family_ == Family::kInt8ScaledMM && route_ != Route::kWgmma) {
     if (c.n % 4 != 0) return Verdict::no("N=" + std::to_string(c.n) + " is not a multiple of 4 (cuBLASLt INT8 output)");
+    return Verdict::yes();
+  }
+  if (route_ == Route::kWgmma) {
+    if (family_ != Family::kFp8ScaledMM && family_ != Family::kInt8ScaledMM) {
+      return Verdict::no("the wgmma route runs FP8 per-tensor / per-channel and INT8 only");
+    }
     return Verdict::yes();
   }
   if (route_ == Route::kDequantBf16) return bf16_route_verdict(c);
@@ -58,11 +64,29 @@ Verdict CudaLinearKernel::can_implement(const LinearConfig& c) const {
 std::optional<QuantKey> CudaLinearKernel::input_quant_key(const LinearConfig& c) const {
   if (!c.activation_key) return std::nullopt;
   if (family_ == Family::kInt8ScaledMM) return c.activation_key;
+  if (family_ == Family::kFp8ScaledMM && route_ == Route::kWgmma) return c.activation_key;
   if (family_ == Family::kFp8ScaledMM && route_ != Route::kStream && c.n % 16 == 0) return c.activation_key;
   return std::nullopt;
 }
 
+int64_t CudaLinearKernel::takes_wgmma_from(const LinearConfig& c) const {
+  if (wgmma_min_m_ <= 0) return 0;
+  if (family_ == Family::kInt8ScaledMM) return route_ == Route::kCublasLt ? wgmma_min_m_ : 0;
+  // Only where cuBLASLt would run (the stream route keeps odd N: input_quant_key follows the routes).
+  if (route_ != Route::kAuto || family_ != Family::kFp8ScaledMM || !lt_fp8_verdict(c)) return 0;
+  return wgmma_min_m_;
+}
+
 std::vector<MRoute> CudaLinearKernel::m_routes(const LinearConfig& c) const {
+  if (const int64_t from = takes_wgmma_from(c); from > 0 && family_ == Family::kInt8ScaledMM) {
+    std::vector<MRoute> routes;
+    if (from > 1) {
+      routes.push_back({1, from - 1, std::string(name()), "cuBLASLt INT8 GEMM (exact INT32) + the FP64 epilogue pass"});
+    }
+    routes.push_back({from, MRoute::kNoLimit, std::string(route_kernel(family_, Route::kWgmma)->name()),
+                      "the own persistent wgmma INT8 GEMM with the FP64 epilogue fused (faster there on the H200)"});
+    return routes;
+  }
   if (route_ != Route::kAuto) return LinearKernel::m_routes(c);
   const std::string stream(route_kernel(family_, Route::kStream)->name());
   std::string large, large_why, declined;
@@ -92,12 +116,22 @@ std::vector<MRoute> CudaLinearKernel::m_routes(const LinearConfig& c) const {
     routes.push_back({1, stream_max_m_, stream, "weight-streaming CUDA-core kernel: memory-bound at small M, faster "
                                                 "there on the H200"});
   }
+  if (takes_wgmma_from(c) > 0) {
+    const int64_t from = std::max(takes_wgmma_from(c), stream_max_m_ + 1);
+    if (from > stream_max_m_ + 1) routes.push_back({stream_max_m_ + 1, from - 1, large, large_why});
+    routes.push_back({from, MRoute::kNoLimit, std::string(route_kernel(family_, Route::kWgmma)->name()),
+                      "GPU activation quantization + the own persistent wgmma FP8 GEMM (faster than cuBLASLt "
+                      "there on the H200), scales and bias in its epilogue"});
+    return routes;
+  }
   routes.push_back({stream_max_m_ + 1, MRoute::kNoLimit, large, large_why});
   return routes;
 }
 
 Route CudaLinearKernel::route_for(const LinearConfig& c, const LayerState& st, int64_t m, bool prequantized) const {
   if (route_ != Route::kAuto) return route_;
+  const int64_t wgmma_from = takes_wgmma_from(c);
+  if (wgmma_from > 0 && m >= wgmma_from && m > stream_max_m_) return Route::kWgmma;
   if (prequantized) return Route::kCublasLt;  // input_quant_key is declared on the cuBLASLt route only
   if (m > stream_max_m_) {
     if (is_w8a8_fp8(family_) && lt_fp8_verdict(c)) return Route::kCublasLt;
@@ -107,6 +141,10 @@ Route CudaLinearKernel::route_for(const LinearConfig& c, const LayerState& st, i
 }
 
 std::string_view CudaLinearKernel::apply_route(const LinearLayer& layer, const Activation& x) const {
+  if (family_ == Family::kInt8ScaledMM) {
+    const int64_t from = takes_wgmma_from(layer.config);
+    return from > 0 && x.rows() >= from ? route_kernel(family_, Route::kWgmma)->name() : name();
+  }
   if (route_ != Route::kAuto || !layer.kernel_state) return name();
   const auto& st = *static_cast<const LayerState*>(layer.kernel_state.get());
   return route_kernel(family_, route_for(layer.config, st, x.rows(), x.is_quantized()))->name();
@@ -160,9 +198,13 @@ Status CudaLinearKernel::apply_impl(const LinearLayer& layer, const Activation& 
   DeviceGuard guard;
   QL_RETURN_IF_ERROR(guard.set(st.device));
   const ApplyCtx ctx{layer.config, st, xt, bias, out, xt.size(0), current_stream(), pre};
-  if (family_ == Family::kInt8ScaledMM) return apply_int8(ctx);
+  if (family_ == Family::kInt8ScaledMM) {
+    const int64_t from = takes_wgmma_from(layer.config);
+    return apply_int8(ctx, route_ == Route::kWgmma || (from > 0 && ctx.m >= from));
+  }
   switch (route_for(layer.config, st, ctx.m, pre != nullptr)) {
     case Route::kCublasLt: return apply_cublaslt(ctx);
+    case Route::kWgmma: return apply_wgmma_fp8(ctx);
     case Route::kDequantBf16:
       if (!st.bf16_exact) return bf16_inexact(layer);  // refused at process already; kAuto never picks it so
       return apply_dequant_bf16(ctx);

@@ -7,12 +7,14 @@ namespace qlinear::cuda {
 
 // stream_max_m = 0: on the H200 the cuBLASLt route (quantization kernel + GEMM) beat the streaming kernel at
 // every M, M = 1 included (8B qkv 15.3 us vs 17.5 us, 70B down 73.4 us vs 88.5 us); the stream route stays
-// for N % 16 != 0, which cuBLASLt does not take.
+// for N % 16 != 0, which cuBLASLt does not take. wgmma_min_m: from this M the own wgmma GEMM replaces
+// cuBLASLt (0: not by default; sm90_fp8_scaled_mm_wgmma runs it when forced).
+constexpr int64_t kFp8WgmmaMinM = 1024;
 const CudaLinearKernel kSm90Fp8ScaledMM(
     Family::kFp8ScaledMM, "sm90_fp8_scaled_mm",
     "sm_90a FP8 W8A8: cuBLASLt FP8 (SCALAR / OUTER_VEC) after GPU activation quantization; "
     "weight-streaming CUDA-core kernel when N % 16 != 0",
-    Route::kAuto, 0);
+    Route::kAuto, 0, kFp8WgmmaMinM);
 const CudaLinearKernel kCublasLtFp8ScaledMM(
     Family::kFp8ScaledMM, "cublaslt_fp8_scaled_mm",
     "sm_90a FP8 W8A8 through cuBLASLt: per-tensor (SCALAR_32F) or per-token x per-channel (OUTER_VEC_32F)",
@@ -65,11 +67,19 @@ const CudaLinearKernel kSm90Mxfp4Stream(
     Family::kMxfp4, "sm90_mxfp4_stream",
     "sm_90a MXFP4 W4A16 / W4A8: weight-streaming CUDA-core GEMM (any M; built for decode)", Route::kStream);
 
+// wgmma_min_m: from this M the own wgmma INT8 GEMM (epilogue fused) replaces cuBLASLt + the epilogue pass
+// (0: not by default; sm90_int8_scaled_mm_wgmma runs it when forced).
+constexpr int64_t kInt8WgmmaMinM = 1024;
 const CudaLinearKernel kSm90Int8ScaledMM(
     Family::kInt8ScaledMM, "sm90_int8_scaled_mm",
     "sm_90a INT8 W8A8: GPU activation quantization (static/dynamic, sym/asym) + cuBLASLt INT8 GEMM (exact INT32) "
     "+ FP64 epilogue (zero points, scales, bias)",
-    Route::kCublasLt);
+    Route::kCublasLt, 1, kInt8WgmmaMinM);
+const CudaLinearKernel kSm90Int8ScaledMMWgmma(
+    Family::kInt8ScaledMM, "sm90_int8_scaled_mm_wgmma",
+    "sm_90a INT8 W8A8: GPU activation quantization + the own persistent wgmma INT8 GEMM (exact S32) with the FP64 "
+    "epilogue fused (zero points, scales, bias; bit for bit the cuBLASLt route's output)",
+    Route::kWgmma);
 
 // The routes of the hybrids above as kernels of their own: what m_routes names and QLINEAR_FORCE_KERNEL
 // reaches.
@@ -78,6 +88,11 @@ const CudaLinearKernel kSm90Fp8ScaledMMStream(
     "sm_90a FP8 W8A8: GPU activation quantization + weight-streaming CUDA-core GEMM (any M and N; the route of "
     "sm90_fp8_scaled_mm when N % 16 != 0)",
     Route::kStream);
+const CudaLinearKernel kSm90Fp8ScaledMMWgmma(
+    Family::kFp8ScaledMM, "sm90_fp8_scaled_mm_wgmma",
+    "sm_90a FP8 W8A8 per-tensor / per-channel: GPU activation quantization + the own persistent wgmma FP8 GEMM "
+    "(TMA ring, 128 x 128/192/256 tiles, promotion every 128 K), scales and bias in its epilogue (any M and N)",
+    Route::kWgmma);
 const CudaLinearKernel kSm90Fp8BlockScaledStream(
     Family::kFp8BlockScaled, "sm90_fp8_block_scaled_stream",
     "sm_90a FP8 1x128 x 128x128 blocks: GPU activation quantization + weight-streaming CUDA-core GEMM (any M; "
@@ -107,9 +122,9 @@ const CudaLinearKernel kSm90Mxfp4Bf16(
 const CudaLinearKernel* route_kernel(Family family, Route route) {
   static const CudaLinearKernel* const kRouteKernels[] = {
       &kCublasLtFp8ScaledMM,   &kSm90Fp8ScaledMMStream,   &kCublasLtFp8BlockScaled, &kSm90Fp8BlockScaledStream,
-      &kSm90Int8ScaledMM,      &kSm90Fp8WeightOnlyBf16,   &kSm90Fp8WeightOnlyStream, &kSm90Mxfp8Bf16,
-      &kSm90Mxfp8Stream,       &kSm90Mxfp6Bf16,           &kSm90Mxfp6Stream,        &kSm90Mxfp4Bf16,
-      &kSm90Mxfp4Stream,
+      &kSm90Fp8ScaledMMWgmma,  &kSm90Int8ScaledMMWgmma,   &kSm90Int8ScaledMM,       &kSm90Fp8WeightOnlyBf16,
+      &kSm90Fp8WeightOnlyStream, &kSm90Mxfp8Bf16,         &kSm90Mxfp8Stream,        &kSm90Mxfp6Bf16,
+      &kSm90Mxfp6Stream,       &kSm90Mxfp4Bf16,           &kSm90Mxfp4Stream,
   };
   for (const CudaLinearKernel* k : kRouteKernels) {
     if (k->family() == family && k->route() == route) return k;

@@ -11,9 +11,14 @@
 //   kStream       the CUDA-core weight-streaming kernel for every M (FP32 accumulation, one FMA per product)
 //   kDequantBf16  MX and FP8 weight-only: weights widened to BF16 in row blocks (exactly: dequant_bf16.hpp),
 //                 MXFP8 activations quantized then widened likewise, cuBLASLt BF16 GEMM (FP32 accumulation)
+//   kWgmma        FP8 per-tensor / per-channel: activation quantization kernel + the own persistent wgmma
+//                 FP8 GEMM (wgmma_fp8_gemm.hpp), scales, bias and rounding in its epilogue; INT8: the
+//                 quantization kernel + the own wgmma INT8 GEMM with the FP64 epilogue fused
 //   kAuto         kStream while M <= stream_max_m (per kernel, from H200 measurements), above it kCublasLt
 //                 (FP8 W8A8 families; N % 16 != 0 takes kStream for every M) or kDequantBf16 (MX and FP8
-//                 weight-only, when the layer's scales keep the BF16 values exact and the input is BF16)
+//                 weight-only, when the layer's scales keep the BF16 values exact and the input is BF16);
+//                 FP8 W8A8 takes kWgmma from M = wgmma_min_m (0: never) where cuBLASLt would run; so does
+//                 the INT8 kernel (a kCublasLt kernel with wgmma_min_m)
 //
 // Every route is also a kernel of its own (route_kernel), so a kAuto kernel declares its M ranges as
 // m_routes naming those kernels, and QLINEAR_FORCE_KERNEL can run any route for every M.
@@ -28,13 +33,18 @@ namespace qlinear::cuda {
 
 struct LayerState;
 
-enum class Route : uint8_t { kAuto, kCublasLt, kStream, kDequantBf16 };
+enum class Route : uint8_t { kAuto, kCublasLt, kStream, kDequantBf16, kWgmma };
 
 class CudaLinearKernel final : public LinearKernel {
  public:
   constexpr CudaLinearKernel(Family family, std::string_view name, std::string_view summary, Route route,
-                             int64_t stream_max_m = 1)
-      : family_(family), name_(name), summary_(summary), route_(route), stream_max_m_(stream_max_m) {}
+                             int64_t stream_max_m = 1, int64_t wgmma_min_m = 0)
+      : family_(family),
+        name_(name),
+        summary_(summary),
+        route_(route),
+        stream_max_m_(stream_max_m),
+        wgmma_min_m_(wgmma_min_m) {}
 
   std::string_view name() const override { return name_; }
   Family family() const override { return family_; }
@@ -61,6 +71,7 @@ class CudaLinearKernel final : public LinearKernel {
 
   Route route() const { return route_; }
   int64_t stream_max_m() const { return stream_max_m_; }
+  int64_t wgmma_min_m() const { return wgmma_min_m_; }
 
  protected:
   Status process_impl(LinearLayer& layer) const override;
@@ -71,6 +82,8 @@ class CudaLinearKernel final : public LinearKernel {
  private:
   // The route one apply takes (never kAuto): for kAuto by M, the config and the layer's state.
   Route route_for(const LinearConfig& c, const LayerState& st, int64_t m, bool prequantized) const;
+  // The M from which kAuto runs kWgmma for this config (0: never).
+  int64_t takes_wgmma_from(const LinearConfig& c) const;
   // Refuses staged data the route cannot run (kDequantBf16 without exact BF16 weights).
   Status accept_staged(const LinearLayer& layer, const LayerState& st) const;
 
@@ -79,6 +92,7 @@ class CudaLinearKernel final : public LinearKernel {
   std::string_view summary_;
   Route route_;
   int64_t stream_max_m_;
+  int64_t wgmma_min_m_;
 };
 
 // In priority order within each family (src/select/priority_cuda.cpp lists them). The kAuto kernels route
@@ -86,10 +100,12 @@ class CudaLinearKernel final : public LinearKernel {
 extern const CudaLinearKernel kSm90Fp8ScaledMM;      // "sm90_fp8_scaled_mm"       cuBLASLt; stream for odd N
 extern const CudaLinearKernel kCublasLtFp8ScaledMM;  // "cublaslt_fp8_scaled_mm"   cuBLASLt only
 extern const CudaLinearKernel kSm90Fp8ScaledMMStream;  // "sm90_fp8_scaled_mm_stream"
+extern const CudaLinearKernel kSm90Fp8ScaledMMWgmma;   // "sm90_fp8_scaled_mm_wgmma"  own wgmma GEMM
 extern const CudaLinearKernel kSm90Fp8BlockScaled;   // "sm90_fp8_block_scaled"    stream at M = 1, cuBLASLt above
 extern const CudaLinearKernel kCublasLtFp8BlockScaled;  // "cublaslt_fp8_block_scaled"
 extern const CudaLinearKernel kSm90Fp8BlockScaledStream;  // "sm90_fp8_block_scaled_stream"
 extern const CudaLinearKernel kSm90Int8ScaledMM;     // "sm90_int8_scaled_mm"      cuBLASLt INT8 + FP64 epilogue
+extern const CudaLinearKernel kSm90Int8ScaledMMWgmma;  // "sm90_int8_scaled_mm_wgmma" own wgmma INT8, epilogue fused
 extern const CudaLinearKernel kSm90Fp8WeightOnly;   // "sm90_fp8_weight_only"     stream, BF16 GEMM above M = 16
 extern const CudaLinearKernel kSm90Fp8WeightOnlyBf16;    // "sm90_fp8_weight_only_bf16"
 extern const CudaLinearKernel kSm90Fp8WeightOnlyStream;  // "sm90_fp8_weight_only_stream"

@@ -1,13 +1,15 @@
-// Route kCublasLt for INT8 W8A8: activations quantized on the GPU (static/dynamic, symmetric/asymmetric) or
-// taken pre-quantized, cuBLASLt's INT8 GEMM (exact INT32), then the FP64 epilogue (zero points x column
-// sums, scales, bias, one rounding).
+// INT8 W8A8: activations quantized on the GPU (static/dynamic, symmetric/asymmetric) or taken
+// pre-quantized, then either cuBLASLt's INT8 GEMM (exact INT32) and the FP64 epilogue (zero points x column
+// sums, scales, bias, one rounding), or the own wgmma INT8 GEMM with that epilogue fused (the same output
+// bit for bit, no INT32 matrix in memory).
 #include "backends/cuda/cublaslt_gemm.hpp"
 #include "backends/cuda/int8_scaled_mm.hpp"
 #include "backends/cuda/routes.hpp"
+#include "backends/cuda/wgmma_int8_gemm.hpp"
 
 namespace qlinear::cuda {
 
-Status apply_int8(const ApplyCtx& a) {
+Status apply_int8(const ApplyCtx& a, bool wgmma) {
   const LinearConfig& c = a.c;
   const QuantKey& key = *c.activation_key;
   const int64_t kl = a.st.k_valid;
@@ -43,6 +45,29 @@ Status apply_int8(const ApplyCtx& a) {
     code_ptr = codes.get();
     scale_ptr = per_row ? scales.as<float>() : nullptr;
     zp_ptr = per_row && !key.symmetric ? zps.as<int32_t>() : nullptr;
+  }
+  if (wgmma) {
+    WgmmaInt8Args g;
+    g.x = code_ptr;
+    g.ld_x = kl;
+    g.w = a.st.w.raw();
+    g.ld_w = a.st.row_bytes;
+    g.m = a.m;
+    g.n = c.n;
+    g.k = kl;
+    g.x_scale = scale_ptr;
+    g.x_scale_per_row = per_row;
+    g.x_scale_value = a.st.static_input_scale;
+    g.x_zero_point = zp_ptr;
+    g.x_zero_point_per_row = per_row;
+    g.x_zero_point_value = a.st.static_zero_point;
+    g.w_scale = static_cast<const float*>(a.st.w_scale.raw());
+    g.w_colsum = key.symmetric ? nullptr : static_cast<const int64_t*>(a.st.w_colsum.raw());
+    g.bias = a.bias ? a.bias->raw() : nullptr;
+    g.bias_dtype = a.bias ? a.bias->dtype() : DType::kF32;
+    g.out = a.out.raw();
+    g.out_dtype = a.out.dtype();
+    return launch_wgmma_int8_gemm(g, a.stream);
   }
   QL_ASSIGN_OR_RETURN(Scratch acc, Scratch::make(sizeof(int32_t) * a.m * c.n, a.stream));
 

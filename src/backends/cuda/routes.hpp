@@ -32,8 +32,11 @@ Status expect_quantized_on(const QuantizedTensor& q, int device);
 Status apply_stream(const ApplyCtx& a);
 // route_cublaslt_fp8.cpp: FP8 activation quantization (or a pre-quantized input) + cuBLASLt FP8 GEMM.
 Status apply_cublaslt(const ApplyCtx& a);
-// route_int8.cpp: INT8 activation quantization + cuBLASLt INT8 GEMM + FP64 epilogue.
-Status apply_int8(const ApplyCtx& a);
+// route_wgmma_fp8.cpp: FP8 activation quantization (or a pre-quantized input) + the own wgmma FP8 GEMM.
+Status apply_wgmma_fp8(const ApplyCtx& a);
+// route_int8.cpp: INT8 activation quantization + cuBLASLt INT8 GEMM + FP64 epilogue, or (wgmma) the own
+// wgmma INT8 GEMM with that epilogue fused.
+Status apply_int8(const ApplyCtx& a, bool wgmma);
 // route_bf16.cpp: weights (and MXFP8 activations) widened exactly to BF16 + cuBLASLt BF16 GEMM.
 Status apply_dequant_bf16(const ApplyCtx& a);
 

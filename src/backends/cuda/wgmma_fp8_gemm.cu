@@ -1,114 +1,137 @@
-// The warp-specialized wgmma FP8 GEMM (wgmma_fp8_gemm.hpp has the structure; wgmma_pipeline.cuh the pieces).
+// The persistent wgmma FP8 GEMM's host side: checks, the x tensor map, the tile choice and the launch of
+// the instantiation (wgmma_persistent.cuh; one .cu per instantiation).
 #include "backends/cuda/wgmma_fp8_gemm.hpp"
 
-#include <cuda_bf16.h>
-
-#include "backends/cuda/wgmma_pipeline.cuh"
+#include "backends/cuda/wgmma_persistent.cuh"
 
 namespace qlinear::cuda {
 
-namespace {
-
-using namespace wgmma;
-
-struct Params {
-  int64_t m, n, k, ld_out;
-  const float* x_scale;
-  bool x_scale_per_row;
-  const float* w_scale;
-  bool w_scale_per_col;
-  __nv_bfloat16* out;
-};
-
-// The tile's outputs: register (j, i, c) of thread t (warp w, lane l) of math warpgroup g is row
-// m0 + 64 g + 16 w + l / 4 + 8 i, column n0 + 8 j + 2 (l % 4) + c.
-template <int BN>
-__device__ __forceinline__ void store_tile(const Params& p, const float (&acc)[BN / 2], int m0, int n0, int g, int t) {
-  const int warp = t / 32, lane = t % 32;
-  const int64_t row0 = m0 + g * 64 + warp * 16 + lane / 4;
-  const bool pairs = p.ld_out % 2 == 0;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int64_t row = row0 + 8 * i;
-    if (row >= p.m) continue;
-    const float xs = p.x_scale[p.x_scale_per_row ? row : 0];
-    __nv_bfloat16* out_row = p.out + row * p.ld_out;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const int64_t col = n0 + 8 * j + 2 * (lane % 4);
-      if (col >= p.n) continue;
-      const float w0 = p.w_scale[p.w_scale_per_col ? col : 0];
-      const float v0 = acc[4 * j + 2 * i] * xs * w0;
-      if (col + 1 < p.n) {
-        const float w1 = p.w_scale[p.w_scale_per_col ? col + 1 : 0];
-        const float v1 = acc[4 * j + 2 * i + 1] * xs * w1;
-        if (pairs) {
-          *reinterpret_cast<__nv_bfloat162*>(out_row + col) = __floats2bfloat162_rn(v0, v1);
-        } else {
-          out_row[col] = __float2bfloat16_rn(v0);
-          out_row[col + 1] = __float2bfloat16_rn(v1);
-        }
-      } else {
-        out_row[col] = __float2bfloat16_rn(v0);
-      }
+WgmmaFp8Tile wgmma_fp8_auto_tile(int64_t m, int64_t n, int sms) {
+  // Time ~ waves x the tile's work per wave x its cost per column, from the H200 figures (equal wave counts:
+  // 192 columns ran 3-4% faster per column than 256, 128 columns 0-3% slower).
+  struct Cand {
+    WgmmaFp8Tile tile;
+    int bn;
+    double cost_per_col;
+  };
+  const Cand cands[] = {{WgmmaFp8Tile::kN256, 256, 1.0}, {WgmmaFp8Tile::kN192, 192, 0.96},
+                        {WgmmaFp8Tile::kN128, 128, 1.02}};
+  const int64_t rows = (m + wgp::kBM - 1) / wgp::kBM;
+  WgmmaFp8Tile best = WgmmaFp8Tile::kN256;
+  double best_cost = 0;
+  for (const Cand& c : cands) {
+    const int64_t tiles = rows * ((n + c.bn - 1) / c.bn);
+    const int64_t waves = (tiles + sms - 1) / sms;
+    const double cost = static_cast<double>(waves) * c.bn * c.cost_per_col;
+    if (best_cost == 0 || cost < best_cost) {
+      best = c.tile;
+      best_cost = cost;
     }
   }
+  return best;
 }
 
-template <int BN, bool kPromote>
-__global__ void __launch_bounds__(kThreads, 1)
-    wgmma_fp8_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w, Params p) {
-  extern __shared__ uint8_t smem_raw[];
-  Ring<BN> ring(smem_raw);
-  const int wg = threadIdx.x / 128;
-  const int t = threadIdx.x % 128;
-  const int num_kb = static_cast<int>((p.k + kBK - 1) / kBK);
-  const int num_m = static_cast<int>((p.m + kBM - 1) / kBM);
-  const TileOrder order{num_m, num_m * static_cast<int>((p.n + BN - 1) / BN)};
-  if (threadIdx.x == 0) ring.init();
-  __syncthreads();
-  if (wg == 0) {
-    if (t == 0) produce<BN>(ring, &map_x, &map_w, order, num_kb);
-    return;
-  }
-  int it = 0;
-  for (int tile = blockIdx.x; tile < order.num_tiles; tile += gridDim.x) {
-    int m0, n0;
-    order.coords(tile, BN, m0, n0);
-    float acc[BN / 2];
-    consume<BN, kPromote>(ring, wg - 1, t, num_kb, it, acc);
-    store_tile<BN>(p, acc, m0, n0, wg - 1, t);
+namespace {
+
+Result<int> out_kind(DType d) {
+  switch (d) {
+    case DType::kBF16: return static_cast<int>(wgp::kOutBf16);
+    case DType::kF16: return static_cast<int>(wgp::kOutF16);
+    case DType::kF32: return static_cast<int>(wgp::kOutF32);
+    default: return Status::error("wgmma_fp8_gemm: output dtype " + std::string(name(d)) + " (BF16, F16 or F32)");
   }
 }
 
-template <int BN, bool kPromote>
-Status launch(const CUtensorMap& map_x, const WgmmaFp8Args& a, const Params& p, bool persistent, Stream stream) {
-  QL_ASSIGN_OR_RETURN(CUtensorMap map_w, byte_map(a.w, a.n, a.k, a.ld_w, BN));
-  QL_RETURN_IF_ERROR(allow_smem(wgmma_fp8_kernel<BN, kPromote>, smem_bytes<BN>()));
-  const int tiles = static_cast<int>((a.n + BN - 1) / BN * ((a.m + kBM - 1) / kBM));
-  QL_ASSIGN_OR_RETURN(unsigned grid, grid_blocks(tiles, persistent));
-  wgmma_fp8_kernel<BN, kPromote><<<grid, kThreads, smem_bytes<BN>(), stream>>>(map_x, map_w, p);
-  QL_CUDA_CHECK_LAUNCH("wgmma_fp8_kernel");
-  return Status::ok();
+Result<int> bias_kind(const void* bias, DType d) {
+  if (bias == nullptr) return static_cast<int>(wgp::kBiasNone);
+  switch (d) {
+    case DType::kBF16: return static_cast<int>(wgp::kBiasBf16);
+    case DType::kF16: return static_cast<int>(wgp::kBiasF16);
+    case DType::kF32: return static_cast<int>(wgp::kBiasF32);
+    default: return Status::error("wgmma_fp8_gemm: bias dtype " + std::string(name(d)) + " (BF16, F16 or F32)");
+  }
 }
 
 }  // namespace
 
 Status launch_wgmma_fp8_gemm(const WgmmaFp8Args& a, Stream stream) {
   if (a.m == 0 || a.n == 0) return Status::ok();
+  if (a.k <= 0) return Status::error("wgmma_fp8_gemm: K must be positive");
   if (a.ld_x % 16 != 0 || a.ld_w % 16 != 0 || reinterpret_cast<uintptr_t>(a.x) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(a.w) % 16 != 0) {
     return Status::error("wgmma_fp8_gemm: operand rows must start 16-byte aligned (TMA)");
   }
-  QL_ASSIGN_OR_RETURN(CUtensorMap map_x, byte_map(a.x, a.m, a.k, a.ld_x, kBM));
-  Params p{a.m, a.n, a.k, a.ld_out > 0 ? a.ld_out : a.n, a.x_scale, a.x_scale_per_row, a.w_scale, a.w_scale_per_col,
-           static_cast<__nv_bfloat16*>(a.out)};
-  switch (a.variant) {
-    case WgmmaFp8Variant::kN128Promote: return launch<128, true>(map_x, a, p, a.persistent, stream);
-    case WgmmaFp8Variant::kN128Fast: return launch<128, false>(map_x, a, p, a.persistent, stream);
-    case WgmmaFp8Variant::kN256Fast: return launch<256, false>(map_x, a, p, a.persistent, stream);
+  if (a.m > (int64_t{1} << 30) || a.n > (int64_t{1} << 30) || a.k > (int64_t{1} << 30)) {
+    return Status::error("wgmma_fp8_gemm: M, N and K must be below 2^30");
   }
-  return Status::ok();
+  wgp::Params p{};
+  p.m = static_cast<int>(a.m);
+  p.n = static_cast<int>(a.n);
+  p.num_kb = static_cast<int>((a.k + wgp::kBK - 1) / wgp::kBK);
+  p.num_m = static_cast<int>((a.m + wgp::kBM - 1) / wgp::kBM);
+  p.group_m = a.group_m > 0 ? a.group_m : 16;
+  p.x_scale = a.x_scale;
+  p.w_scale = a.w_scale;
+  p.bias = a.bias;
+  p.out = a.out;
+  p.ld_out = a.ld_out > 0 ? a.ld_out : a.n;
+  p.x_scale_per_row = a.x_scale_per_row;
+  p.w_scale_per_col = a.w_scale_per_col;
+  p.pdl = a.pdl;
+  if (a.q_mode != WgmmaFp8Args::FusedQuant::kNone) {
+    if (a.q_src == nullptr || a.ready == nullptr || a.k % 8 != 0 || a.q_ld_src % 8 != 0 ||
+        reinterpret_cast<uintptr_t>(a.q_src) % 16 != 0 || a.ld_x < a.k) {
+      return Status::error("wgmma_fp8_gemm: fused quantization needs BF16 rows 16-byte aligned, K % 8 == 0, "
+                           "ready scratch and code rows of at least K bytes");
+    }
+    const bool token = a.q_mode == WgmmaFp8Args::FusedQuant::kToken;
+    if (token && (a.x_scale == nullptr || !a.x_scale_per_row)) {
+      return Status::error("wgmma_fp8_gemm: fused per-token quantization writes x_scale [m]");
+    }
+    p.q_mode = token ? wgp::kQuantToken : wgp::kQuantStatic;
+    p.q_k = static_cast<int>(a.k);
+    p.q_src = a.q_src;
+    p.q_ld_src = a.q_ld_src;
+    p.q_ld_codes = a.ld_x;
+    p.q_static_scale = a.q_static_scale;
+    p.q_codes = static_cast<uint8_t*>(const_cast<void*>(a.x));
+    p.q_scale_out = const_cast<float*>(a.x_scale);
+    p.ready = a.ready;
+    if (!token) {
+      p.x_scale = nullptr;
+      p.x_scale_value = a.q_static_scale;
+    }
+  }
+  QL_ASSIGN_OR_RETURN(p.bias_kind, bias_kind(a.bias, a.bias_dtype));
+  QL_ASSIGN_OR_RETURN(p.out_kind, out_kind(a.out_dtype));
+  const size_t pair_bytes = 2 * element_size(a.out_dtype);
+  p.pairs = p.ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(a.out) % pair_bytes == 0;
+  QL_ASSIGN_OR_RETURN(CUtensorMap map_x, wgmma::byte_map(a.x, a.m, a.k, a.ld_x, wgp::kBM));
+  WgmmaFp8Tile tile = a.tile;
+  if (tile == WgmmaFp8Tile::kAuto) {
+    QL_ASSIGN_OR_RETURN(int sms, wgmma::multiprocessors());
+    tile = wgmma_fp8_auto_tile(a.m, a.n, sms);
+  }
+  const int cm = a.cluster_m > 0 ? a.cluster_m : 1;
+  if (cm != 1 && cm != 2) return Status::error("wgmma_fp8_gemm: cluster_m must be 1 or 2");
+  if (a.fast_accum) {
+    if (tile != WgmmaFp8Tile::kN256 || cm != 1) {
+      return Status::error("wgmma_fp8_gemm: fast accumulation exists for 256-column tiles without clusters only");
+    }
+    return wgp::launch_tile<256, 1, wgp::Mode::kFp8Fast>(map_x, a.w, a.ld_w, a.n, a.k, p, stream);
+  }
+  switch (tile) {
+    case WgmmaFp8Tile::kN128:
+      return cm == 2 ? wgp::launch_tile<128, 2, wgp::Mode::kFp8>(map_x, a.w, a.ld_w, a.n, a.k, p, stream)
+                     : wgp::launch_tile<128, 1, wgp::Mode::kFp8>(map_x, a.w, a.ld_w, a.n, a.k, p, stream);
+    case WgmmaFp8Tile::kN192:
+      return cm == 2 ? wgp::launch_tile<192, 2, wgp::Mode::kFp8>(map_x, a.w, a.ld_w, a.n, a.k, p, stream)
+                     : wgp::launch_tile<192, 1, wgp::Mode::kFp8>(map_x, a.w, a.ld_w, a.n, a.k, p, stream);
+    case WgmmaFp8Tile::kN256:
+    case WgmmaFp8Tile::kAuto: break;
+  }
+  return cm == 2 ? wgp::launch_tile<256, 2, wgp::Mode::kFp8>(map_x, a.w, a.ld_w, a.n, a.k, p, stream)
+                 : wgp::launch_tile<256, 1, wgp::Mode::kFp8>(map_x, a.w, a.ld_w, a.n, a.k, p, stream);
 }
 
 }  // namespace qlinear::cuda

@@ -1,10 +1,12 @@
 #pragma once
-// The wgmma INT8 GEMM with the INT8 route's epilogue fused (sm_90a; wgmma_pipeline.cuh): S8 x S8 -> exact
-// S32 accumulators in registers, then, per output, the epilogue of int8_scaled_mm.hpp in FP64
+// The wgmma INT8 GEMM with the INT8 route's epilogue fused (sm_90a), on the persistent skeleton of the FP8
+// GEMM (wgmma_persistent.cuh: rasterized tiles, TMA ring fed by a producer warpgroup, two math warpgroups,
+// optional 2-block clusters sharing the w tile by multicast): S8 x S8 -> exact S32 accumulators in
+// registers (the tensor cores accumulate across K, one group in flight), then, per output, the epilogue of
+// int8_scaled_mm.hpp in FP64
 //   y[m, n] = (acc - z[m] colsum[n]) * s[m] * w_scale[n] + bias[n], one rounding to the output dtype,
 // so the result is bit for bit the one of cuBLASLt's INT32 GEMM + launch_int8_epilogue, without the INT32
-// matrix going through memory. Not yet in any route: compared and timed by
-// CudaPrefillBench.DISABLED_WgmmaInt8.
+// matrix going through memory. Compared and timed by CudaPrefillBench.DISABLED_WgmmaInt8.
 #include <cstdint>
 
 #include "backends/cuda/cuda_util.hpp"
@@ -31,8 +33,9 @@ struct WgmmaInt8Args {
   void* out = nullptr;
   DType out_dtype = DType::kBF16;  // BF16, F16 or F32
   int64_t ld_out = 0;              // 0: n
-  int tile_n = 128;                // 128 or 256 output columns per block
-  bool persistent = false;         // one block per multiprocessor looping over tiles (else one block per tile)
+  int tile_n = 256;                // 128 or 256 output columns per tile
+  int cluster_m = 1;               // 2: clusters of two blocks along M sharing the w tile (256 columns only)
+  int group_m = 0;                 // row units per rasterization group (0: the default)
 };
 
 Status launch_wgmma_int8_gemm(const WgmmaInt8Args& args, Stream stream);

@@ -1,11 +1,10 @@
 #pragma once
-// The pieces of the warp-specialized wgmma GEMMs (wgmma_fp8_gemm.cu, wgmma_int8_gemm.cu) for sm_90a:
-// mbarriers, TMA tile loads, shared-memory matrix descriptors, the wgmma instructions, the producer and the
-// math warpgroups' main loop over K. Tile: 128 rows (two math warpgroups of 64) x BN columns, 128-byte K
-// slices (128B swizzle) in a kStages ring; warpgroup 0 is the producer (one thread issues the TMA loads).
-// Device code and host helpers for nvcc only.
+// The pieces of the warp-specialized wgmma kernels (wgmma_persistent.cuh, mma_decode_wgmma.cuh) for sm_90a:
+// mbarriers, TMA tile loads (128B swizzle), shared-memory matrix descriptors, the wgmma instructions, the
+// tensor maps and launch helpers. Device code and host helpers for nvcc only.
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -14,13 +13,7 @@
 
 namespace qlinear::cuda::wgmma {
 
-constexpr int kBM = 128, kBK = 128, kStages = 4;
-constexpr int kTileX = kBM * kBK;  // bytes of one stage's activation tile
-template <int BN>
-constexpr int stage_bytes() { return kTileX + BN * kBK; }
-template <int BN>
-constexpr int smem_bytes() { return kStages * stage_bytes<BN>() + 2 * kStages * 8 + 1024; }  // + barriers, alignment
-constexpr int kThreads = 384;  // producer warpgroup + two math warpgroups
+constexpr int kBM = 128, kBK = 128;  // output tile rows; bytes of K per stage (one 128B-swizzle row)
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -88,7 +81,7 @@ __device__ __forceinline__ void fence_regs(int32_t (&d)[N]) {
 }
 
 // d[64 x N] (+)= a[64 x 32] . b[N x 32]^T from shared memory (accumulate = 0: d = a.b^T), N = 2 x the size
-// of d (128 or 256): E4M3 inputs with FP32 accumulators, or S8 inputs with exact S32 accumulators.
+// of d (128, 192 (E4M3 only) or 256): E4M3 inputs with FP32 accumulators, or S8 inputs with exact S32 accumulators.
 __device__ __forceinline__ void wgmma_m64k32(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   asm volatile(
       "{\n"
@@ -108,6 +101,17 @@ __device__ __forceinline__ void wgmma_m64k32(float (&d)[128], uint64_t desc_a, u
       "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+__device__ __forceinline__ void wgmma_m64k32(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
@@ -133,107 +137,6 @@ __device__ __forceinline__ void wgmma_m64k32(int32_t (&d)[128], uint64_t desc_a,
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-// The block's shared memory: the stage ring (1024-byte aligned for the swizzle), then the barriers.
-template <int BN>
-struct Ring {
-  uint8_t* smem;
-  uint64_t* full;   // stage loaded (the producer's arrive + the TMA bytes)
-  uint64_t* empty;  // stage consumed (one arrive per math warpgroup)
-  __device__ explicit Ring(uint8_t* raw)
-      : smem(reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023})),
-        full(reinterpret_cast<uint64_t*>(smem + kStages * stage_bytes<BN>())),
-        empty(full + kStages) {}
-  __device__ void init() {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 2);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-};
-
-// Output tiles: tile i of a block covers rows [m0, m0 + 128) and columns [n0, n0 + BN), M fastest (blocks
-// running together share a column block of w, and x stays in the L2). A block takes tiles blockIdx.x,
-// blockIdx.x + gridDim.x, ...: one tile per block, or a persistent grid of one block per multiprocessor
-// whose producer loads the next tile while the math warpgroups run the epilogue.
-struct TileOrder {
-  int num_m, num_tiles;
-  __device__ void coords(int tile, int bn, int& m0, int& n0) const {
-    m0 = (tile % num_m) * kBM;
-    n0 = (tile / num_m) * bn;
-  }
-};
-
-// Warpgroup 0, one thread: for each of the block's tiles, the K slices of its x rows and w rows into the
-// ring. `it` counts K blocks across tiles (the ring's position and phase).
-template <int BN>
-__device__ __forceinline__ void produce(Ring<BN>& r, const CUtensorMap* map_x, const CUtensorMap* map_w,
-                                        const TileOrder& order, int num_kb) {
-  int it = 0;
-  for (int tile = blockIdx.x; tile < order.num_tiles; tile += gridDim.x) {
-    int m0, n0;
-    order.coords(tile, BN, m0, n0);
-    for (int kb = 0; kb < num_kb; ++kb, ++it) {
-      const int s = it % kStages;
-      mbar_wait(&r.empty[s], ((it / kStages) & 1) ^ 1);  // a fresh barrier counts as released
-      mbar_arrive_expect_tx(&r.full[s], stage_bytes<BN>());
-      uint8_t* stage = r.smem + s * stage_bytes<BN>();
-      tma_load(stage, map_x, &r.full[s], kb * kBK, m0);
-      tma_load(stage + kTileX, map_w, &r.full[s], kb * kBK, n0);
-    }
-  }
-}
-
-// Math warpgroup g (rows [64 g, 64 g + 64) of the tile), thread t of 128: acc = x_tile . w_tile^T over K
-// for one tile; `it` counts K blocks across the block's tiles (as the producer's). kPromote: each 128-K
-// block's sum goes to a scratch accumulator added to acc (FP8 without fast accumulation); otherwise the
-// tensor cores accumulate across K with one wgmma group in flight. Every stage is released when done.
-template <int BN, bool kPromote, class Acc>
-__device__ __forceinline__ void consume(Ring<BN>& r, int g, int t, int num_kb, int& it, Acc (&acc)[BN / 2]) {
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
-  if constexpr (kPromote) {
-    Acc part[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) part[i] = 0;
-    for (int kb = 0; kb < num_kb; ++kb, ++it) {
-      const int s = it % kStages;
-      mbar_wait(&r.full[s], (it / kStages) & 1);
-      const uint8_t* stage = r.smem + s * stage_bytes<BN>();
-      const uint64_t da = smem_desc(stage + g * 64 * kBK);
-      const uint64_t db = smem_desc(stage + kTileX);
-      fence_regs(part);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBK / 32; ++kk) wgmma_m64k32(part, da + 2 * kk, db + 2 * kk, kk);  // +32 bytes
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(part);
-      if (t == 0) mbar_arrive(&r.empty[s]);
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) acc[i] += part[i];
-    }
-  } else {
-    for (int kb = 0; kb < num_kb; ++kb, ++it) {
-      const int s = it % kStages;
-      mbar_wait(&r.full[s], (it / kStages) & 1);
-      const uint8_t* stage = r.smem + s * stage_bytes<BN>();
-      const uint64_t da = smem_desc(stage + g * 64 * kBK);
-      const uint64_t db = smem_desc(stage + kTileX);
-      fence_regs(acc);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBK / 32; ++kk) wgmma_m64k32(acc, da + 2 * kk, db + 2 * kk, 1);
-      wgmma_commit();
-      wgmma_wait<1>();  // the previous block's group is done: release its stage
-      if (t == 0 && kb > 0) mbar_arrive(&r.empty[(it - 1) % kStages]);
-    }
-    wgmma_wait<0>();
-    fence_regs(acc);
-    if (t == 0 && num_kb > 0) mbar_arrive(&r.empty[(it - 1) % kStages]);
-  }
-}
-
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -253,7 +156,7 @@ inline Result<EncodeTiled> encode_tiled() {
 }
 
 // 2-D map of a [rows, cols] byte matrix (rows `ld` bytes apart), boxes of box_rows x 128 bytes, 128B swizzle.
-inline Result<CUtensorMap> byte_map(const void* base, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
+inline Result<CUtensorMap> encode_byte_map(const void* base, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
   QL_ASSIGN_OR_RETURN(EncodeTiled encode, encode_tiled());
   CUtensorMap map{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
@@ -271,13 +174,46 @@ inline Result<CUtensorMap> byte_map(const void* base, int64_t rows, int64_t cols
   return map;
 }
 
+// byte_map through a small per-thread cache: encoding a map is a driver call of microseconds, and the host
+// time between the quantizer's launch and the GEMM's shows on the GPU when the quantizer is short. Weights
+// keep their maps; activation scratch from the stream-ordered pool mostly comes back at the same address.
+inline Result<CUtensorMap> byte_map(const void* base, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
+  struct Entry {
+    const void* base = nullptr;
+    int64_t rows = 0, cols = 0, ld = 0;
+    int box_rows = 0;
+    CUtensorMap map{};
+  };
+  constexpr int kEntries = 16;
+  thread_local Entry cache[kEntries];
+  thread_local int next = 0;
+  for (const Entry& e : cache) {
+    if (e.base == base && e.rows == rows && e.cols == cols && e.ld == ld && e.box_rows == box_rows) return e.map;
+  }
+  QL_ASSIGN_OR_RETURN(CUtensorMap map, encode_byte_map(base, rows, cols, ld, box_rows));
+  cache[next] = Entry{base, rows, cols, ld, box_rows, map};
+  next = (next + 1) % kEntries;
+  return map;
+}
+
+// Multiprocessors of the current device (queried once per device).
+inline Result<int> multiprocessors() {
+  int device = 0;
+  QL_CUDA_CHECK(cudaGetDevice(&device));
+  static std::atomic<int> known[64] = {};
+  if (device >= 0 && device < 64) {
+    if (const int v = known[device].load(std::memory_order_relaxed); v > 0) return v;
+  }
+  int sms = 0;
+  QL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (device >= 0 && device < 64) known[device].store(sms, std::memory_order_relaxed);
+  return sms;
+}
 
 // Blocks of the grid: one per tile, or (persistent) at most one per multiprocessor.
 inline Result<unsigned> grid_blocks(int num_tiles, bool persistent) {
   if (!persistent) return static_cast<unsigned>(num_tiles);
-  int device = 0, sms = 0;
-  QL_CUDA_CHECK(cudaGetDevice(&device));
-  QL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  QL_ASSIGN_OR_RETURN(int sms, multiprocessors());
   return static_cast<unsigned>(num_tiles < sms ? num_tiles : sms);
 }
 
