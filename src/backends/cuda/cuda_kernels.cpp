@@ -8,8 +8,9 @@ namespace qlinear::cuda {
 // stream_max_m = 0: on the H200 the cuBLASLt route (quantization kernel + GEMM) beat the streaming kernel at
 // every M, M = 1 included (8B qkv 15.3 us vs 17.5 us, 70B down 73.4 us vs 88.5 us); the stream route stays
 // for N % 16 != 0, which cuBLASLt does not take. wgmma_min_m: from this M the own wgmma GEMM replaces
-// cuBLASLt (0: not by default; sm90_fp8_scaled_mm_wgmma runs it when forced).
-constexpr int64_t kFp8WgmmaMinM = 1024;
+// cuBLASLt (0: not by default; sm90_fp8_scaled_mm_wgmma runs it when forced). Off: on the 8B shapes at
+// M = 512..8192 the own GEMM reaches 0.64-0.89 of cuBLASLt's TFLOPS (quantization fused or not; docs/PERF.md).
+constexpr int64_t kFp8WgmmaMinM = 0;
 const CudaLinearKernel kSm90Fp8ScaledMM(
     Family::kFp8ScaledMM, "sm90_fp8_scaled_mm",
     "sm_90a FP8 W8A8: cuBLASLt FP8 (SCALAR / OUTER_VEC) after GPU activation quantization; "
@@ -68,8 +69,9 @@ const CudaLinearKernel kSm90Mxfp4Stream(
     "sm_90a MXFP4 W4A16 / W4A8: weight-streaming CUDA-core GEMM (any M; built for decode)", Route::kStream);
 
 // wgmma_min_m: from this M the own wgmma INT8 GEMM (epilogue fused) replaces cuBLASLt + the epilogue pass
-// (0: not by default; sm90_int8_scaled_mm_wgmma runs it when forced).
-constexpr int64_t kInt8WgmmaMinM = 1024;
+// (0: not by default; sm90_int8_scaled_mm_wgmma runs it when forced). Off: with the quantization fused it
+// measured 1.1-1.6x the time of the quantizer + cuBLASLt + epilogue on the 8B shapes at M >= 1024.
+constexpr int64_t kInt8WgmmaMinM = 0;
 const CudaLinearKernel kSm90Int8ScaledMM(
     Family::kInt8ScaledMM, "sm90_int8_scaled_mm",
     "sm_90a INT8 W8A8: GPU activation quantization (static/dynamic, sym/asym) + cuBLASLt INT8 GEMM (exact INT32) "
