@@ -12,12 +12,14 @@ namespace qlinear::cuda {
 
 namespace {
 
-// Where the wgmma kernel is the default (H200, CudaMmaDecodeBench against the mma.sync kernel and the widen
-// route in one process, llama3-70b and -8b shapes): every code, 17 <= M <= 256. At M = 64 it measured
-// 1.1-1.5x the mma.sync kernel on the 70B layers (FP8, MXFP8, MXFP6, MXFP4, NVFP4, W4A4), at M = 256
-// 1.5-1.9x the widen route on the large layers; the layers that fill less than one wave of SMs are the
-// closest (8B qkv). MX layers whose scales do not fold keep the mma.sync kernel (mma_wgmma_supports).
-constexpr int64_t kWgmmaMinM = 17, kWgmmaMaxM = 256;
+// Where the wgmma kernel is the default: every code, 17 <= M <= 128, and up to M = 256 on layers with
+// K >= 8192 and N >= 8192. At M = 64 it measured 1.1-1.5x the mma.sync kernel on the 70B layers (FP8,
+// MXFP8, MXFP6, MXFP4, NVFP4, W4A4; CudaMmaDecodeBench) and at M = 256 1.5-1.9x the widen route on them.
+// On the 8B layers at M = 256 `qlinear bench` measured the widen route faster (FP8: qkv 45 us against 90,
+// o 32 / 77, down 59 / 101, gate_up 122 / 174; the MX codes alike): their 256-token tiles leave 32-48
+// units of 128 rows for 132 SMs, and a widened BF16 copy of a small weight is read back from the L2.
+// MX layers whose scales do not fold keep the mma.sync kernel (mma_wgmma_supports).
+constexpr int64_t kWgmmaMinM = 17, kWgmmaMaxM = 256, kWgmmaSmallLayerMaxM = 128, kWgmmaLargeDim = 8192;
 constexpr int kWgmmaMinStagesPerSplit = 8;  // 512 K
 
 }  // namespace
@@ -34,7 +36,8 @@ bool mma_takes_wgmma_route(const MmaDecodeArgs& a) {
   if (a.m < kWgmmaMinM || !mma_wgmma_supports(a)) return false;
   const int forced = mma_decode_forced().wgmma;
   if (forced != 0) return forced > 0;
-  return a.m <= kWgmmaMaxM;
+  const bool large = a.layout.k >= kWgmmaLargeDim && a.layout.n >= kWgmmaLargeDim;
+  return a.m <= (large ? kWgmmaMaxM : kWgmmaSmallLayerMaxM);
 }
 
 // Token tile by M; 128 weight rows per unit (256 only when forced: measured faster on some layers, slower on
