@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include "backends/cuda/mma_decode_kernels.hpp"
+#include "backends/cuda/mma_decode_wgmma.hpp"
 #include "backends/reference/reference_kernels.hpp"
 #include "qlinear/cuda.hpp"
 #include "cuda/cuda_test_util.hpp"
@@ -157,6 +158,34 @@ TEST(CudaMmaDecode, MatchesTheReferenceOverM) {
     for (int64_t m : kMs) {
       check({ks.kernel, s, m, 256, 1024});
       check({ks.kernel, s, m, 200, 800});  // N and K off the tiles (K still a multiple of 32 for MX)
+    }
+  }
+}
+
+// Which route each M takes (host code only: runs without a GPU): the wgmma kernel at 17..128 on every layer
+// and at 129..256 only where K and N are both >= 8192; the widen route above that, and at 129..256 on the
+// smaller layers (mma_decode_wgmma.cu says what was measured).
+TEST(CudaMmaDecode, WgmmaRouteCoversLargeMOnlyOnLargeLayers) {
+  struct Shape {
+    int64_t n, k;
+    bool large;
+  };
+  for (const Shape sh : {Shape{6144, 4096, false}, Shape{4096, 14336, false}, Shape{28672, 4096, false},
+                         Shape{10240, 8192, true}, Shape{8192, 28672, true}}) {
+    for (const cuda::MmaCode code : {cuda::MmaCode::kE4M3, cuda::MmaCode::kE2M1}) {
+      cuda::MmaDecodeArgs a;
+      a.layout.code = code;
+      a.layout.scale = code == cuda::MmaCode::kE4M3 ? cuda::MmaScale::kRow : cuda::MmaScale::kMx32;
+      a.layout.n = sh.n;
+      a.layout.k = sh.k;
+      for (const int64_t m : {1, 16, 17, 64, 128, 129, 200, 256, 257, 1024}) {
+        a.m = m;
+        const bool wgmma = m >= 17 && m <= (sh.large ? 256 : 128);
+        EXPECT_EQ(cuda::mma_takes_wgmma_route(a), wgmma) << sh.n << "x" << sh.k << " M=" << m;
+        if (!wgmma) {
+          EXPECT_EQ(cuda::mma_takes_widen_route(a), m > 128) << sh.n << "x" << sh.k << " M=" << m;
+        }
+      }
     }
   }
 }
