@@ -34,7 +34,15 @@ def machine_title(run):
         sustained = " --sustain-ms" in run.get("command", "")
         return (m["gpu"].split(",")[0] + (f", {shapes.group(1)} shapes" if shapes else "") +
                 (", sustained clock" if sustained else ""))
-    return m.get("cpu", "unknown machine").split(",")[0] + f" ({run['backend']})"
+    # CPUs of one name differ by what they expose (a guest may hide AMX): the title names the widest ISA and
+    # the threads, so that two sections of one CPU model read apart.
+    cpu = m.get("cpu", "unknown machine")
+    isa = next((name for flag, name in (("amx_bf16", "AMX"), ("avx512f", "AVX-512"), ("avx2", "AVX2")) if flag in cpu),
+               None)
+    threads = re.search(r"(\d+) threads?", cpu)
+    nthreads = threads.group(1) if threads else None
+    detail = ", ".join(x for x in (isa, nthreads and f"{nthreads} thread{'' if nthreads == '1' else 's'}") if x)
+    return cpu.split(",")[0] + (f", {detail}" if detail else "") + f" ({run['backend']})"
 
 
 def floors(run):
