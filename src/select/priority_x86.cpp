@@ -31,6 +31,13 @@ const LinearKernel* const kX86CpuPriority[] = {
     &x86::kAmxBf16Mxfp6,
     &x86::kAmxBf16Mxfp4,
     &x86::kAmxBf16Nvfp4,
+    // The same on AVX-512 BF16 + VBMI without AMX (Zen 4 / 5): vdpbf16ps register tiles from M = 2, the same
+    // weight stream at M = 1
+    &x86::kAvx512Bf16Fp8ScaledMM,
+    &x86::kAvx512Bf16Mxfp8,
+    &x86::kAvx512Bf16Mxfp6,
+    &x86::kAvx512Bf16Mxfp4,
+    &x86::kAvx512Bf16Nvfp4,
     // AVX2 + FMA: every FP8 / MX / NVFP4 family (weight-only paths first, then W8A8, then NVFP4)
     &x86::kAvx2Mxfp8,
     &x86::kAvx2Fp8WeightOnly,

@@ -223,6 +223,9 @@ TEST(GoldenSelection, RealKernelsOnSyntheticPlatforms) {
   CpuFeatures zen4;
   zen4.avx2 = zen4.fma = zen4.f16c = true;
   zen4.avx512f = zen4.avx512bw = zen4.avx512vl = zen4.avx512dq = zen4.avx512vnni = zen4.avx512bf16 = true;
+  zen4.avx512vbmi = true;
+  CpuFeatures zen4_no_vbmi = zen4;  // AVX-512 BF16 without VBMI: the FP engine's decoders need vpermb
+  zen4_no_vbmi.avx512vbmi = false;
   CpuFeatures avx2;
   avx2.avx2 = avx2.fma = avx2.f16c = true;
   struct Case {
@@ -236,7 +239,13 @@ TEST(GoldenSelection, RealKernelsOnSyntheticPlatforms) {
       {Platform::synthetic_cpu(zen4), "w8a16-fp8", "x86_avx512bf16_fp8_w8a16"},
       {Platform::synthetic_cpu(zen4), "w8a16-mxfp8", "x86_avx512bf16_mxfp8_w8a16"},
       {Platform::synthetic_cpu(zen4), "w4a16-mxfp4", "x86_avx512bf16_mxfp4_w4a16"},
-      {Platform::synthetic_cpu(zen4), "w8a8-mxfp8", "x86_avx2_mxfp8"},
+      {Platform::synthetic_cpu(zen4), "w8a8-mxfp8", "x86_avx512bf16_mxfp8"},
+      {Platform::synthetic_cpu(zen4), "w4a4-mxfp4", "x86_avx512bf16_mxfp4"},
+      {Platform::synthetic_cpu(zen4), "w4a4-nvfp4", "x86_avx512bf16_nvfp4"},
+      {Platform::synthetic_cpu(zen4), "w6a16-mxfp6-e2m3", "x86_avx512bf16_mxfp6"},
+      {Platform::synthetic_cpu(zen4), "w8a8-fp8-tensor", "x86_avx512bf16_fp8_scaled_mm"},
+      {Platform::synthetic_cpu(zen4_no_vbmi), "w8a8-mxfp8", "x86_avx2_mxfp8"},
+      {Platform::synthetic_cpu(avx2), "w4a4-nvfp4", "x86_avx2_nvfp4"},
       {Platform::synthetic_cpu(avx2), "w8a8-int8-dynamic", "x86_avx2_int8"},
       {Platform::synthetic_cpu(avx2), "w8a16-fp8", "x86_avx2_fp8_weight_only"},
       {Platform::synthetic_cpu(avx2), "w6a16-mxfp6-e2m3", "x86_avx2_mxfp6"},

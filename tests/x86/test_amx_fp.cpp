@@ -1,10 +1,13 @@
-// The FP engine's AMX-BF16 kernels for the MX / NVFP4 families (x86_amx_bf16_{mxfp6, mxfp4, nvfp4}): weights
-// and quantized activations decoded to BF16 tiles, against the reference on the same quantized layer, at M
-// around the 16-row tile and 32-row block edges, N off the 16-column panels and K off the 32-wide tile step
-// (NVFP4: K a multiple of 16 only); every family's scheme with BF16 and with quantized activations. Each case
-// also checks that the tile path (or below its M range the weight stream) ran: a fallback to the AVX2 code gives
-// the same numbers. Skipped, with the reason, where the CPU or the OS gives no AMX.
+// The FP engine's BF16 kernels: AMX-BF16 (x86_amx_bf16_*) and, for CPUs without AMX, AVX-512 BF16 register tiles
+// on the same decoded words (x86_avx512bf16_{fp8_scaled_mm, mxfp8, mxfp6, mxfp4, nvfp4}): weights and quantized
+// activations decoded to BF16, against the reference on the same quantized layer, at M around the 6-row register
+// tile, the 16-row AMX tile and the 32-row block edges, N off the 16-column panels and 64-column blocks and K off
+// the 32-wide tile step (NVFP4: K a multiple of 16 only); every family's scheme with BF16 and with quantized
+// activations. Each case also checks that the tile path (or below its M range the weight stream) ran: a fallback
+// to the AVX2 code gives the same numbers. Skipped, with the reason, where the CPU or the OS lacks the ISA.
 #include <cstring>
+#include <string_view>
+#include <tuple>
 
 #include "backends/x86/amx_isa.hpp"
 #include "backends/x86/x86_kernels.hpp"
@@ -15,45 +18,64 @@ namespace {
 
 using x86_test::Case;
 
-constexpr int64_t kMs[] = {1, 2, 15, 16, 17, 31, 32, 33, 127, 128, 129};
+constexpr int64_t kMs[] = {1, 2, 3, 7, 15, 16, 17, 31, 32, 33, 127, 128, 129, 257};
 
-// f32 accumulation of K exact BF16 products (tdpbf16ps), the scales and the bias.
+// f32 accumulation of K exact BF16 products (tdpbf16ps / vdpbf16ps), the scales and the bias.
 double f32_sum_rel(int64_t k) { return static_cast<double>(k + 16) * 0x1p-24; }
 
 const Scheme kNvfp4A16{"nvfp4-a16", Family::kNvfp4, kNvfp4Static, std::nullopt, ""};
 const Scheme kMxfp4A8{"mxfp4-a8", Family::kMxfp4, kMxfp4Static, kMxfp8Dynamic, ""};
 const Scheme kMxfp6A8{"mxfp6-e3m2-a8", Family::kMxfp6, kMxfp6E3M2Static, kMxfp8Dynamic, ""};
+const Scheme kFp8DynTensor{"fp8-dyn-tensor", Family::kFp8ScaledMM, kFp8StaticChannelSym, kFp8DynamicTensorSym, ""};
+
+enum class KStep { kAny, kMx32, kNv16 };
 
 struct FamilyCase {
   const LinearKernel* kernel;
   std::vector<const Scheme*> schemes;
-  bool k16;  // NVFP4: K a multiple of 16
+  KStep k_step;
 };
 
+bool on_amx(const LinearKernel& k) { return k.name().substr(0, 12) == "x86_amx_bf16"; }
+
+// The tile GEMMs the kernel's engine has started on this thread (AMX tiles, or AVX-512 BF16 register tiles).
+int64_t tile_gemms(const LinearKernel& k) {
+  return on_amx(k) ? x86::amx_bf16_gemms_on_this_thread() : x86::avx512bf16_gemms_on_this_thread();
+}
+
 std::vector<FamilyCase> families() {
-  return {
-      {&x86::kAmxBf16Nvfp4, {find_scheme("w4a4-nvfp4"), &kNvfp4A16}, true},
-      {&x86::kAmxBf16Mxfp6,
-       {find_scheme("w6a16-mxfp6-e2m3"), find_scheme("w6a16-mxfp6-e3m2"), find_scheme("w6a6-mxfp6-e2m3"),
-        find_scheme("w6a6-mxfp6-e3m2"), &kMxfp6A8},
-       false},
-      {&x86::kAmxBf16Mxfp4,
-       {find_scheme("w4a4-mxfp4"), find_scheme("w4a6-mxfp4-mxfp6-e2m3"), find_scheme("w4a8-mxfp4-fp8"), &kMxfp4A8,
-        find_scheme("w4a16-mxfp4")},
-       false},
-  };
+  std::vector<FamilyCase> out;
+  for (const bool amx : {true, false}) {
+    out.push_back({amx ? &x86::kAmxBf16Nvfp4 : &x86::kAvx512Bf16Nvfp4, {find_scheme("w4a4-nvfp4"), &kNvfp4A16},
+                   KStep::kNv16});
+    out.push_back({amx ? &x86::kAmxBf16Mxfp6 : &x86::kAvx512Bf16Mxfp6,
+                   {find_scheme("w6a16-mxfp6-e2m3"), find_scheme("w6a16-mxfp6-e3m2"), find_scheme("w6a6-mxfp6-e2m3"),
+                    find_scheme("w6a6-mxfp6-e3m2"), &kMxfp6A8},
+                   KStep::kMx32});
+    out.push_back({amx ? &x86::kAmxBf16Mxfp4 : &x86::kAvx512Bf16Mxfp4,
+                   {find_scheme("w4a4-mxfp4"), find_scheme("w4a6-mxfp4-mxfp6-e2m3"), find_scheme("w4a8-mxfp4-fp8"),
+                    &kMxfp4A8, find_scheme("w4a16-mxfp4")},
+                   KStep::kMx32});
+  }
+  // test_amx.cpp covers the AMX FP8 W8A8 and MXFP8 kernels.
+  out.push_back({&x86::kAvx512Bf16Fp8ScaledMM,
+                 {find_scheme("w8a8-fp8-channel"), find_scheme("w8a8-fp8-tensor"), &kFp8DynTensor}, KStep::kAny});
+  out.push_back({&x86::kAvx512Bf16Mxfp8, {find_scheme("w8a8-mxfp8"), find_scheme("w8a16-mxfp8")}, KStep::kMx32});
+  return out;
 }
 
 // Every M of kMs, N and K cycling through and off the tile multiples, outputs and bias varied.
-std::vector<Case> sweep(bool k16) {
+std::vector<Case> sweep(KStep step) {
   static const int64_t ns[] = {67, 96, 33, 129};
   static const int64_t ks_mx[] = {96, 256, 544, 32};  // MX: multiples of 32
   static const int64_t ks_nv[] = {80, 256, 336, 16};  // NVFP4: 16 off the 32-wide tile step
+  static const int64_t ks_any[] = {161, 256, 300, 40};
+  const int64_t* ks = step == KStep::kMx32 ? ks_mx : step == KStep::kNv16 ? ks_nv : ks_any;
   const DType outs[] = {DType::kBF16, DType::kF16, DType::kF32};
   std::vector<Case> cases;
   int i = 0;
   for (int64_t m : kMs) {
-    cases.push_back({m, ns[i % 4], (k16 ? ks_nv : ks_mx)[(i + 1) % 4], DType::kBF16, outs[i % 3], i % 2 == 0});
+    cases.push_back({m, ns[i % 4], ks[(i + 1) % 4], DType::kBF16, outs[i % 3], i % 2 == 0});
     ++i;
   }
   return cases;
@@ -61,13 +83,13 @@ std::vector<Case> sweep(bool k16) {
 
 // Matches the reference, and ran on tiles when M reaches the kernel's tile range, else the weight stream.
 void expect_amx_matches(const LinearKernel& k, const Scheme& s, const Case& c, uint64_t seed) {
-  const int64_t tiles_before = x86::amx_bf16_gemms_on_this_thread();
+  const int64_t tiles_before = tile_gemms(k);
   const int64_t streams_before = x86::amx_bf16_streams_on_this_thread();
   x86_test::expect_matches_reference(k, s, c, seed, f32_sum_rel(c.k));
   const std::vector<MRoute> routes = k.m_routes(x86_test::make_layer(s, c, seed).config);
   const bool tiles = c.m >= routes.back().m_min;
-  EXPECT_EQ(x86::amx_bf16_gemms_on_this_thread() - tiles_before, tiles ? 1 : 0)
-      << k.name() << " " << s.name << " " << x86_test::describe(c) << ": the AMX tile path "
+  EXPECT_EQ(tile_gemms(k) - tiles_before, tiles ? 1 : 0)
+      << k.name() << " " << s.name << " " << x86_test::describe(c) << ": the tile path "
       << (tiles ? "did not run" : "ran below its M range");
   const bool stream = !tiles;
   EXPECT_EQ(x86::amx_bf16_streams_on_this_thread() - streams_before, stream ? 1 : 0)
@@ -83,7 +105,7 @@ TEST_P(AmxFp, MatchesReferenceAcrossSchemesAndShapes) {
   uint64_t seed = 9000 + 100 * GetParam();
   for (const Scheme* s : fc.schemes) {
     ASSERT_NE(s, nullptr);
-    for (const Case& c : sweep(fc.k16)) expect_amx_matches(*fc.kernel, *s, c, seed += 7);
+    for (const Case& c : sweep(fc.k_step)) expect_amx_matches(*fc.kernel, *s, c, seed += 7);
     // f32 input quantized first (the tiles see the quantized values); BF16-only for weight-only schemes.
     if (s->activation_key) expect_amx_matches(*fc.kernel, *s, {20, 40, 128, DType::kF32, DType::kBF16, true}, seed += 7);
   }
@@ -100,19 +122,21 @@ TEST_P(AmxFp, ThreadsAndRoundTrip) {
   x86_test::expect_round_trip(*fc.kernel, *fc.schemes[0], {1, 35, 160}, 12);
 }
 
-INSTANTIATE_TEST_SUITE_P(X86, AmxFp, ::testing::Range(0, 3), [](const ::testing::TestParamInfo<int>& i) {
+INSTANTIATE_TEST_SUITE_P(X86, AmxFp, ::testing::Range(0, static_cast<int>(families().size())), [](const ::testing::TestParamInfo<int>& i) {
   return std::string(families()[static_cast<size_t>(i.param)].kernel->name());
 });
 
 // Every E4M3 block-scale code (0 .. 126: zero, subnormal, normal, the largest; some negative) through the
 // NVFP4 decode's (scale mantissa, code) lookup and exponent add.
-TEST(X86AmxFp, Nvfp4EveryBlockScaleCode) {
-  const LinearKernel& k = x86::kAmxBf16Nvfp4;
+class BothNvfp4 : public ::testing::TestWithParam<const LinearKernel*> {};
+
+TEST_P(BothNvfp4, EveryBlockScaleCode) {
+  const LinearKernel& k = *GetParam();
   QL_SKIP_UNLESS_SUPPORTED(k);
   for (const Scheme* s : {&kNvfp4A16, find_scheme("w4a4-nvfp4")}) {
     for (const int64_t m : {40, 1}) {  // the tiles (scales multiplied into the words) and the stream (per block)
       const Case c{m, 48, 2048, DType::kBF16, DType::kF32, true};
-      const int64_t tiles = x86::amx_bf16_gemms_on_this_thread(), streams = x86::amx_bf16_streams_on_this_thread();
+      const int64_t tiles = tile_gemms(k), streams = x86::amx_bf16_streams_on_this_thread();
       // Even columns: only subnormal scale codes (so that their outputs' tolerance is theirs alone); odd ones
       // every code.
       auto r = x86_test::run_with_edited_scales(k, *s, c, 31, [&](uint8_t* e, int64_t count) {
@@ -122,7 +146,7 @@ TEST(X86AmxFp, Nvfp4EveryBlockScaleCode) {
         }
       });
       ASSERT_TRUE(r);
-      EXPECT_EQ(x86::amx_bf16_gemms_on_this_thread() - tiles, m > 1 ? 1 : 0);
+      EXPECT_EQ(tile_gemms(k) - tiles, m > 1 ? 1 : 0);
       EXPECT_EQ(x86::amx_bf16_streams_on_this_thread() - streams, m > 1 ? 0 : 1);
       auto wd = reference::dequantized_weight(r->ref_layer);
       auto xd = reference::effective_activation(r->ref_layer, Activation::dense(r->x));
@@ -141,11 +165,16 @@ TEST(X86AmxFp, Nvfp4EveryBlockScaleCode) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(X86, BothNvfp4, ::testing::Values(&x86::kAmxBf16Nvfp4, &x86::kAvx512Bf16Nvfp4),
+                         [](const ::testing::TestParamInfo<const LinearKernel*>& i) { return std::string(i.param->name()); });
+
 // MX scales far from 1 on both sides, still inside BF16's normal range once folded.
 TEST(X86AmxFp, MxScalesFarFromOneStayExact) {
   for (const auto& [kernel, scheme] : {std::pair{&x86::kAmxBf16Mxfp6, "w6a6-mxfp6-e3m2"},
-                                       std::pair{&x86::kAmxBf16Mxfp4, "w4a4-mxfp4"}}) {
-    QL_SKIP_UNLESS_SUPPORTED(*kernel);
+                                       std::pair{&x86::kAmxBf16Mxfp4, "w4a4-mxfp4"},
+                                       std::pair{&x86::kAvx512Bf16Mxfp6, "w6a6-mxfp6-e3m2"},
+                                       std::pair{&x86::kAvx512Bf16Mxfp4, "w4a4-mxfp4"}}) {
+    if (!kernel->is_supported(Platform::host_cpu())) continue;
     for (const int64_t m : {17, 1}) {  // the tiles (scales folded into the words) and the stream (per block)
       const Case c{m, 40, 256, DType::kBF16, DType::kF32, false};
       auto r = x86_test::run_with_edited_scales(*kernel, *find_scheme(scheme), c, 41, [](uint8_t* e, int64_t count) {
@@ -165,7 +194,7 @@ TEST(X86AmxFp, MxScalesFarFromOneStayExact) {
 // blocks spread over 2^-150 .. 2^123 of magnitude (underflow, saturation, the exponent clamps), exact ties of
 // every element grid, zeros, f32 / bf16 / f16 input; and refuses (false) where a value is not a normal BF16.
 TEST(X86AmxFp, MxActivationsEqualTheReferenceQuantizer) {
-  QL_SKIP_UNLESS_SUPPORTED(x86::kAmxBf16Mxfp4);
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAvx512Bf16Mxfp4);  // the quantizer needs AVX-512 BF16 + VBMI, not AMX
   const int64_t m = 7, k = 640;
   for (const char* scheme : {"w4a4-mxfp4", "w6a6-mxfp6-e2m3", "w6a6-mxfp6-e3m2", "w8a8-mxfp8"}) {
     const Scheme& s = *find_scheme(scheme);
@@ -233,7 +262,7 @@ TEST(X86AmxFp, MxActivationsEqualTheReferenceQuantizer) {
 // bit-identical to the reference quantizers) and row scales, bit for bit: NVFP4 with a given and a per-call
 // global scale, FP8 static / per-token / per-tensor, MX; blocks of very different magnitudes, ties, zeros.
 TEST(X86AmxFp, QuantizedActivationsEqualTheAvx2Path) {
-  QL_SKIP_UNLESS_SUPPORTED(x86::kAmxBf16Nvfp4);
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAvx512Bf16Nvfp4);
   const int64_t m = 9, k = 384;
   Tensor x = random_normal(DType::kF32, {m, k}, 71, 1.0);
   float* xv = x.data<float>();
@@ -311,6 +340,54 @@ TEST(X86AmxFp, SelectedWithTheirMRanges) {
     EXPECT_EQ(sel.kernel->name(), kernel);
     if (sel.kernel->name() != "x86_amx_bf16_mxfp4_w4a16") {
       EXPECT_NE(sel.explain().find("AMX-BF16 tiles"), std::string::npos) << sel.explain();
+    }
+  }
+}
+
+// Without AMX (AVX-512 BF16 + VBMI: Zen 4 / 5, Xeons whose AMX is not exposed) the AVX-512 BF16 kernels take the
+// quantized-activation MX / NVFP4 / FP8 layers and MXFP6 weight-only, with the weight stream at M = 1 and register
+// tiles from M = 2; the A16 MXFP8 / MXFP4 layers keep their weight-only kernels. With AVX-512 masked away
+// (QLINEAR_CPU_ISA=avx2, AVX2-only CPUs such as Zen 3) the AVX2 kernels run; with AMX the AMX ones.
+TEST(X86AmxFp, Avx512Bf16KernelsSelectedWithoutAmx) {
+  CpuFeatures f = detect_cpu_features();
+  if (!f.avx512bf16 || !f.avx512vbmi) GTEST_SKIP() << "no AVX-512 BF16 + VBMI here";
+  f.amx_tile = f.amx_int8 = f.amx_bf16 = false;
+  const Platform no_amx = Platform::synthetic_cpu(f);
+  CpuFeatures avx2 = f;
+  avx2.avx512f = avx2.avx512bw = avx2.avx512vl = avx2.avx512dq = avx2.avx512vnni = avx2.avx512bf16 = false;
+  avx2.avx512vbmi = avx2.avx512fp16 = false;
+  const Platform avx2_only = Platform::synthetic_cpu(avx2);
+  CpuFeatures no_vbmi_f = f;
+  no_vbmi_f.avx512vbmi = false;
+  const Platform no_vbmi = Platform::synthetic_cpu(no_vbmi_f);
+  for (const auto& [scheme, kernel, fallback] :
+       {std::tuple{"w4a4-nvfp4", "x86_avx512bf16_nvfp4", "x86_avx2_nvfp4"},
+        std::tuple{"w4a4-mxfp4", "x86_avx512bf16_mxfp4", "x86_avx2_mxfp4"},
+        std::tuple{"w4a8-mxfp4-fp8", "x86_avx512bf16_mxfp4", "x86_avx2_mxfp4"},
+        std::tuple{"w4a6-mxfp4-mxfp6-e2m3", "x86_avx512bf16_mxfp4", "x86_avx2_mxfp4"},
+        std::tuple{"w6a6-mxfp6-e2m3", "x86_avx512bf16_mxfp6", "x86_avx2_mxfp6"},
+        std::tuple{"w6a16-mxfp6-e3m2", "x86_avx512bf16_mxfp6", "x86_avx2_mxfp6"},
+        std::tuple{"w8a8-mxfp8", "x86_avx512bf16_mxfp8", "x86_avx2_mxfp8"},
+        std::tuple{"w8a8-fp8-tensor", "x86_avx512bf16_fp8_scaled_mm", "x86_avx2_fp8_scaled_mm"},
+        std::tuple{"w8a8-fp8-channel", "x86_avx512bf16_fp8_scaled_mm", "x86_avx2_fp8_scaled_mm"},
+        std::tuple{"w4a16-mxfp4", "x86_avx512bf16_mxfp4_w4a16", "x86_avx2_mxfp4"},
+        std::tuple{"w8a16-mxfp8", "x86_avx512bf16_mxfp8_w8a16", "x86_avx2_mxfp8"}}) {
+    SCOPED_TRACE(scheme);
+    LinearLayer l = x86_test::make_layer(*find_scheme(scheme), {16, 64, 64}, 52);
+    const Selection sel = explain_selection(l.config, no_amx);
+    ASSERT_NE(sel.kernel, nullptr);
+    EXPECT_EQ(sel.kernel->name(), kernel) << sel.explain();
+    if (std::string_view(kernel).find("_w") == std::string_view::npos) {
+      EXPECT_NE(sel.explain().find("AVX-512 BF16 register tiles"), std::string::npos) << sel.explain();
+    }
+    const Selection low = explain_selection(l.config, avx2_only);
+    ASSERT_NE(low.kernel, nullptr);
+    EXPECT_EQ(low.kernel->name(), fallback) << low.explain();
+    if (std::string_view(kernel).find("_w") == std::string_view::npos) {
+      const Selection nv = explain_selection(l.config, no_vbmi);
+      ASSERT_NE(nv.kernel, nullptr);
+      EXPECT_EQ(nv.kernel->name(), fallback) << nv.explain();
+      EXPECT_NE(nv.explain().find("VBMI"), std::string::npos) << nv.explain();
     }
   }
 }

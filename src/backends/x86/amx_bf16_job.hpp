@@ -1,7 +1,8 @@
 #pragma once
-// One BF16 GEMM of the AMX-BF16 kernels' families as the AMX translation units see it (amx_w8a16_gemm.cpp,
-// amx_bf16_stream.cpp): the weight layout (amx_bf16_decode.hpp), the scales, the BF16 activations and the
-// output. Plain data, no inline code: shared by translation units compiled with the AMX flags only.
+// One BF16 GEMM of the AMX-BF16 kernels' families as the BF16 translation units see it (amx_w8a16_gemm.cpp,
+// amx_bf16_stream.cpp, fp_gemm_avx512bf16.cpp): the weight layout (amx_bf16_decode.hpp), the scales, the BF16
+// activations and the output. Plain data and declarations, no inline code: shared by translation units compiled
+// with the AMX flags or the AVX-512 BF16 + VBMI ones (the functions below run on either: none issues AMX).
 #include <cstdint>
 
 #include "backends/x86/int8_isa.hpp"  // FloatKind
@@ -36,8 +37,17 @@ struct Bf16Job {
 void bf16_job_epilogue(const Bf16Job& g, const float* c, int64_t ldc, int64_t m0, int64_t rows, int64_t n0,
                        int64_t cols);
 
+// Quads [q0, q1) of panel p decoded to BF16 VNNI-2 rows: dst[(q - q0) * 2 + {0, 1}][32 words] (the B tile layout
+// and vdpbf16ps's), MX E8M0 scales folded into the exponents, NVFP4's E4M3 block scales multiplied in (exact).
+using DecodePanel = void (*)(const Bf16Job& g, int64_t p, int64_t q0, int64_t q1, uint16_t* dst);
+DecodePanel bf16_job_decoder(Layout l);  // amx_w8a16_gemm.cpp
+
 // g.m < kAmxBf16MinM (amx_isa.hpp): each panel's quads decoded in registers (amx_bf16_decode.hpp) and
 // multiplied at once by vdpbf16ps, f32 accumulation (amx_bf16_stream.cpp).
 void bf16_job_stream(const Bf16Job& g);
+
+// The same GEMM without AMX: below kAmxBf16MinM bf16_job_stream, from it an AVX-512 BF16 register-tile
+// micro-kernel over panels decoded by bf16_job_decoder into an L1 scratch (fp_gemm_avx512bf16.cpp).
+void bf16_job_gemm_avx512(const Bf16Job& g);
 
 }  // namespace qlinear::x86

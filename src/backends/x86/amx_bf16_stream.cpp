@@ -136,9 +136,14 @@ StreamItem stream_of(Layout l) {
   return stream_item<Layout::kRecordE3M2>;
 }
 
+thread_local int64_t tl_streams = 0;
+
 }  // namespace
 
+int64_t amx_bf16_streams_on_this_thread() { return tl_streams; }
+
 void bf16_job_stream(const Bf16Job& g) {
+  ++tl_streams;
   const StreamItem run = stream_of(g.layout);
   const int64_t items = (g.n_pad / 16 + kPanelsPerItem - 1) / kPanelsPerItem;
   threads::parallel_for(items, g.threads, [&](int64_t item) { run(g, item); });

@@ -53,9 +53,13 @@ void w8a16_gemm_amx(const W8A16Gemm& g);
 // epilogue y = acc * row_scale[m] * col_scale[n] + bias[n] + col_nan[n]. g.block_scale / act_block_scale must
 // be unset. g.act (f32, [m, k_pad]) is converted to BF16 here; returns false, computing nothing, when a value
 // is not exactly a normal BF16 or zero (the caller runs fp_gemm_avx2).
-bool fp_records_gemm_amx(const FpGemm& g);
+// mma: what multiplies from kAmxBf16MinM rows: AMX tiles (x86_amx_bf16_*), or, on CPUs with AVX-512 BF16 and
+// VBMI but no AMX (x86_avx512bf16_{fp8_scaled_mm, mxfp8, mxfp6, mxfp4, nvfp4}), vdpbf16ps register tiles on the
+// same decoded words (fp_gemm_avx512bf16.cpp). Below kAmxBf16MinM both stream the weights.
+enum class Bf16Mma : uint8_t { kAmxTiles, kAvx512Registers };
+bool fp_records_gemm_amx(const FpGemm& g, Bf16Mma mma = Bf16Mma::kAmxTiles);
 // The same with the activations already BF16 (act: [round_up(g.m, 16), g.k_pad], zeros past k and m; g.act unused).
-void fp_records_gemm_amx_bf16(const FpGemm& g, const uint16_t* act);
+void fp_records_gemm_amx_bf16(const FpGemm& g, const uint16_t* act, Bf16Mma mma = Bf16Mma::kAmxTiles);
 
 // q's activations as the BF16 rows fp_records_gemm_amx_bf16 takes (act: [round_up(q.m, 16), q.k_pad]): dense BF16
 // rows, or kMxDyn quantized bit-identically to the reference (amx_act_bf16.cpp). False when q is another mode or
@@ -68,5 +72,7 @@ bool amx_prepare_bf16_activations(const FpActQuant& q, uint16_t* act);
 // that give the same result.
 int64_t amx_bf16_gemms_on_this_thread();
 int64_t amx_bf16_streams_on_this_thread();
+// The same for Bf16Mma::kAvx512Registers's register-tile GEMMs (m >= kAmxBf16MinM).
+int64_t avx512bf16_gemms_on_this_thread();
 
 }  // namespace qlinear::x86

@@ -37,7 +37,6 @@ namespace {
 
 using Job = Bf16Job;
 
-// Quads [q0, q1) of panel p into dst[(q - q0) * 2 + {0, 1}][32 words].
 template <Layout L>
 void decode_panel(const Job& g, int64_t p, int64_t q0, int64_t q1, uint16_t* dst) {
   constexpr int64_t bpk = layout_bytes_per_k(L);
@@ -79,9 +78,9 @@ void decode_panel(const Job& g, int64_t p, int64_t q0, int64_t q1, uint16_t* dst
   }
 }
 
-using DecodePanel = void (*)(const Job&, int64_t, int64_t, int64_t, uint16_t*);
+}  // namespace
 
-DecodePanel decoder_of(Layout l) {
+DecodePanel bf16_job_decoder(Layout l) {
   switch (l) {
     case Layout::kQuadE4M3: return decode_panel<Layout::kQuadE4M3>;
     case Layout::kQuadE2M1: return decode_panel<Layout::kQuadE2M1>;
@@ -93,6 +92,8 @@ DecodePanel decoder_of(Layout l) {
   }
   return decode_panel<Layout::kRecordE2M1Nv>;
 }
+
+namespace {
 
 constexpr int64_t kBlock = 32;        // rows and columns of one output block
 constexpr int64_t kChunkK = 256;      // one-M-block path: k per decoded chunk
@@ -148,7 +149,7 @@ void load_tiles(const float* c, int64_t ldc) {
 // of K words (whole-K path) or of kChunkK (one-M-block path).
 void run_range(const Job& g, uint16_t* scratch, float* c, int64_t m_begin, int64_t m_end, int64_t b_begin,
                int64_t b_end) {
-  const DecodePanel decode = decoder_of(g.layout);
+  const DecodePanel decode = bf16_job_decoder(g.layout);
   const int64_t panels = g.n_pad / 16, quads = g.k_pad / 4;
   const bool one_block = m_end - m_begin <= kBlock;
   for (int64_t blk = b_begin; blk < b_end; ++blk) {
@@ -189,7 +190,7 @@ void run_range(const Job& g, uint16_t* scratch, float* c, int64_t m_begin, int64
 // ([round_up(rows, 32)][blocks * 32]) between chunks. scratch holds 2 panels of kOuterChunkK.
 void run_k_outer(const Job& g, uint16_t* scratch, float* sums, int64_t m_begin, int64_t m_end, int64_t b_begin,
                  int64_t b_end) {
-  const DecodePanel decode = decoder_of(g.layout);
+  const DecodePanel decode = bf16_job_decoder(g.layout);
   const int64_t panels = g.n_pad / 16, quads = g.k_pad / 4;
   const int64_t ldsum = (b_end - b_begin) * kBlock;
   uint16_t* w1 = scratch + kOuterChunkK * 16;
@@ -222,12 +223,11 @@ void run_k_outer(const Job& g, uint16_t* scratch, float* sums, int64_t m_begin, 
   }
 }
 
-thread_local int64_t tl_gemms = 0, tl_streams = 0;
+thread_local int64_t tl_gemms = 0;
 
 void run(const Job& g) {
   // A 16-row tile would waste its rows.
   if (g.m < kAmxBf16MinM) {
-    ++tl_streams;
     bf16_job_stream(g);
     return;
   }
@@ -298,7 +298,6 @@ void bf16_job_epilogue(const Bf16Job& g, const float* c, int64_t ldc, int64_t m0
 }
 
 int64_t amx_bf16_gemms_on_this_thread() { return tl_gemms; }
-int64_t amx_bf16_streams_on_this_thread() { return tl_streams; }
 
 void w8a16_gemm_amx(const W8A16Gemm& w) {
   Job g;
@@ -319,7 +318,7 @@ void w8a16_gemm_amx(const W8A16Gemm& w) {
   run(g);
 }
 
-bool fp_records_gemm_amx(const FpGemm& f) {
+bool fp_records_gemm_amx(const FpGemm& f, Bf16Mma mma) {
   // f32 -> BF16 by dropping the low halves, which must be zero (exact), and no value a BF16 subnormal
   // (tdpbf16ps reads those as zero); rows up to a multiple of 16 zero.
   const int64_t m_rows = (f.m + 15) / 16 * 16;
@@ -339,12 +338,12 @@ bool fp_records_gemm_amx(const FpGemm& f) {
     std::free(act);
     return false;
   }
-  fp_records_gemm_amx_bf16(f, act);
+  fp_records_gemm_amx_bf16(f, act, mma);
   std::free(act);
   return true;
 }
 
-void fp_records_gemm_amx_bf16(const FpGemm& f, const uint16_t* act) {
+void fp_records_gemm_amx_bf16(const FpGemm& f, const uint16_t* act, Bf16Mma mma) {
   Job g;
   g.packed = f.packed;
   switch (f.elem) {
@@ -368,7 +367,11 @@ void fp_records_gemm_amx_bf16(const FpGemm& f, const uint16_t* act) {
   g.out = f.out;
   g.out_kind = f.out_kind;
   g.threads = f.threads;
-  run(g);
+  if (mma == Bf16Mma::kAmxTiles) {
+    run(g);
+  } else {
+    bf16_job_gemm_avx512(g);
+  }
 }
 
 }  // namespace qlinear::x86

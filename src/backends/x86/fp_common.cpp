@@ -152,8 +152,39 @@ const FpAvx2Kernel kAmxBf16Mxfp8("x86_amx_bf16_mxfp8", Family::kMxfp8, Isa::kAmx
 const FpAvx2Kernel kAmxBf16Mxfp6("x86_amx_bf16_mxfp6", Family::kMxfp6, Isa::kAmxBf16);
 const FpAvx2Kernel kAmxBf16Mxfp4("x86_amx_bf16_mxfp4", Family::kMxfp4, Isa::kAmxBf16);
 const FpAvx2Kernel kAmxBf16Nvfp4("x86_amx_bf16_nvfp4", Family::kNvfp4, Isa::kAmxBf16);
+const FpAvx2Kernel kAvx512Bf16Fp8ScaledMM("x86_avx512bf16_fp8_scaled_mm", Family::kFp8ScaledMM, Isa::kAvx512Bf16Vbmi);
+const FpAvx2Kernel kAvx512Bf16Mxfp8("x86_avx512bf16_mxfp8", Family::kMxfp8, Isa::kAvx512Bf16Vbmi);
+const FpAvx2Kernel kAvx512Bf16Mxfp6("x86_avx512bf16_mxfp6", Family::kMxfp6, Isa::kAvx512Bf16Vbmi);
+const FpAvx2Kernel kAvx512Bf16Mxfp4("x86_avx512bf16_mxfp4", Family::kMxfp4, Isa::kAvx512Bf16Vbmi);
+const FpAvx2Kernel kAvx512Bf16Nvfp4("x86_avx512bf16_nvfp4", Family::kNvfp4, Isa::kAvx512Bf16Vbmi);
+
+namespace {
+// The BF16 engines (amx_isa.hpp): AMX tiles, or without AMX vdpbf16ps register tiles; the AVX2 code has none.
+bool bf16_engine(Isa isa) { return isa == Isa::kAmxBf16 || isa == Isa::kAvx512Bf16Vbmi; }
+}  // namespace
 
 std::string_view FpAvx2Kernel::summary() const {
+  if (isa_ == Isa::kAvx512Bf16Vbmi) {
+    switch (family_) {
+      case Family::kFp8ScaledMM:
+        return "FP8 W8A8 (per-tensor/channel weights, activations quantized as the reference), E4M3 decoded to BF16 "
+               "by VBMI lookups, vdpbf16ps register tiles (products exact), f32 accumulation; M = 1: the same decode "
+               "streamed through vdpbf16ps";
+      case Family::kMxfp8:
+        return "MXFP8 weights x MXFP8 (quantized as the reference) or BF16 activations, E4M3 decoded to BF16 with E8M0 "
+               "folded (products exact), vdpbf16ps register tiles, f32 accumulation; M = 1: E8M0 on each block's sum";
+      case Family::kMxfp6:
+        return "MXFP6 E2M3/E3M2 weights x BF16 or MX activations (quantized as the reference), FP6 decoded to BF16 "
+               "with E8M0 folded (products exact), vdpbf16ps register tiles, f32 accumulation";
+      case Family::kMxfp4:
+        return "MXFP4 weights x MX / static FP8 activations (quantized as the reference) or BF16, E2M1 decoded to "
+               "BF16 with E8M0 folded (products exact), vdpbf16ps register tiles, f32 accumulation";
+      default:
+        return "NVFP4 weights x BF16 or NVFP4 activations (quantized as the reference), E2M1 times its E4M3 block "
+               "scale decoded to BF16 (exact), vdpbf16ps register tiles, global scales in the epilogue; M = 1: the "
+               "codes streamed, each 16-k block's sum times its scale";
+    }
+  }
   if (isa_ == Isa::kAmxBf16) {
     switch (family_) {
       case Family::kFp8ScaledMM:
@@ -200,9 +231,10 @@ std::string_view FpAvx2Kernel::summary() const {
 
 Verdict FpAvx2Kernel::can_implement(const LinearConfig& c) const {
   if (c.family != family_) return Verdict::no("layer family is " + std::string(family_name(c.family)));
-  if (isa_ == Isa::kAmxBf16 && !c.activation_key && c.input_dtype != DType::kBF16) {
+  if (bf16_engine(isa_) && !c.activation_key && c.input_dtype != DType::kBF16) {
     return Verdict::no("input dtype is " + std::string(qlinear::name(c.input_dtype)) +
-                       ", not bf16 (tdpbf16ps multiplies bf16; rounding the input to bf16 would change the numerics)");
+                       ", not bf16 (" + (isa_ == Isa::kAmxBf16 ? "tdpbf16ps" : "vdpbf16ps") +
+                       " multiplies bf16; rounding the input to bf16 would change the numerics)");
   }
   // Every key of the family's contract: check_config already holds them to it. Any N and K (padded); fused
   // 128x128 shards with their own block grids while each 16-column panel stays in one shard.
@@ -410,12 +442,15 @@ std::vector<MRoute> FpAvx2Kernel::m_routes(const LinearConfig&) const {
       "a layer whose block scales cannot be applied exactly in f32 (found when its weights are processed) runs " +
       std::string(reference_kernel().name()) + " instead, as does a call whose MX / NVFP4 activation scales leave "
       "f32's range";
-  if (isa_ != Isa::kAmxBf16) return {MRoute{1, MRoute::kNoLimit, self, exact_path}};
+  if (!bf16_engine(isa_)) return {MRoute{1, MRoute::kNoLimit, self, exact_path}};
   const std::string fallback = "activations with a value that is not a normal BF16 take the AVX2 code; " + exact_path;
-  const MRoute tiles{kAmxBf16MinM, MRoute::kNoLimit, self, "AMX-BF16 tiles; " + fallback};
+  const MRoute tiles{kAmxBf16MinM, MRoute::kNoLimit, self,
+                     (isa_ == Isa::kAmxBf16 ? "AMX-BF16 tiles; " : "AVX-512 BF16 register tiles (vdpbf16ps, 6 rows x 64 "
+                                                                   "columns); ") + fallback};
   return {MRoute{1, kAmxBf16MinM - 1, self,
-                 "AVX-512 VBMI + BF16 weight streaming (the tile path's decode, vdpbf16ps): a 16-row tile would waste "
-                 "its rows; " + fallback},
+                 std::string("AVX-512 VBMI + BF16 weight streaming (the tile path's decode, vdpbf16ps): ") +
+                     (isa_ == Isa::kAmxBf16 ? "a 16-row tile would waste its rows; "
+                                            : "one row's sums stay in registers over the whole K; ") + fallback},
           tiles};
 }
 
@@ -531,12 +566,13 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   q.k_pad = st.k_pad;
   q.row_scale = row_scale.data();
   // AMX: the OS grant is asked here too (cached), so a kernel applied without is_supported never faults.
-  const bool amx = isa_ == Isa::kAmxBf16 && amx_tile_permission_refusal().empty();
-  if (amx && !x.is_quantized()) {  // BF16 rows or quantized activations made straight into the tiles' BF16 rows
+  const bool bf16 = isa_ == Isa::kAvx512Bf16Vbmi || (isa_ == Isa::kAmxBf16 && amx_tile_permission_refusal().empty());
+  const Bf16Mma mma = isa_ == Isa::kAmxBf16 ? Bf16Mma::kAmxTiles : Bf16Mma::kAvx512Registers;
+  if (bf16 && !x.is_quantized()) {  // BF16 rows or quantized activations made straight into the tiles' BF16 rows
     AlignedBytes act16 = aligned_bytes(round_up(m, 16) * st.k_pad * 2);
     uint16_t* a16 = reinterpret_cast<uint16_t*>(act16.get());
     if (amx_prepare_bf16_activations(q, a16)) {
-      fp_records_gemm_amx_bf16(g, a16);
+      fp_records_gemm_amx_bf16(g, a16, mma);
       return Status::ok();
     }
   }
@@ -558,7 +594,7 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   if (bad) return Status::error(std::string(name()) + ": the activation holds Inf or NaN (it cannot be quantized)");
   if (inexact) return reference_apply(layer, x, bias, out);  // MX / NVFP4 activation scales beyond f32's range
   g.act = q.act;
-  if (!amx || !fp_records_gemm_amx(g)) fp_gemm_avx2(g);
+  if (!bf16 || !fp_records_gemm_amx(g, mma)) fp_gemm_avx2(g);
   return Status::ok();
 }
 

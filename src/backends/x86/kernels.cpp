@@ -56,6 +56,11 @@ Verdict isa_supported(const Platform& p, Isa isa) {
   if (!f.avx512dq) return Verdict::no("CPU lacks AVX-512DQ");
   if (!f.avx512bf16) return Verdict::no("CPU lacks AVX-512 BF16 (vdpbf16ps)");
   if (isa == Isa::kAvx512Bf16) return Verdict::yes();
+  if (isa == Isa::kAvx512Bf16Vbmi) {
+    if (!f.avx512vbmi) return Verdict::no("CPU lacks AVX-512 VBMI (vpermb / vpermi2b, the weight decode)");
+    // Where AMX runs, the AMX kernels (ahead in the priority list) take these layers; this is their fallback.
+    return Verdict::yes();
+  }
   if (!f.amx_tile || !f.amx_bf16) return Verdict::no("CPU lacks AMX-BF16 (amx_tile, amx_bf16)");
   if (!f.avx512vbmi) return Verdict::no("CPU lacks AVX-512 VBMI (vpermi2b, the FP8 decode)");
   return amx_os_verdict();

@@ -21,8 +21,8 @@ namespace qlinear::x86 {
 
 namespace {
 
-constexpr int kMaxMr = 6;
-constexpr int kNv = 4;
+constexpr int kMaxMr = kBf16TileRows;
+constexpr int kNv = kBf16TilePanels;
 constexpr int64_t kChunk = 256;
 constexpr int64_t kDirectMaxM = 4;
 
@@ -166,14 +166,14 @@ void ukernel(const uint16_t* a, int64_t lda, const uint16_t* w, int64_t pairs, f
   }
 }
 
-using Ukernel = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, float*, int64_t, bool, const float*);
-
 template <int MR>
-constexpr Ukernel row_of(int nv) {
+constexpr Bf16PanelUkernel row_of(int nv) {
   return nv == 1 ? ukernel<MR, 1> : nv == 2 ? ukernel<MR, 2> : nv == 3 ? ukernel<MR, 3> : ukernel<MR, 4>;
 }
 
-Ukernel pick(int mr, int nv) {
+}  // namespace
+
+Bf16PanelUkernel bf16_panel_ukernel(int mr, int nv) {
   switch (mr) {
     case 1: return row_of<1>(nv);
     case 2: return row_of<2>(nv);
@@ -183,6 +183,8 @@ Ukernel pick(int mr, int nv) {
     default: return row_of<6>(nv);
   }
 }
+
+namespace {
 
 // Small M (decode): no scratch round trip. Each quad of each of the NV panels is decoded in registers and
 // multiplied at once; the sums of the whole K stay in registers (per-column and MX scales only: the
@@ -286,7 +288,7 @@ void run_range(const W8A16Gemm& g, const Buffers& buf, int64_t m_begin, int64_t 
       }
       for (int64_t m0 = m_begin; m0 < m_end; m0 += kMaxMr) {
         const int mr = static_cast<int>(m_end - m0 < kMaxMr ? m_end - m0 : kMaxMr);
-        pick(mr, nv)(g.act + m0 * g.lda + q0 * 4, g.lda, buf.scratch, 2 * (q1 - q0), buf.c + (m0 - m_begin) * ldc,
+        bf16_panel_ukernel(mr, nv)(g.act + m0 * g.lda + q0 * 4, g.lda, buf.scratch, 2 * (q1 - q0), buf.c + (m0 - m_begin) * ldc,
                      ldc, q0 == 0, panel_scale);
       }
     }
@@ -298,29 +300,34 @@ void run_range(const W8A16Gemm& g, const Buffers& buf, int64_t m_begin, int64_t 
 
 }  // namespace
 
-void w8a16_gemm_avx512bf16(const W8A16Gemm& g) {
-  const int64_t panels = g.n_pad / 16;
-  const int64_t blocks = (panels + kNv - 1) / kNv;
-  const int nt = g.threads;
+void bf16_tile_parallel(int64_t m, int64_t blocks, int nt, Bf16TileRange run, void* ctx) {
   // Items: column blocks (each streams its weights once), or, with few columns and many rows, row ranges
-  // of whole m-tiles. Scratch and C tiles are the claiming thread's (threads::scratch).
-  const bool by_columns = blocks >= 2 * nt || g.m < 2 * kMaxMr * nt;
-  const int64_t tiles = (g.m + kMaxMr - 1) / kMaxMr, row_items = 4 * static_cast<int64_t>(nt);
+  // of whole m-tiles.
+  const bool by_columns = blocks >= 2 * nt || m < 2 * kMaxMr * nt;
+  const int64_t tiles = (m + kMaxMr - 1) / kMaxMr, row_items = 4 * static_cast<int64_t>(nt);
   threads::parallel_for(by_columns ? blocks : row_items, nt, [&](int64_t item) {
-    int64_t m0 = 0, m1 = g.m, b0 = item, b1 = item + 1;
+    int64_t m0 = 0, m1 = m, b0 = item, b1 = item + 1;
     if (!by_columns) {
       b0 = 0;
       b1 = blocks;
       m0 = tiles * item / row_items * kMaxMr;
       m1 = tiles * (item + 1) / row_items * kMaxMr;
-      m1 = m1 < g.m ? m1 : g.m;
+      m1 = m1 < m ? m1 : m;
     }
-    if (m1 <= m0) return;
+    if (m1 > m0) run(ctx, m0, m1, b0, b1);
+  });
+}
+
+void w8a16_gemm_avx512bf16(const W8A16Gemm& g) {
+  const int64_t blocks = (g.n_pad / 16 + kNv - 1) / kNv;
+  // Scratch and C tiles are the claiming thread's (threads::scratch).
+  bf16_tile_parallel(g.m, blocks, g.threads, [](void* ctx, int64_t m0, int64_t m1, int64_t b0, int64_t b1) {
+    const W8A16Gemm& g = *static_cast<const W8A16Gemm*>(ctx);
     Buffers buf;
     buf.scratch = static_cast<uint16_t*>(threads::scratch(0, kNv * kChunk / 2 * 64));
     buf.c = static_cast<float*>(threads::scratch(1, (m1 - m0) * kNv * 16 * 4));
     run_range(g, buf, m0, m1, b0, b1);
-  });
+  }, const_cast<W8A16Gemm*>(&g));
 }
 
 }  // namespace qlinear::x86

@@ -19,7 +19,13 @@
 //   x86_amx_bf16_mxfp6            mxfp6 (A16, A*)   AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
 //   x86_amx_bf16_mxfp4            mxfp4 (A*, A16)   AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
 //   x86_amx_bf16_nvfp4            nvfp4 (A16, A4)   AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
-//     (the FP engine's AMX kernels hand activations that are not exact BF16 values to the AVX2 code below)
+//   x86_avx512bf16_fp8_scaled_mm fp8_scaled_mm     AVX-512 BF16 + VBMI, no AMX         fp_gemm_avx512bf16.cpp, amx_bf16_stream.cpp
+//   x86_avx512bf16_mxfp8          mxfp8 (A8, A16)   AVX-512 BF16 + VBMI, no AMX         fp_gemm_avx512bf16.cpp, amx_bf16_stream.cpp
+//   x86_avx512bf16_mxfp6          mxfp6 (A16, A*)   AVX-512 BF16 + VBMI, no AMX         fp_gemm_avx512bf16.cpp, amx_bf16_stream.cpp
+//   x86_avx512bf16_mxfp4          mxfp4 (A*, A16)   AVX-512 BF16 + VBMI, no AMX         fp_gemm_avx512bf16.cpp, amx_bf16_stream.cpp
+//   x86_avx512bf16_nvfp4          nvfp4 (A16, A4)   AVX-512 BF16 + VBMI, no AMX         fp_gemm_avx512bf16.cpp, amx_bf16_stream.cpp
+//     (the FP engine's AMX and AVX-512 BF16 kernels hand activations that are not exact BF16 values to the AVX2
+//     code below; the AVX-512 BF16 ones are the AMX ones with vdpbf16ps register tiles in place of AMX tiles)
 //   x86_avx2_fp8_scaled_mm        fp8_scaled_mm     AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
 //   x86_avx2_fp8_block_scaled     fp8_block_scaled  AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
 //   x86_avx2_fp8_weight_only      fp8_weight_only   AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
@@ -39,8 +45,9 @@
 
 namespace qlinear::x86 {
 
+// kAvx512Bf16Vbmi: AVX-512 BF16 plus VBMI (vpermb / vpermi2b, the AMX kernels' weight decoders).
 // kAmxInt8 / kAmxBf16: the AVX-512 level below them plus AMX tiles the OS has granted this process.
-enum class Isa : uint8_t { kAvx2, kAvx512Vnni, kAvx512Bf16, kAmxInt8, kAmxBf16 };
+enum class Isa : uint8_t { kAvx2, kAvx512Vnni, kAvx512Bf16, kAvx512Bf16Vbmi, kAmxInt8, kAmxBf16 };
 
 // 64-byte aligned storage for prepacked weights (std::aligned_alloc, freed with std::free); defined in
 // kernels.cpp, at baseline flags, so no ISA-specific translation unit provides its code.
@@ -139,7 +146,8 @@ extern const W8A16Kernel kAmxBf16Mxfp4W4A16;     // "x86_amx_bf16_mxfp4_w4a16"
 // MX scales would leave f32's exact range (or activations whose would) run the reference instead.
 class FpAvx2Kernel final : public LinearKernel {
  public:
-  // isa kAmxBf16: the same kernel on AMX-BF16 tiles from kAmxBf16MinM and a VBMI weight stream below (amx_isa.hpp).
+  // isa kAmxBf16: the same kernel on AMX-BF16 tiles from kAmxBf16MinM and a VBMI weight stream below (amx_isa.hpp);
+  // kAvx512Bf16Vbmi: the AMX path's BF16 activations, decode and stream, vdpbf16ps register tiles for the tiles.
   constexpr FpAvx2Kernel(std::string_view name, Family family, Isa isa = Isa::kAvx2)
       : name_(name), family_(family), isa_(isa) {}
   std::string_view name() const override { return name_; }
@@ -184,6 +192,11 @@ extern const FpAvx2Kernel kAmxBf16Mxfp8;       // "x86_amx_bf16_mxfp8"
 extern const FpAvx2Kernel kAmxBf16Mxfp6;       // "x86_amx_bf16_mxfp6"
 extern const FpAvx2Kernel kAmxBf16Mxfp4;       // "x86_amx_bf16_mxfp4"
 extern const FpAvx2Kernel kAmxBf16Nvfp4;       // "x86_amx_bf16_nvfp4"
+extern const FpAvx2Kernel kAvx512Bf16Fp8ScaledMM; // "x86_avx512bf16_fp8_scaled_mm"
+extern const FpAvx2Kernel kAvx512Bf16Mxfp8;       // "x86_avx512bf16_mxfp8"
+extern const FpAvx2Kernel kAvx512Bf16Mxfp6;       // "x86_avx512bf16_mxfp6"
+extern const FpAvx2Kernel kAvx512Bf16Mxfp4;       // "x86_avx512bf16_mxfp4"
+extern const FpAvx2Kernel kAvx512Bf16Nvfp4;       // "x86_avx512bf16_nvfp4"
 
 // Shared helpers (kernels.cpp).
 // A dense f32/bf16/f16 [n] tensor as f32 (bias), or empty when t is null.
