@@ -91,7 +91,7 @@ void expect_amx_matches(const LinearKernel& k, const Scheme& s, const Case& c, u
   EXPECT_EQ(tile_gemms(k) - tiles_before, tiles ? 1 : 0)
       << k.name() << " " << s.name << " " << x86_test::describe(c) << ": the tile path "
       << (tiles ? "did not run" : "ran below its M range");
-  const bool stream = !tiles;
+  const bool stream = routes.front().contains(c.m);  // between them (NVFP4 M = 2, 3 without AMX): the AVX2 code
   EXPECT_EQ(x86::amx_bf16_streams_on_this_thread() - streams_before, stream ? 1 : 0)
       << k.name() << " " << s.name << " " << x86_test::describe(c) << ": the weight stream "
       << (stream ? "did not run" : "ran where it should not");
@@ -379,6 +379,20 @@ TEST(X86AmxFp, Avx512Bf16KernelsSelectedWithoutAmx) {
     EXPECT_EQ(sel.kernel->name(), kernel) << sel.explain();
     if (std::string_view(kernel).find("_w") == std::string_view::npos) {
       EXPECT_NE(sel.explain().find("AVX-512 BF16 register tiles"), std::string::npos) << sel.explain();
+    }
+    if (std::string_view(scheme) == "w4a4-nvfp4") {  // M = 2, 3: the AVX2 code, faster there
+      const std::vector<MRoute> routes = sel.kernel->m_routes(l.config);
+      ASSERT_EQ(routes.size(), 3u);
+      EXPECT_EQ(routes[1].kernel, "x86_avx2_nvfp4");
+      EXPECT_EQ(routes[1].m_min, 2);
+      EXPECT_EQ(routes[1].m_max, 3);
+      EXPECT_EQ(routes[2].m_min, 4);
+      for (const int64_t m : {1, 2, 3, 4}) {
+        LinearLayer p = l;
+        ASSERT_TRUE(sel.kernel->process_weights_after_loading(p));
+        const Tensor x = random_normal(DType::kBF16, {m, 64}, 53, 1.0);
+        EXPECT_EQ(sel.kernel->apply_route(p, Activation::dense(x)), m == 2 || m == 3 ? "x86_avx2_nvfp4" : kernel);
+      }
     }
     const Selection low = explain_selection(l.config, avx2_only);
     ASSERT_NE(low.kernel, nullptr);

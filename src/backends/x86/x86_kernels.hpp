@@ -175,6 +175,9 @@ class FpAvx2Kernel final : public LinearKernel {
  private:
   Status reference_apply(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const;
   const LinearKernel& reference_kernel() const;  // the reference kernel of this kernel's family
+  // BF16 engines: the smallest M on tiles, and whether M takes the AVX2 code between the stream and the tiles.
+  int64_t bf16_tiles_min_m() const;
+  bool avx2_below_tiles(int64_t m) const;
   std::string_view name_;
   Family family_;
   Isa isa_;
