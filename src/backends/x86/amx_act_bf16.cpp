@@ -1,8 +1,9 @@
-// Activations of the AMX-BF16 FP kernels (x86_amx_bf16_{fp8_scaled_mm, mxfp8, mxfp6, mxfp4, nvfp4}) straight to
-// the BF16 rows the A tiles read: dense BF16 rows copied, or quantized bit-identically to the reference
-// quantizers and handed on as exact BF16 values: MX (E8M0 per 1x32, elements E4M3 / E3M2 / E2M3 / E2M1;
-// src/quant/mx_quant.cpp) as code * 2^e, NVFP4 (nvfp4_quant.cpp) as code * sf with 1/g per row, FP8 per tensor
-// / per token (fp8_quant.cpp) as the code with s per row. SIMD instead of fp_act_avx2.cpp's scalar double path
+// Activations of the AMX-BF16 FP kernels (x86_amx_bf16_{fp8_scaled_mm, mxfp8, mxfp6, mxfp4, nvfp4}, and of their
+// AVX-512 BF16 variants x86_avx512bf16_*: this code issues no AMX instruction) straight to the BF16 rows the A tiles
+// read: dense BF16 rows copied, or quantized bit-identically to the reference quantizers and handed on as exact
+// BF16 values: MX (E8M0 per 1x32, elements E4M3 / E3M2 / E2M3 / E2M1; src/quant/mx_quant.cpp) as code * 2^e,
+// NVFP4 (nvfp4_quant.cpp) as code * sf with 1/g per row, FP8 per tensor / per token (fp8_quant.cpp) as the code
+// with s per row. SIMD instead of fp_act_avx2.cpp's scalar double path
 // (~20 ns per element), which still runs the 1x128 FP8 groups and pre-quantized input.
 //
 // NVFP4 and FP8 divide in double exactly as the reference does (x * g / sf, x / s: IEEE division is correctly

@@ -1,8 +1,9 @@
 // The AMX-BF16 kernels' route below their tile range (g.m < kAmxBf16MinM, amx_isa.hpp): weight streaming on AVX-512
-// BF16 + VBMI, no tiles. Compiled with the AMX translation units' flags for VBMI, reached only through the AMX
-// kernels (their is_supported requires VBMI). Every weight layout of the tile path, decoded by the same
-// QuadDecoder (amx_bf16_decode.hpp: vpermb / vpermw / vpermi2b lookups, 2 BF16 rows per 64 codes), so the
-// decoded words are the tile path's, bit for bit (NVFP4: its codes, the block scales applied per block).
+// BF16 + VBMI, no tiles. Compiled with the AMX translation units' flags for VBMI (it issues no AMX instruction),
+// reached only through the AMX kernels and their AVX-512 BF16 variants for CPUs without AMX (fp_gemm_avx512bf16.cpp;
+// both require VBMI). Every weight layout of the tile path, decoded by the same QuadDecoder (amx_bf16_decode.hpp:
+// vpermb / vpermw / vpermi2b lookups, 2 BF16 rows per 64 codes), so the decoded words are the tile path's, bit for
+// bit (NVFP4: its codes, the block scales applied per block).
 //
 // Per item of kPanelsPerItem panels (16 columns each), kNv panels side by side over the whole K:
 //   per quad (4 k) of each panel: decode -> rows a (k pair 2q) and b (2q + 1), then
