@@ -57,17 +57,17 @@ void w8a16_gemm_amx(const W8A16Gemm& g);
 // VBMI but no AMX (x86_avx512bf16_{fp8_scaled_mm, mxfp8, mxfp6, mxfp4, nvfp4}), vdpbf16ps register tiles on the
 // same decoded words (fp_gemm_avx512bf16.cpp). Below kAmxBf16MinM both stream the weights.
 enum class Bf16Mma : uint8_t { kAmxTiles, kAvx512Registers };
-bool fp_records_gemm_amx(const FpGemm& g, Bf16Mma mma = Bf16Mma::kAmxTiles);
+bool fp_records_gemm_bf16(const FpGemm& g, Bf16Mma mma);
 // The same with the activations already BF16 (act: [round_up(g.m, 16), g.k_pad], zeros past k and m; g.act unused).
-void fp_records_gemm_amx_bf16(const FpGemm& g, const uint16_t* act, Bf16Mma mma = Bf16Mma::kAmxTiles);
+void fp_records_gemm_bf16_rows(const FpGemm& g, const uint16_t* act, Bf16Mma mma);
 
-// q's activations as the BF16 rows fp_records_gemm_amx_bf16 takes (act: [round_up(q.m, 16), q.k_pad]): dense BF16
+// q's activations as the BF16 rows fp_records_gemm_bf16_rows takes (act: [round_up(q.m, 16), q.k_pad]): dense BF16
 // rows, or kMxDyn quantized bit-identically to the reference (amx_act_bf16.cpp). False when q is another mode or
 // input dtype, holds Inf / NaN, or a folded value is not exactly a normal BF16: then act is garbage and the
 // caller takes fp_prepare_activations_avx2's path (which reports bad input, or hands the layer to the reference).
 bool amx_prepare_bf16_activations(const FpActQuant& q, uint16_t* act);
 
-// Test hook: how many BF16 tile GEMMs (w8a16_gemm_amx, fp_records_gemm_amx that ran with m >= kAmxBf16MinM) and
+// Test hook: how many BF16 tile GEMMs (w8a16_gemm_amx, fp_records_gemm_bf16 that ran with m >= kAmxBf16MinM) and
 // weight streams (m below it) this thread has started, so that a test can tell these paths from the fallbacks
 // that give the same result.
 int64_t amx_bf16_gemms_on_this_thread();

@@ -318,7 +318,7 @@ void w8a16_gemm_amx(const W8A16Gemm& w) {
   run(g);
 }
 
-bool fp_records_gemm_amx(const FpGemm& f, Bf16Mma mma) {
+bool fp_records_gemm_bf16(const FpGemm& f, Bf16Mma mma) {
   // f32 -> BF16 by dropping the low halves, which must be zero (exact), and no value a BF16 subnormal
   // (tdpbf16ps reads those as zero); rows up to a multiple of 16 zero.
   const int64_t m_rows = (f.m + 15) / 16 * 16;
@@ -338,12 +338,12 @@ bool fp_records_gemm_amx(const FpGemm& f, Bf16Mma mma) {
     std::free(act);
     return false;
   }
-  fp_records_gemm_amx_bf16(f, act, mma);
+  fp_records_gemm_bf16_rows(f, act, mma);
   std::free(act);
   return true;
 }
 
-void fp_records_gemm_amx_bf16(const FpGemm& f, const uint16_t* act, Bf16Mma mma) {
+void fp_records_gemm_bf16_rows(const FpGemm& f, const uint16_t* act, Bf16Mma mma) {
   Job g;
   g.packed = f.packed;
   switch (f.elem) {

@@ -595,7 +595,7 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
     AlignedBytes act16 = aligned_bytes(round_up(m, 16) * st.k_pad * 2);
     uint16_t* a16 = reinterpret_cast<uint16_t*>(act16.get());
     if (amx_prepare_bf16_activations(q, a16)) {
-      fp_records_gemm_amx_bf16(g, a16, mma);
+      fp_records_gemm_bf16_rows(g, a16, mma);
       return Status::ok();
     }
   }
@@ -617,7 +617,7 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   if (bad) return Status::error(std::string(name()) + ": the activation holds Inf or NaN (it cannot be quantized)");
   if (inexact) return reference_apply(layer, x, bias, out);  // MX / NVFP4 activation scales beyond f32's range
   g.act = q.act;
-  if (!bf16 || !fp_records_gemm_amx(g, mma)) fp_gemm_avx2(g);
+  if (!bf16 || !fp_records_gemm_bf16(g, mma)) fp_gemm_avx2(g);
   return Status::ok();
 }
 
