@@ -8,31 +8,16 @@ table and the conclusion: do_bench reads ~1 us more than events around one repla
         --m 1,16 --json > bench.json        # (and the other shapes of `cases` below, rows concatenated)
     PYTHONPATH=build/python python3 tools/graph_timer_probe.py bench.json probe.json"""
 import json, statistics, sys
-import torch, torch.nn as nn, triton
+import torch, torch.nn as nn
 from qlinear.torch import QuantLinear
+
+from bench_crosscheck import do_bench_ms, graph_of  # the cross-check's do_bench call and graph capture
 
 bench = json.load(open(sys.argv[1]))
 ours = {(r["scheme"], r["n"], r["k"], r["m"]): r["median_ms"] * 1e3 for r in bench["rows"]}
 dev = torch.device("cuda")
 side = torch.cuda.Stream(dev)
 flush = torch.empty(256 << 20, dtype=torch.int8, device=dev)
-
-
-def db(fn):
-    return float(triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")) * 1e3
-
-
-def graph_of(fn):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g
 
 
 def ev_single(fn, reps=60):
@@ -64,16 +49,16 @@ for scheme, n, k in cases:
         rec = {"scheme": scheme, "n": n, "k": k, "m": m, "bench_graph_us": ours.get((scheme, n, k, m))}
         g = graph_of(lambda: ql(x))
         gm = graph_of(lambda: torch.mm(x, w.t()))
-        rec["ql_db_default"] = db(g.replay)
-        rec["mm_db_default"] = db(gm.replay)
+        rec["ql_db_default"] = 1e3 * do_bench_ms(g.replay)
+        rec["mm_db_default"] = 1e3 * do_bench_ms(gm.replay)
         with torch.cuda.stream(side):
-            rec["ql_db_side"] = db(g.replay)
-            rec["mm_db_side"] = db(gm.replay)
+            rec["ql_db_side"] = 1e3 * do_bench_ms(g.replay)
+            rec["mm_db_side"] = 1e3 * do_bench_ms(gm.replay)
             rec["ql_ev_side"] = ev_single(g.replay)
         rec["ql_ev_default"] = ev_single(g.replay)
         rec["ql_eager_ev_default"] = ev_single(lambda: ql(x))
         rec["mm_ev_default"] = ev_single(gm.replay)
-        rec["empty_db"] = db(lambda: None)
+        rec["empty_db"] = 1e3 * do_bench_ms(lambda: None)
         out.append(rec)
         print("PROBE %-16s %5dx%-5d M%-3d bench %s | ql db def %.1f side %.1f ev def %.1f side %.1f eager %.1f | mm db "
               "def %.1f side %.1f ev %.1f " % (scheme, n, k, m, "%.1f" % rec["bench_graph_us"] if rec["bench_graph_us"]
