@@ -8,20 +8,8 @@ namespace qlinear::cuda {
 
 Status launch_wgmma_int8_gemm(const WgmmaInt8Args& a, Stream stream) {
   if (a.m == 0 || a.n == 0) return Status::ok();
-  if (a.k <= 0) return Status::error("wgmma_int8_gemm: K must be positive");
-  if (a.ld_x % 16 != 0 || a.ld_w % 16 != 0 || reinterpret_cast<uintptr_t>(a.x) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(a.w) % 16 != 0) {
-    return Status::error("wgmma_int8_gemm: operand rows must start 16-byte aligned (TMA)");
-  }
-  if (a.m > (int64_t{1} << 30) || a.n > (int64_t{1} << 30) || a.k > (int64_t{1} << 30)) {
-    return Status::error("wgmma_int8_gemm: M, N and K must be below 2^30");
-  }
   wgp::Params p{};
-  p.m = static_cast<int>(a.m);
-  p.n = static_cast<int>(a.n);
-  p.num_kb = static_cast<int>((a.k + wgp::kBK - 1) / wgp::kBK);
-  p.num_m = static_cast<int>((a.m + wgp::kBM - 1) / wgp::kBM);
-  p.group_m = a.group_m > 0 ? a.group_m : 16;
+  QL_RETURN_IF_ERROR(wgp::grid_params("wgmma_int8_gemm", a.m, a.n, a.k, a.x, a.ld_x, a.w, a.ld_w, a.group_m, p));
   p.x_scale = a.x_scale;
   p.x_scale_per_row = a.x_scale_per_row;
   p.x_scale_value = a.x_scale_value;

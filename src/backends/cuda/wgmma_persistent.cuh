@@ -4,6 +4,7 @@
 // the producer, the math warpgroups' main loop, the launch. The epilogues are in wgmma_epilogue.cuh. One
 // instantiation per .cu (wgmma_fp8_gemm_n<BN>*.cu, wgmma_int8_gemm_n<BN>*.cu), so they compile in parallel.
 #include <algorithm>
+#include <string>
 
 #include "backends/cuda/wgmma_epilogue.cuh"
 #include "backends/cuda/wgmma_quant.cuh"
@@ -308,6 +309,26 @@ Status launch_tile_impl(const CUtensorMap& map_x, const void* w, int64_t ld_w, i
   cfg.gridDim = dim3(units * CM);
   QL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, map_x, map_w, p));
   QL_CUDA_CHECK_LAUNCH("wgmma_persistent_kernel");
+  return Status::ok();
+}
+
+// The checks and the grid fields both GEMMs share (what the TMA maps and the 32-bit tile indices need): the
+// operands' rows 16-byte aligned, M, N, K below 2^30; p's m, n, num_kb, num_m and group_m.
+inline Status grid_params(const char* gemm, int64_t m, int64_t n, int64_t k, const void* x, int64_t ld_x,
+                          const void* w, int64_t ld_w, int group_m, Params& p) {
+  if (k <= 0) return Status::error(std::string(gemm) + ": K must be positive");
+  if (ld_x % 16 != 0 || ld_w % 16 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(w) % 16 != 0) {
+    return Status::error(std::string(gemm) + ": operand rows must start 16-byte aligned (TMA)");
+  }
+  if (m > (int64_t{1} << 30) || n > (int64_t{1} << 30) || k > (int64_t{1} << 30)) {
+    return Status::error(std::string(gemm) + ": M, N and K must be below 2^30");
+  }
+  p.m = static_cast<int>(m);
+  p.n = static_cast<int>(n);
+  p.num_kb = static_cast<int>((k + kBK - 1) / kBK);
+  p.num_m = static_cast<int>((m + kBM - 1) / kBM);
+  p.group_m = group_m > 0 ? group_m : 16;
   return Status::ok();
 }
 
