@@ -16,6 +16,7 @@ const LinearKernel* const kCudaPriority[] = {
     &cuda::kSm90Fp8ScaledMM,
     &cuda::kCublasLtFp8ScaledMM,
     &cuda::kSm90Fp8ScaledMMWgmma,
+    &cuda::kSm90Fp8ScaledMMMma,
     &cuda::kSm90Fp8ScaledMMStream,
     &cuda::kSm90Fp8BlockScaled,
     &cuda::kCublasLtFp8BlockScaled,

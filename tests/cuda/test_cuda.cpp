@@ -60,7 +60,7 @@ bool takes_cublaslt(const LinearKernel* k, const LinearConfig& c, int64_t m) {
   const bool w8a8 = c.family == Family::kFp8ScaledMM || c.family == Family::kFp8BlockScaled;
   // Tensor-core routes (cuBLASLt FP8, and the BF16 GEMM of the dequantizing route) get the tensor-core bound.
   return ck->route() == cuda::Route::kCublasLt || ck->route() == cuda::Route::kDequantBf16 ||
-         ck->route() == cuda::Route::kWgmma ||
+         ck->route() == cuda::Route::kWgmma || ck->route() == cuda::Route::kMma ||
          (ck->route() == cuda::Route::kAuto && c.n % 16 == 0 && m > ck->stream_max_m() && w8a8) ||
          (ck->route() == cuda::Route::kAuto && !w8a8 && m > ck->stream_max_m());
 }
@@ -453,6 +453,27 @@ TEST(CudaKernels, Fp8WgmmaRouteMatchesTheReference) {
     check_kernel({kern, tensor, m, 328, m < 4096 ? 2056 : 520, DType::kBF16, DType::kF32, DType::kF32});
   }
   check_kernel({kern, channel, 1024, 4200, 384, DType::kF16, DType::kF16, DType::kF16});
+}
+
+// The FP8 mma.sync GEMM's route (the small-M route of sm90_fp8_scaled_mm) at every token tile (8, 16, 32, 64
+// tokens, and the 64-token tiles beyond), N off the 64-row blocks, K off the 256-K stages, with split-K
+// (small N, long K) and without, every FP8 activation mode, output and bias dtype.
+TEST(CudaKernels, Fp8MmaRouteMatchesTheReference) {
+  QL_REQUIRE_SM90();
+  const Scheme tensor = *find_scheme("w8a8-fp8-tensor");
+  const Scheme channel = *find_scheme("w8a8-fp8-channel");
+  const Scheme dyn_tensor = custom(Family::kFp8ScaledMM, kFp8StaticTensorSym, kFp8DynamicTensorSym);
+  const Scheme tensor_w_token_a = custom(Family::kFp8ScaledMM, kFp8StaticTensorSym, kFp8DynamicTokenSym);
+  const LinearKernel* kern = &cuda::kSm90Fp8ScaledMMMma;
+  for (int64_t m : {1, 2, 3, 7, 9, 16, 17, 33, 63, 64, 65, 257}) {
+    check_kernel({kern, tensor, m, 256, 1024});
+    check_kernel({kern, channel, m, 75, 999});
+    check_kernel({kern, channel, m, 128, 8192, DType::kBF16, DType::kBF16, DType::kBF16});  // split K
+    check_kernel({kern, dyn_tensor, m, 200, 1000, DType::kF16, DType::kF16, DType::kF32});
+    check_kernel({kern, tensor_w_token_a, m, 96, 520, DType::kF32, DType::kF32, DType::kBF16});
+    check_kernel({kern, tensor, m, 96, 320, DType::kBF16, DType::kBF16, std::nullopt, {32, 64}});
+  }
+  check_kernel({kern, channel, 16, 4096, 4096});
 }
 
 TEST(CudaKernels, Fp8BlockScaledMatchesTheReference) {

@@ -153,15 +153,21 @@ TEST(CudaWgmmaGemm, RoutesCaptureAndReplayInACudaGraph) {
   struct Route {
     const LinearKernel& kernel;
     const char* scheme;
+    int64_t m = 1024, k = 1000;
   };
+  // The small-M FP8 mma route too: a programmatic launch after the quantizer, and K split over blocks with
+  // partial sums in stream-ordered scratch (K = 4000).
   for (const Route& r : {Route{cuda::kSm90Fp8ScaledMMWgmma, "w8a8-fp8-channel"},
                          Route{cuda::kSm90Fp8ScaledMMWgmma, "w8a8-fp8-tensor"},
-                         Route{cuda::kSm90Int8ScaledMMWgmma, "w8a8-int8-static-asym"}}) {
+                         Route{cuda::kSm90Int8ScaledMMWgmma, "w8a8-int8-static-asym"},
+                         Route{cuda::kSm90Fp8ScaledMMMma, "w8a8-fp8-channel", 5, 4000},
+                         Route{cuda::kSm90Fp8ScaledMMMma, "w8a8-fp8-tensor", 16, 1000}}) {
     const LinearKernel& kernel = r.kernel;
     const char* scheme_name = r.scheme;
-    const int64_t m = 1024, n = 456, k = 1000;
+    const int64_t m = r.m, n = 456, k = r.k;
     const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(std::string(kernel.name()) + " " + scheme_name + " seed=" + std::to_string(seed));
+    SCOPED_TRACE(std::string(kernel.name()) + " " + scheme_name + " M=" + std::to_string(m) + " seed=" +
+                 std::to_string(seed));
     MakeLayerOptions opt;
     opt.out_dtype = DType::kBF16;
     opt.input_dtype = DType::kBF16;

@@ -169,7 +169,7 @@ TEST(Routes, EveryCudaRouteIsARegisteredKernelThatForcingSelects) {
   EXPECT_GE(hybrids, 8);
   for (const char* name : {"sm90_fp8_weight_only_bf16", "sm90_mxfp8_bf16", "sm90_mxfp6_bf16", "sm90_mxfp4_bf16",
                            "sm90_fp8_weight_only_stream", "sm90_mxfp8_stream", "cublaslt_fp8_scaled_mm",
-                           "sm90_fp8_scaled_mm_stream", "cublaslt_fp8_block_scaled", "sm90_fp8_block_scaled_stream"}) {
+                           "sm90_fp8_scaled_mm_mma", "sm90_fp8_scaled_mm_stream", "cublaslt_fp8_block_scaled", "sm90_fp8_block_scaled_stream"}) {
     EXPECT_TRUE(route_kernels.count(name)) << name << " is no hybrid's route";
   }
 }
@@ -190,7 +190,10 @@ TEST(Routes, CudaHybridRangesFollowStreamMaxM) {
       {"sm90_mxfp6", "w6a16-mxfp6-e2m3", 4096, {{"M 1..8", "sm90_mxfp6_stream"}, {"M 9+", "sm90_mxfp6_bf16"}}},
       {"sm90_fp8_weight_only", "w8a16-fp8", 4096,
        {{"M 1..16", "sm90_fp8_weight_only_stream"}, {"M 17+", "sm90_fp8_weight_only_bf16"}}},
-      {"sm90_fp8_scaled_mm", "w8a8-fp8-tensor", 4096, {{"M 1+", "cublaslt_fp8_scaled_mm"}}},
+      {"sm90_fp8_scaled_mm", "w8a8-fp8-tensor", 4096,
+       {{"M 1..16", "sm90_fp8_scaled_mm_mma"}, {"M 17+", "cublaslt_fp8_scaled_mm"}}},
+      {"sm90_fp8_scaled_mm", "w8a8-fp8-channel", 4096,
+       {{"M 1..16", "sm90_fp8_scaled_mm_mma"}, {"M 17+", "cublaslt_fp8_scaled_mm"}}},
       {"sm90_fp8_scaled_mm", "w8a8-fp8-tensor", 4104, {{"M 1+", "sm90_fp8_scaled_mm_stream"}}},
       {"sm90_fp8_block_scaled", "w8a8-fp8-block", 4096,
        {{"M 1", "sm90_fp8_block_scaled_stream"}, {"M 2+", "cublaslt_fp8_block_scaled"}}},

@@ -50,6 +50,10 @@ Verdict CudaLinearKernel::can_implement(const LinearConfig& c) const {
     if (c.n % 4 != 0) return Verdict::no("N=" + std::to_string(c.n) + " is not a multiple of 4 (cuBLASLt INT8 output)");
     return Verdict::yes();
   }
+  if (route_ == Route::kMma) {
+    if (family_ != Family::kFp8ScaledMM) return Verdict::no("the FP8 mma route runs FP8 per-tensor / per-channel only");
+    return Verdict::yes();
+  }
   if (route_ == Route::kWgmma) {
     if (family_ != Family::kFp8ScaledMM && family_ != Family::kInt8ScaledMM) {
       return Verdict::no("the wgmma route runs FP8 per-tensor / per-channel and INT8 only");
@@ -64,7 +68,7 @@ Verdict CudaLinearKernel::can_implement(const LinearConfig& c) const {
 std::optional<QuantKey> CudaLinearKernel::input_quant_key(const LinearConfig& c) const {
   if (!c.activation_key) return std::nullopt;
   if (family_ == Family::kInt8ScaledMM) return c.activation_key;
-  if (family_ == Family::kFp8ScaledMM && route_ == Route::kWgmma) return c.activation_key;
+  if (family_ == Family::kFp8ScaledMM && (route_ == Route::kWgmma || route_ == Route::kMma)) return c.activation_key;
   if (family_ == Family::kFp8ScaledMM && route_ != Route::kStream && c.n % 16 == 0) return c.activation_key;
   return std::nullopt;
 }
@@ -75,6 +79,12 @@ int64_t CudaLinearKernel::takes_wgmma_from(const LinearConfig& c) const {
   // Only where cuBLASLt would run (the stream route keeps odd N: input_quant_key follows the routes).
   if (route_ != Route::kAuto || family_ != Family::kFp8ScaledMM || !lt_fp8_verdict(c)) return 0;
   return wgmma_min_m_;
+}
+
+int64_t CudaLinearKernel::takes_mma_to(const LinearConfig& c) const {
+  // Only where cuBLASLt would run (the stream route keeps odd N: input_quant_key follows the routes).
+  if (mma_max_m_ <= 0 || route_ != Route::kAuto || family_ != Family::kFp8ScaledMM || !lt_fp8_verdict(c)) return 0;
+  return mma_max_m_;
 }
 
 std::vector<MRoute> CudaLinearKernel::m_routes(const LinearConfig& c) const {
@@ -111,25 +121,35 @@ std::vector<MRoute> CudaLinearKernel::m_routes(const LinearConfig& c) const {
     declined = "the BF16 GEMM route declines: " + v.reason;
   }
   if (large.empty()) return {MRoute{1, MRoute::kNoLimit, stream, "every M: " + declined}};
+  // In route_for's order: the FP8 mma GEMM, the streaming kernel, then cuBLASLt / the BF16 route, then wgmma.
   std::vector<MRoute> routes;
-  if (stream_max_m_ >= 1) {
-    routes.push_back({1, stream_max_m_, stream, "weight-streaming CUDA-core kernel: memory-bound at small M, faster "
-                                                "there on the H200"});
+  int64_t lo = 1;
+  if (const int64_t to = takes_mma_to(c); to > 0) {
+    routes.push_back({1, to, std::string(route_kernel(family_, Route::kMma)->name()),
+                      "GPU activation quantization + the FP8 mma.sync GEMM streaming the same weights (cuBLASLt's "
+                      "FP8 GEMMs read them far below memory speed at small M)"});
+    lo = to + 1;
+  }
+  if (stream_max_m_ >= lo) {
+    routes.push_back({lo, stream_max_m_, stream, "weight-streaming CUDA-core kernel: memory-bound at small M, faster "
+                                                 "there on the H200"});
+    lo = stream_max_m_ + 1;
   }
   if (takes_wgmma_from(c) > 0) {
-    const int64_t from = std::max(takes_wgmma_from(c), stream_max_m_ + 1);
-    if (from > stream_max_m_ + 1) routes.push_back({stream_max_m_ + 1, from - 1, large, large_why});
+    const int64_t from = std::max(takes_wgmma_from(c), lo);
+    if (from > lo) routes.push_back({lo, from - 1, large, large_why});
     routes.push_back({from, MRoute::kNoLimit, std::string(route_kernel(family_, Route::kWgmma)->name()),
                       "GPU activation quantization + the own persistent wgmma FP8 GEMM (faster than cuBLASLt "
                       "there on the H200), scales and bias in its epilogue"});
     return routes;
   }
-  routes.push_back({stream_max_m_ + 1, MRoute::kNoLimit, large, large_why});
+  routes.push_back({lo, MRoute::kNoLimit, large, large_why});
   return routes;
 }
 
 Route CudaLinearKernel::route_for(const LinearConfig& c, const LayerState& st, int64_t m, bool prequantized) const {
   if (route_ != Route::kAuto) return route_;
+  if (m <= takes_mma_to(c)) return Route::kMma;
   const int64_t wgmma_from = takes_wgmma_from(c);
   if (wgmma_from > 0 && m >= wgmma_from && m > stream_max_m_) return Route::kWgmma;
   if (prequantized) return Route::kCublasLt;  // input_quant_key is declared on the cuBLASLt route only
@@ -205,6 +225,7 @@ Status CudaLinearKernel::apply_impl(const LinearLayer& layer, const Activation& 
   switch (route_for(layer.config, st, ctx.m, pre != nullptr)) {
     case Route::kCublasLt: return apply_cublaslt(ctx);
     case Route::kWgmma: return apply_wgmma_fp8(ctx);
+    case Route::kMma: return apply_mma_fp8(ctx);
     case Route::kDequantBf16:
       if (!st.bf16_exact) return bf16_inexact(layer);  // refused at process already; kAuto never picks it so
       return apply_dequant_bf16(ctx);

@@ -10,12 +10,15 @@ namespace qlinear::cuda {
 // for N % 16 != 0, which cuBLASLt does not take. wgmma_min_m: from this M the own wgmma GEMM replaces
 // cuBLASLt (0: not by default; sm90_fp8_scaled_mm_wgmma runs it when forced). Off: on the 8B shapes at
 // M = 512..8192 the own GEMM reaches 0.64-0.89 of cuBLASLt's TFLOPS (quantization fused or not; docs/PERF.md).
+// mma_max_m: up to this M the FP8 mma.sync GEMM (fp8_mma_gemm.hpp) runs instead of cuBLASLt, on the same
+// weights; cuBLASLt's FP8 GEMMs stream the weights far below memory speed at small M.
 constexpr int64_t kFp8WgmmaMinM = 0;
+constexpr int64_t kFp8MmaMaxM = 16;
 const CudaLinearKernel kSm90Fp8ScaledMM(
     Family::kFp8ScaledMM, "sm90_fp8_scaled_mm",
-    "sm_90a FP8 W8A8: cuBLASLt FP8 (SCALAR / OUTER_VEC) after GPU activation quantization; "
-    "weight-streaming CUDA-core kernel when N % 16 != 0",
-    Route::kAuto, 0, kFp8WgmmaMinM);
+    "sm_90a FP8 W8A8: GPU activation quantization, then the FP8 mma.sync GEMM at small M and cuBLASLt FP8 "
+    "(SCALAR / OUTER_VEC) above; weight-streaming CUDA-core kernel when N % 16 != 0",
+    Route::kAuto, 0, kFp8WgmmaMinM, kFp8MmaMaxM);
 const CudaLinearKernel kCublasLtFp8ScaledMM(
     Family::kFp8ScaledMM, "cublaslt_fp8_scaled_mm",
     "sm_90a FP8 W8A8 through cuBLASLt: per-tensor (SCALAR_32F) or per-token x per-channel (OUTER_VEC_32F)",
@@ -95,6 +98,12 @@ const CudaLinearKernel kSm90Fp8ScaledMMWgmma(
     "sm_90a FP8 W8A8 per-tensor / per-channel: GPU activation quantization + the own persistent wgmma FP8 GEMM "
     "(TMA ring, 128 x 128/192/256 tiles, promotion every 128 K), scales and bias in its epilogue (any M and N)",
     Route::kWgmma);
+const CudaLinearKernel kSm90Fp8ScaledMMMma(
+    Family::kFp8ScaledMM, "sm90_fp8_scaled_mm_mma",
+    "sm_90a FP8 W8A8 per-tensor / per-channel: GPU activation quantization + the FP8 mma.sync m16n8k32 GEMM on the "
+    "row-major weights (cp.async pipeline, split-K, promotion every 128 K), scales and bias in its f64 epilogue "
+    "(any M and N; built for M <= 64, the small-M route of sm90_fp8_scaled_mm)",
+    Route::kMma);
 const CudaLinearKernel kSm90Fp8BlockScaledStream(
     Family::kFp8BlockScaled, "sm90_fp8_block_scaled_stream",
     "sm_90a FP8 1x128 x 128x128 blocks: GPU activation quantization + weight-streaming CUDA-core GEMM (any M; "
@@ -126,7 +135,7 @@ const CudaLinearKernel* route_kernel(Family family, Route route) {
       &kCublasLtFp8ScaledMM,   &kSm90Fp8ScaledMMStream,   &kCublasLtFp8BlockScaled, &kSm90Fp8BlockScaledStream,
       &kSm90Fp8ScaledMMWgmma,  &kSm90Int8ScaledMMWgmma,   &kSm90Int8ScaledMM,       &kSm90Fp8WeightOnlyBf16,
       &kSm90Fp8WeightOnlyStream, &kSm90Mxfp8Bf16,         &kSm90Mxfp8Stream,        &kSm90Mxfp6Bf16,
-      &kSm90Mxfp6Stream,       &kSm90Mxfp4Bf16,           &kSm90Mxfp4Stream,
+      &kSm90Mxfp6Stream,       &kSm90Mxfp4Bf16,           &kSm90Mxfp4Stream,         &kSm90Fp8ScaledMMMma,
   };
   for (const CudaLinearKernel* k : kRouteKernels) {
     if (k->family() == family && k->route() == route) return k;

@@ -14,7 +14,10 @@
 //   kWgmma        FP8 per-tensor / per-channel: activation quantization kernel + the own persistent wgmma
 //                 FP8 GEMM (wgmma_fp8_gemm.hpp), scales, bias and rounding in its epilogue; INT8: the
 //                 quantization kernel + the own wgmma INT8 GEMM with the FP64 epilogue fused
-//   kAuto         kStream while M <= stream_max_m (per kernel, from H200 measurements), above it kCublasLt
+//   kMma          FP8 per-tensor / per-channel at small M: activation quantization kernel + the FP8 mma.sync
+//                 GEMM (fp8_mma_gemm.hpp) on the same row-major weights, scales, bias and rounding in its
+//                 epilogue
+//   kAuto         kMma while M <= mma_max_m (FP8 W8A8 per-tensor / per-channel), then kStream while M <= stream_max_m (per kernel, from H200 measurements), above it kCublasLt
 //                 (FP8 W8A8 families; N % 16 != 0 takes kStream for every M) or kDequantBf16 (MX and FP8
 //                 weight-only, when the layer's scales keep the BF16 values exact and the input is BF16);
 //                 FP8 W8A8 takes kWgmma from M = wgmma_min_m (0: never) where cuBLASLt would run; so does
@@ -33,18 +36,19 @@ namespace qlinear::cuda {
 
 struct LayerState;
 
-enum class Route : uint8_t { kAuto, kCublasLt, kStream, kDequantBf16, kWgmma };
+enum class Route : uint8_t { kAuto, kCublasLt, kStream, kDequantBf16, kWgmma, kMma };
 
 class CudaLinearKernel final : public LinearKernel {
  public:
   constexpr CudaLinearKernel(Family family, std::string_view name, std::string_view summary, Route route,
-                             int64_t stream_max_m = 1, int64_t wgmma_min_m = 0)
+                             int64_t stream_max_m = 1, int64_t wgmma_min_m = 0, int64_t mma_max_m = 0)
       : family_(family),
         name_(name),
         summary_(summary),
         route_(route),
         stream_max_m_(stream_max_m),
-        wgmma_min_m_(wgmma_min_m) {}
+        wgmma_min_m_(wgmma_min_m),
+        mma_max_m_(mma_max_m) {}
 
   std::string_view name() const override { return name_; }
   Family family() const override { return family_; }
@@ -72,6 +76,7 @@ class CudaLinearKernel final : public LinearKernel {
   Route route() const { return route_; }
   int64_t stream_max_m() const { return stream_max_m_; }
   int64_t wgmma_min_m() const { return wgmma_min_m_; }
+  int64_t mma_max_m() const { return mma_max_m_; }
 
  protected:
   Status process_impl(LinearLayer& layer) const override;
@@ -84,6 +89,8 @@ class CudaLinearKernel final : public LinearKernel {
   Route route_for(const LinearConfig& c, const LayerState& st, int64_t m, bool prequantized) const;
   // The M from which kAuto runs kWgmma for this config (0: never).
   int64_t takes_wgmma_from(const LinearConfig& c) const;
+  // The M up to which kAuto runs kMma for this config (0: never).
+  int64_t takes_mma_to(const LinearConfig& c) const;
   // Refuses staged data the route cannot run (kDequantBf16 without exact BF16 weights).
   Status accept_staged(const LinearLayer& layer, const LayerState& st) const;
 
@@ -93,6 +100,7 @@ class CudaLinearKernel final : public LinearKernel {
   Route route_;
   int64_t stream_max_m_;
   int64_t wgmma_min_m_;
+  int64_t mma_max_m_;
 };
 
 // In priority order within each family (src/select/priority_cuda.cpp lists them). The kAuto kernels route
@@ -101,6 +109,7 @@ extern const CudaLinearKernel kSm90Fp8ScaledMM;      // "sm90_fp8_scaled_mm"    
 extern const CudaLinearKernel kCublasLtFp8ScaledMM;  // "cublaslt_fp8_scaled_mm"   cuBLASLt only
 extern const CudaLinearKernel kSm90Fp8ScaledMMStream;  // "sm90_fp8_scaled_mm_stream"
 extern const CudaLinearKernel kSm90Fp8ScaledMMWgmma;   // "sm90_fp8_scaled_mm_wgmma"  own wgmma GEMM
+extern const CudaLinearKernel kSm90Fp8ScaledMMMma;     // "sm90_fp8_scaled_mm_mma"    FP8 mma.sync, small M
 extern const CudaLinearKernel kSm90Fp8BlockScaled;   // "sm90_fp8_block_scaled"    stream at M = 1, cuBLASLt above
 extern const CudaLinearKernel kCublasLtFp8BlockScaled;  // "cublaslt_fp8_block_scaled"
 extern const CudaLinearKernel kSm90Fp8BlockScaledStream;  // "sm90_fp8_block_scaled_stream"

@@ -34,6 +34,8 @@ Status apply_stream(const ApplyCtx& a);
 Status apply_cublaslt(const ApplyCtx& a);
 // route_wgmma_fp8.cpp: FP8 activation quantization (or a pre-quantized input) + the own wgmma FP8 GEMM.
 Status apply_wgmma_fp8(const ApplyCtx& a);
+// route_mma_fp8.cpp: FP8 activation quantization (or a pre-quantized input) + the small-M FP8 mma.sync GEMM.
+Status apply_mma_fp8(const ApplyCtx& a);
 // route_int8.cpp: INT8 activation quantization + cuBLASLt INT8 GEMM + FP64 epilogue, or (wgmma) the own
 // wgmma INT8 GEMM with that epilogue fused.
 Status apply_int8(const ApplyCtx& a, bool wgmma);
