@@ -101,18 +101,19 @@ Result<std::vector<MmaTuneResult>> tune_mma_decode(const MmaTuneOptions& opt, De
         return Status::error(what + ": " + st.message());
       }
       layer.params.clear();  // the host copies are not needed for timing
+      if (!cuda::mma_decode_folds_scales(layer)) return Status::error(what + ": the block scales do not fold");
       for (const int64_t m : opt.ms) {
         const std::string at = what + " M=" + std::to_string(m);
         QL_ASSIGN_OR_RETURN(Tensor x, cuda::empty(DType::kBF16, {m, shape.k}));
         QL_RETURN_IF_ERROR(cuda::fill_bytes(x, 0x3C));  // BF16 0x3C3C: timing does not depend on the values
         QL_ASSIGN_OR_RETURN(Tensor y, cuda::empty(DType::kBF16, {m, shape.n}));
         const Activation act = Activation::dense(x);
-        // One candidate's median time (an error when it cannot run: a candidate the tuner offers must).
+        // One candidate's median time, or why it did not run.
         auto time_of = [&](const cuda::MmaDecodeTunedEntry& c) -> Result<double> {
           cuda::mma_decode_force(cuda::mma_decode_force_of(c));
           auto t = timer.time([&](int) { return kernel->apply(layer, act, nullptr, y); }, opt.reps);
           cuda::mma_decode_force({});
-          if (!t) return Status::error(at + " " + cuda::describe(c) + ": " + t.message());
+          if (!t) return Status::error(cuda::describe(c) + ": " + t.message());
           return t->median_ms * 1000.0;
         };
         MmaTuneResult r;
@@ -125,18 +126,25 @@ Result<std::vector<MmaTuneResult>> tune_mma_decode(const MmaTuneOptions& opt, De
         cuda::mma_decode_force(cuda::mma_decode_force_of(rule));  // the built-in rules' choice, not the table's
         r.rule_route = cuda::mma_decode_route_for(layer, m);
         cuda::mma_decode_force({});
-        QL_ASSIGN_OR_RETURN(r.rule_us, time_of(rule));
+        auto rule_us = time_of(rule);
+        if (!rule_us) return Status::error(at + ": " + rule_us.message());
+        r.rule_us = *rule_us;
         r.best_us = 1e30;
+        // A candidate that fails is skipped and named (as lt_tune skips what cuBLASLt refuses): one bad
+        // candidate should not cost the rest of a long run.
         for (cuda::MmaDecodeTunedEntry c : cuda::mma_decode_candidates(m)) {
           c.code = rule.code == cuda::MmaCode::kE3M2 ? cuda::MmaCode::kE2M3 : rule.code;  // FP6 keyed E2M3
           c.n = shape.n;
           c.k = shape.k;
-          QL_ASSIGN_OR_RETURN(const double us, time_of(c));
-          if (us < r.best_us) {
-            r.best_us = us;
+          auto us = time_of(c);
+          if (!us) {
+            r.failed.push_back(us.message());
+          } else if (*us < r.best_us) {
+            r.best_us = *us;
             r.best = c;
           }
         }
+        if (r.best_us >= 1e30) return Status::error(at + ": no candidate ran (" + r.failed.front() + ")");
         results.push_back(r);
         if (progress) progress(results.back());
       }

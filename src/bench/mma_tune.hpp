@@ -32,6 +32,7 @@ struct MmaTuneResult {
   double best_us = 0;
   cuda::MmaDecodeTunedEntry best;     // the fastest candidate, keyed to this layer (device: device_name)
   std::string device_name;
+  std::vector<std::string> failed;    // the candidates that did not run, with why
   // The table's entry: the best where it gains >= kMmaDecodeMinGain, else kRule (the bucket kept, so that
   // the next bucket does not reach down into it).
   cuda::MmaDecodeTunedEntry entry() const {

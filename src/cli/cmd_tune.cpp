@@ -58,6 +58,7 @@ int tune_decode(const Args& args, const std::vector<bench::LayerShape>& layers) 
     std::printf("%-12s %-18s %5lld %10.2f %10.2f %5.1f%%  %s (%s)\n", r.layer.name.c_str(), r.scheme.c_str(),
                 static_cast<long long>(r.m), r.rule_us, r.best_us, 100.0 * (r.rule_us / r.best_us - 1.0),
                 cuda::describe(r.best).c_str(), r.rule_route.c_str());
+    for (const std::string& why : r.failed) std::fprintf(stderr, "  candidate did not run: %s\n", why.c_str());
     std::fflush(stdout);
   });
   if (!results) {
