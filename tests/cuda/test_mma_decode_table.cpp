@@ -55,7 +55,9 @@ TEST(MmaDecodeTable, EveryEntryRunsAsWrittenOnceAndIsTheTunersSource) {
     EXPECT_EQ(cuda::mma_decode_entry_problem(e), "") << src;
     EXPECT_TRUE(keys.insert({e.device, e.code, e.n, e.k, e.m_max}).second) << "twice: " << src;
     EXPECT_NE(text.str().find(src), std::string::npos) << "not as `qlinear tune --decode --out` writes it: " << src;
-    if (e.route == MmaDecodeRoute::kWgmma && e.rows == 256) EXPECT_EQ(e.tokens, 64) << src;
+    if (e.route == MmaDecodeRoute::kWgmma && e.rows == 256) {
+      EXPECT_EQ(e.tokens, 64) << src;
+    }
   }
 }
 
@@ -206,7 +208,9 @@ TEST(MmaDecodeTable, WithoutAMatchTheBuiltInRulesDecide) {
     EXPECT_EQ(chosen(args_of(MmaCode::kE2M1, 8192, 28672, m, "NVIDIA H100 80GB HBM3")), rule) << m;
     EXPECT_EQ(chosen(args_of(MmaCode::kE2M1, 8192, 8192, m, kTestGpu)), rule) << m;
     EXPECT_EQ(chosen(args_of(MmaCode::kE4M3, 8192, 28672, m, kTestGpu)), rule) << m;
-    if (m <= 16 || m > 64) EXPECT_EQ(chosen(args_of(MmaCode::kE2M1, 8192, 28672, m, kTestGpu)), rule) << m;
+    if (m <= 16 || m > 64) {
+      EXPECT_EQ(chosen(args_of(MmaCode::kE2M1, 8192, 28672, m, kTestGpu)), rule) << m;
+    }
     cuda::MmaDecodeArgs promoted = args_of(MmaCode::kE2M1, 8192, 28672, m, kTestGpu);
     promoted.fold = false;
     cuda::MmaDecodeArgs promoted_rule = promoted;

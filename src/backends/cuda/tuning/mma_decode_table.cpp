@@ -62,8 +62,10 @@ std::vector<MmaDecodeTunedEntry> mma_decode_candidates(int64_t m) {
 std::vector<const MmaDecodeTunedEntry*> mma_decode_tuned_entries(MmaCode code, int64_t n, int64_t k) {
   const MmaCode key = table_code(code);
   std::vector<const MmaDecodeTunedEntry*> out;
-  for (const MmaDecodeTunedEntry& e : kEntries) {
-    if (e.code == key && e.n == n && e.k == k) out.push_back(&e);
+  for (std::span<const MmaDecodeTunedEntry> entries : {extra_entries, std::span<const MmaDecodeTunedEntry>(kEntries)}) {
+    for (const MmaDecodeTunedEntry& e : entries) {
+      if (e.code == key && e.n == n && e.k == k) out.push_back(&e);
+    }
   }
   std::stable_sort(out.begin(), out.end(), [](const MmaDecodeTunedEntry* a, const MmaDecodeTunedEntry* b) {
     return std::string_view(a->device) != b->device ? std::string_view(a->device) < b->device : a->m_max < b->m_max;
