@@ -21,7 +21,8 @@ const std::vector<OptionSpec> kSpecs = {
     {"--m", "LIST", "M bucket upper bounds (default 16,64,256,1024,2048,4096,8192; --decode: 32,64,128,256)"},
     {"--kinds", "LIST", "GEMM kinds: fp8-tensor, fp8-rowwise, fp8-block, int8 (default fp8-tensor,fp8-rowwise,int8)"},
     {"--candidates", "N", "heuristic candidates timed per problem (default 16)"},
-    {"--schemes", "LIST", "--decode: weight-only schemes, one per weight code (default w8a16-fp8,w6a16-mxfp6-e2m3,w4a16-mxfp4)"},
+    {"--schemes", "LIST",
+     "--decode: weight-only schemes, one per weight code (default w8a16-fp8,w6a16-mxfp6-e2m3,w4a16-mxfp4)"},
     {"--out", "FILE", "write the table entries (C++ source, as src/backends/cuda/tuning/cublaslt_tuned_h200.inc; "
                       "--decode: mma_decode_tuned_h200.inc)"},
     {"--help", "", "this help"},

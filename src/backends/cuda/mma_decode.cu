@@ -276,8 +276,9 @@ std::vector<int64_t> mma_route_bucket_ends(const MmaDecodeArgs& a) {
 std::string mma_route_description(const MmaDecodeArgs& a) {
   // Where the choice came from the tuned table, as the cuBLASLt explain says it.
   const MmaDecodeTunedEntry* e = mma_tuned_choice(a);
-  const std::string from =
-      e == nullptr ? "" : "tuned table (" + std::string(e->device) + ", bucket M <= " + std::to_string(e->m_max) + "): ";
+  const std::string from = e == nullptr ? ""
+                                         : "tuned table (" + std::string(e->device) + ", bucket M <= " +
+                                               std::to_string(e->m_max) + "): ";
   if (mma_takes_wgmma_route(a)) return from + mma_wgmma_description(a);
   if (mma_takes_widen_route(a)) {
     return from + "weights widened to BF16 per call (fragment decode; the whole weight at once up to 1 GiB of scratch, "
