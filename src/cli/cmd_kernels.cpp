@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/cuda/tuning/cublaslt_table.hpp"
+#include "backends/cuda/tuning/mma_decode_table.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/platform_option.hpp"
@@ -57,6 +58,39 @@ nlohmann::json tuned_cublaslt(const Scheme& s, int64_t n, int64_t k) {
                    {"m_max", e->m_max},
                    {"config", e->config.algo_id < 0 ? std::string("cuBLASLt's heuristic choice (no candidate >= 5% faster)")
                                                     : cuda::describe(e->config)}});
+    m_min = e->m_max + 1;
+  }
+  return out;
+}
+
+// The weight code of a scheme's tensor-core decode kernel (mma_decode_kernels.hpp), if its family has one.
+std::optional<cuda::MmaCode> mma_decode_code(const Scheme& s) {
+  switch (s.family) {
+    case Family::kFp8WeightOnly:
+    case Family::kMxfp8: return cuda::MmaCode::kE4M3;
+    case Family::kMxfp6:
+      return s.weight_key.dtype == DType::kF6E3M2 ? cuda::MmaCode::kE3M2 : cuda::MmaCode::kE2M3;
+    case Family::kMxfp4:
+    case Family::kNvfp4: return cuda::MmaCode::kE2M1;
+    default: return std::nullopt;
+  }
+}
+
+// The tuned decode routes per M bucket for this layer (the table `qlinear tune --decode` writes).
+nlohmann::json tuned_mma_decode(const Scheme& s, int64_t n, int64_t k) {
+  nlohmann::json out = nlohmann::json::array();
+  const auto code = mma_decode_code(s);
+  if (!code) return out;
+  int64_t m_min = 17;  // the table's routes start above M = 16
+  std::string device;
+  for (const cuda::MmaDecodeTunedEntry* e : cuda::mma_decode_tuned_entries(*code, n, k)) {
+    if (device != e->device) m_min = 17;
+    device = e->device;
+    out.push_back({{"device", e->device},
+                   {"code", cuda::mma_code_name(e->code)},
+                   {"m_min", m_min},
+                   {"m_max", e->m_max},
+                   {"route", cuda::describe(*e)}});
     m_min = e->m_max + 1;
   }
   return out;
@@ -178,7 +212,8 @@ int cmd_kernels(int argc, char** argv) {
                           {"selected", sel.kernel ? nlohmann::json(sel.kernel->name()) : nlohmann::json(nullptr)},
                           {"summary", sel.kernel ? nlohmann::json(sel.kernel->summary()) : nlohmann::json(nullptr)},
                           {"candidates", cands},
-                          {"cublaslt_tuned", tuned_cublaslt(*scheme, *n, *k)}};
+                          {"cublaslt_tuned", tuned_cublaslt(*scheme, *n, *k)},
+                          {"mma_decode_tuned", tuned_mma_decode(*scheme, *n, *k)}};
     std::printf("%s\n", doc.dump(2).c_str());
   } else {
     std::printf("%s on %s\n%s", config.to_string().c_str(), platform->describe().c_str(), sel.explain().c_str());
@@ -198,6 +233,20 @@ int cmd_kernels(int argc, char** argv) {
         for (const auto& e : tuned) {
           std::printf("  %s  M %lld..%lld: %s\n", e["device"].get<std::string>().c_str(), e["m_min"].get<long long>(),
                       e["m_max"].get<long long>(), e["config"].get<std::string>().c_str());
+        }
+      }
+    }
+    if (const auto code = mma_decode_code(*scheme)) {
+      const nlohmann::json tuned = tuned_mma_decode(*scheme, *n, *k);
+      std::printf("tensor-core decode GEMM, %s N=%lld K=%lld: ", std::string(cuda::mma_code_name(*code)).c_str(),
+                  static_cast<long long>(*n), static_cast<long long>(*k));
+      if (tuned.empty()) {
+        std::printf("no tuned entry (the built-in rules; `qlinear tune --decode` measures the candidates)\n");
+      } else {
+        std::printf("tuned routes by M (elsewhere the built-in rules)\n");
+        for (const auto& e : tuned) {
+          std::printf("  %s  M %lld..%lld: %s\n", e["device"].get<std::string>().c_str(), e["m_min"].get<long long>(),
+                      e["m_max"].get<long long>(), e["route"].get<std::string>().c_str());
         }
       }
     }

@@ -23,7 +23,7 @@ constexpr Command kCommands[] = {
     {"bench", qlinear::cli::cmd_bench, "time a scheme's kernel with cold weights against an anchor and the roofline"},
     {"quantize", qlinear::cli::cmd_quantize, "quantize a BF16/FP16/FP32 safetensors model into a scheme"},
     {"kernels", qlinear::cli::cmd_kernels, "list kernels and schemes; explain which kernel a layer gets and why"},
-    {"tune", qlinear::cli::cmd_tune, "time cuBLASLt's candidate algorithms on this GPU and write the tuned table"},
+    {"tune", qlinear::cli::cmd_tune, "time cuBLASLt algorithms (--decode: decode GEMM routes), write the tuned table"},
     {"cache", qlinear::cli::cmd_cache, "list, verify or clear a processed-weight cache (run --weight-cache DIR)"},
 };
 

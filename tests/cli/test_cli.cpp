@@ -49,6 +49,23 @@ TEST(Cli, KernelsListsAndExplainsAsJson) {
             std::string::npos);
   CliRun sm90 = run("kernels --explain --scheme w8a8-fp8-channel --platform sm90");
   EXPECT_EQ(sm90.code, 0) << sm90.out;
+  // The decode GEMM's tuned routes for the layer (tuning/mma_decode_tuned_h200.inc: 70b.down, M 17..64).
+  CliRun tuned = run("kernels --explain --scheme w4a16-mxfp4 --n 8192 --k 28672 --platform sm90 --json");
+  ASSERT_EQ(tuned.code, 0) << tuned.out;
+  const auto routes = json_of(tuned.out)["mma_decode_tuned"];
+  ASSERT_EQ(routes.size(), 1u) << routes.dump();
+  EXPECT_EQ(routes[0]["device"], "NVIDIA H200");
+  EXPECT_EQ(routes[0]["m_min"], 17);
+  EXPECT_EQ(routes[0]["m_max"], 64);
+  EXPECT_EQ(routes[0]["route"], "wgmma 64 tokens x 256 rows, split-K by the wave rule");
+}
+
+TEST(Cli, TuneDecodeRejectsWhatItDoesNotTune) {
+  EXPECT_EQ(run("tune --decode --m 16").code, 2);           // M <= 16 runs other kernels
+  EXPECT_EQ(run("tune --decode --kinds int8").code, 2);     // cuBLASLt's option
+  EXPECT_EQ(run("tune --schemes w4a16-mxfp4").code, 2);     // needs --decode
+  CliRun help = run("tune --help");
+  EXPECT_NE(help.out.find("qlinear tune --decode"), std::string::npos) << help.out;
 }
 
 TEST(Cli, QuantizeInspectRunPipeline) {

@@ -200,20 +200,6 @@ std::optional<LtKind> lt_kind_of(const LtGemm& g) {
 
 namespace {
 
-// The device's name (cudaDeviceProp::name), read once per device.
-const std::string& device_name(int device) {
-  static std::mutex mutex;
-  static std::map<int, std::string> names;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = names.find(device);
-  if (it == names.end()) {
-    cudaDeviceProp p{};
-    cudaGetDeviceProperties(&p, device);
-    it = names.emplace(device, p.name).first;
-  }
-  return it->second;
-}
-
 // The tuned table's algorithm for g where it has one that cuBLASLt accepts for this problem, else the
 // heuristic's first choice.
 Result<CachedAlgo> choose_algo(cublasLtHandle_t handle, Descs& d, const LtGemm& g, int device) {

@@ -3,7 +3,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 
 namespace qlinear::cuda {
 
@@ -210,6 +212,18 @@ Status copy_to_device(const Tensor& host, Tensor& device_tensor) {
                                 current_stream()));
   QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));  // the host copy may be freed on return
   return Status::ok();
+}
+
+const std::string& device_name(int device) {
+  static std::mutex mutex;
+  static std::map<int, std::string> names;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = names.find(device);
+  if (it == names.end()) {
+    cudaDeviceProp p{};
+    it = names.emplace(device, cudaGetDeviceProperties(&p, device) == cudaSuccess ? p.name : "").first;
+  }
+  return it->second;
 }
 
 }  // namespace qlinear::cuda

@@ -46,6 +46,10 @@ Result<Tensor> upload(const void* host, size_t bytes, DType dtype, Shape shape, 
 // inside the timed region, as a memset would).
 Status l2_flush_read(const void* buf, size_t bytes, float* sink, Stream stream);
 
+// The device's name (cudaDeviceProp::name, e.g. "NVIDIA H200"), read once per device; "" when it cannot be
+// read. The key of the tuned tables (tuning/).
+const std::string& device_name(int device);
+
 // "cuda:0": the device a tensor must be on, for error messages; checks kind and index.
 Status expect_on_device(const Tensor& t, int device, const std::string& what);
 

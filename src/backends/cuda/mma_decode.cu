@@ -91,6 +91,38 @@ void mma_decode_force(const MmaDecodeForce& f) {
 }
 const MmaDecodeForce& mma_decode_forced() { return forced; }
 
+// The table applies where the built-in rules would choose among routes and tiles (M > 16, weights that do
+// not need the promoted path's one configuration), and never under a forced variant: the benchmarks and
+// `qlinear tune --decode` time what they force.
+const MmaDecodeTunedEntry* mma_tuned_choice(const MmaDecodeArgs& a) {
+  if (a.device_name == nullptr || a.m <= 16 || (a.layout.scale == MmaScale::kMx32 && !a.fold)) return nullptr;
+  if (!(forced == MmaDecodeForce{})) return nullptr;
+  const MmaDecodeTunedEntry* e = mma_decode_tuned_entry(a.device_name, a.layout.code, a.layout.n, a.layout.k, a.m);
+  return e != nullptr && e->route != MmaDecodeRoute::kRule ? e : nullptr;
+}
+
+MmaDecodeForce mma_decode_force_of(const MmaDecodeTunedEntry& e) {
+  MmaDecodeForce f;
+  switch (e.route) {
+    case MmaDecodeRoute::kRule: f.no_tuned_table = true; break;
+    case MmaDecodeRoute::kMmaSync:
+      f.wgmma = -1;
+      f.widen_above_m = -1;
+      break;
+    case MmaDecodeRoute::kWiden:
+      f.wgmma = -1;
+      f.widen_above_m = 16;  // the table's routes start at M = 17
+      break;
+    case MmaDecodeRoute::kWgmma:
+      f.wgmma = 1;
+      f.wgmma_tokens = e.tokens;
+      f.wgmma_rows = e.rows;
+      f.splits = e.splits;
+      break;
+  }
+  return f;
+}
+
 // Layers with long rows or many of them (K >= 16384 or N >= 32768: 70B down_proj and gate_up) run 17..128
 // tokens with 128 weight rows per block: half the activation reads per weight byte; measured 8-14% faster
 // there at M = 64, while smaller layers lose the blocks they need to fill the GPU.
@@ -223,17 +255,33 @@ int mma_decode_splits(const MmaDecodeArgs& a) {
 }
 
 bool mma_takes_widen_route(const MmaDecodeArgs& a) {
+  if (const MmaDecodeTunedEntry* e = mma_tuned_choice(a)) return e->route == MmaDecodeRoute::kWiden;
   const int64_t above = forced.widen_above_m != 0 ? forced.widen_above_m : kMmaWidenAboveM;
   return above >= 0 && a.m > above && (a.layout.scale != MmaScale::kMx32 || a.fold);
 }
 
 // 32 and 256: where the wgmma kernel's token tile and its default range change (mma_decode_wgmma.cu).
-std::vector<int64_t> mma_route_bucket_ends() { return {8, 16, 32, kMmaDecodeMaxM, kMmaWidenAboveM, 256}; }
+std::vector<int64_t> mma_route_bucket_ends(const MmaDecodeArgs& a) {
+  std::vector<int64_t> ends = {8, 16, 32, kMmaDecodeMaxM, kMmaWidenAboveM, 256};
+  if (a.device_name != nullptr) {
+    for (const MmaDecodeTunedEntry* e : mma_decode_tuned_entries(a.layout.code, a.layout.n, a.layout.k)) {
+      if (a.device_name == std::string_view(e->device)) ends.push_back(e->m_max);
+    }
+  }
+  std::sort(ends.begin(), ends.end());
+  ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
+  return ends;
+}
 
 std::string mma_route_description(const MmaDecodeArgs& a) {
-  if (mma_takes_wgmma_route(a)) return mma_wgmma_description(a);
+  // Where the choice came from the tuned table, as the cuBLASLt explain says it.
+  const MmaDecodeTunedEntry* e = mma_tuned_choice(a);
+  const std::string from = e == nullptr ? ""
+                                         : "tuned table (" + std::string(e->device) + ", bucket M <= " +
+                                               std::to_string(e->m_max) + "): ";
+  if (mma_takes_wgmma_route(a)) return from + mma_wgmma_description(a);
   if (mma_takes_widen_route(a)) {
-    return "weights widened to BF16 per call (fragment decode; the whole weight at once up to 1 GiB of scratch, "
+    return from + "weights widened to BF16 per call (fragment decode; the whole weight at once up to 1 GiB of scratch, "
            "row blocks of 1 GiB beyond) + cuBLASLt BF16 GEMM";
   }
   const int splits = mma_decode_splits(a);
@@ -244,7 +292,7 @@ std::string mma_route_description(const MmaDecodeArgs& a) {
            (splits > 1 ? (cluster ? " added in a thread-block cluster" : " through partial sums") : "");
   }
   const MmaTileConfig t = mma_config_for(a);
-  std::string why = "pipelined kernel: " + std::to_string(8 * t.token_tiles) + " tokens x " +
+  std::string why = from + "pipelined kernel: " + std::to_string(8 * t.token_tiles) + " tokens x " +
                     std::to_string(64 * t.n16_per_warp) + " rows per block, " + std::to_string(t.stages) +
                     " cp.async stages, split-K " + std::to_string(splits);
   if (splits > 1) why += mma_split_in_cluster(a) ? " added in a thread-block cluster" : " through partial sums";

@@ -25,6 +25,7 @@
 #include "backends/cuda/cuda_util.hpp"
 #include "backends/cuda/layout/mma_layout.hpp"
 #include "backends/cuda/mma_epilogue_math.hpp"
+#include "backends/cuda/tuning/mma_decode_table.hpp"
 #include "qlinear/formats.hpp"
 
 namespace qlinear::cuda {
@@ -48,6 +49,9 @@ struct MmaDecodeArgs {
   // Launched right after the kernel that writes x (the activation pass): a programmatic dependent launch,
   // whose first weight loads overlap that kernel (mma_decode.cuh waits for it before it reads x).
   bool programmatic = false;
+  // The GPU's name (cudaDeviceProp::name, from the layer state): the key of the tuned table
+  // (tuning/mma_decode_table.hpp); null: the built-in rules only.
+  const char* device_name = nullptr;
 };
 
 // A tile configuration: the block covers 64 * n16_per_warp weight rows and 8 * token_tiles tokens, with
@@ -108,15 +112,26 @@ struct MmaDecodeForce {
   MmaSplitReduce split_reduce = MmaSplitReduce::kTable;   // pipelined kernel, M <= 16
   bool no_programmatic = false;                           // quantized activations: plain launch after the pass
   bool no_l2_streaming = false;                           // M <= 16: weights without the L2 streaming window
+  bool no_tuned_table = false;                            // M > 16: the built-in rules, not the tuned table
+  bool operator==(const MmaDecodeForce&) const = default;
 };
 void mma_decode_force(const MmaDecodeForce& f);
 const MmaDecodeForce& mma_decode_forced();
 
+// The tuned table's choice for these arguments (M > 16): the entry for a.device_name, the layer's code and
+// shape and M's bucket, when nothing is forced (every MmaDecodeForce field at its default) and the entry
+// names a route (not the built-in rule); else null, and the built-in rules decide.
+const MmaDecodeTunedEntry* mma_tuned_choice(const MmaDecodeArgs& a);
+// The forced variant that runs exactly what an entry says (kRule: the built-in rules, the table skipped):
+// `qlinear tune --decode` times each candidate through it.
+MmaDecodeForce mma_decode_force_of(const MmaDecodeTunedEntry& e);
+
 // What launch_mma_decode runs for these arguments (M included), in words, for explain: the kernel, its tile,
 // the split of K and how the splits add up, or the widen route.
 std::string mma_route_description(const MmaDecodeArgs& a);
-// The upper ends of the M buckets where that description can change (the last bucket is open).
-std::vector<int64_t> mma_route_bucket_ends();
+// The upper ends of the M buckets where that description can change for this layer (the last bucket is
+// open): the built-in rules' and the tuned table's for a.device_name.
+std::vector<int64_t> mma_route_bucket_ends(const MmaDecodeArgs& a);
 
 // Whether launch_mma_decode takes the widening route for these arguments.
 bool mma_takes_widen_route(const MmaDecodeArgs& a);

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/act_quant_bf16.hpp"
@@ -47,6 +49,7 @@ struct MmaLayerState {
   bool fold = true;
   int device = 0;
   int sm_count = 132;
+  const char* device_name = nullptr;  // the tuned table's key (table_device_name)
   Tensor w;          // u8 [weight_bytes]
   Tensor w_scale;    // u8 [scale_bytes] (MX, NVFP4)
   Tensor row_factor;  // f64 [N, 2]: MmaFactor per row (per-channel FP8: the scale; NVFP4: 2^8 / g and g / 2^8)
@@ -54,6 +57,18 @@ struct MmaLayerState {
   float in_scale = 1.0f;
   float in_global = 1.0f;
 };
+
+// The name the tuned table (tuning/mma_decode_table.hpp) knows this device by, read once per device (the
+// string lives as long as the process); null when it cannot be read or QLINEAR_MMA_DECODE_TABLE=off (the
+// built-in rules only, to measure what the table gains).
+const char* table_device_name(int device) {
+  static const bool table_off = [] {
+    const char* v = std::getenv("QLINEAR_MMA_DECODE_TABLE");
+    return v != nullptr && std::string(v) == "off";
+  }();
+  const std::string& name = device_name(device);
+  return table_off || name.empty() ? nullptr : name.c_str();
+}
 
 // How a layer's quantized activations are made (act_quant_bf16.hpp), or why this kernel cannot.
 struct ActPlan {
@@ -228,8 +243,22 @@ int mma_decode_splits_for(const LinearLayer& layer, int64_t m) {
   a.layout = st->layout;
   a.m = m;
   a.sm_count = st->sm_count;
+  a.device_name = st->device_name;
   a.programmatic = layer.config.activation_key.has_value();  // as apply launches it
   return mma_decode_splits(a);
+}
+
+std::string mma_decode_route_for(const LinearLayer& layer, int64_t m) {
+  const auto* st = static_cast<const MmaLayerState*>(layer.kernel_state.get());
+  if (st == nullptr) return "not processed";
+  MmaDecodeArgs a;
+  a.layout = st->layout;
+  a.fold = st->fold;
+  a.m = m;
+  a.sm_count = st->sm_count;
+  a.device_name = st->device_name;
+  a.programmatic = layer.config.activation_key.has_value();
+  return mma_route_description(a);
 }
 
 int64_t mma_decode_weight_bytes(const LinearLayer& layer) {
@@ -250,9 +279,12 @@ std::vector<MRoute> MmaDecodeLinearKernel::m_routes(const LinearConfig& config) 
   if (config.activation_key) {
     if (const Result<ActPlan> plan = act_plan_of(config)) act = "; " + act_plan_note(*plan);
   }
+  // The routes on the current GPU (its tuned table entries), when there is one.
+  int device = 0;
+  if (cudaGetDevice(&device) == cudaSuccess) a.device_name = table_device_name(device);
   std::vector<MRoute> routes;
   int64_t lo = 1;
-  const std::vector<int64_t> ends = mma_route_bucket_ends();
+  const std::vector<int64_t> ends = mma_route_bucket_ends(a);
   a.programmatic = config.activation_key.has_value();  // after the activation pass (mma_decode.hpp)
   for (size_t i = 0; i <= ends.size(); ++i) {
     const int64_t hi = i < ends.size() ? ends[i] : MRoute::kNoLimit;
@@ -278,6 +310,7 @@ Status MmaDecodeLinearKernel::process_impl(LinearLayer& layer) const {
   auto st = std::make_shared<MmaLayerState>();
   QL_CUDA_CHECK(cudaGetDevice(&st->device));
   QL_CUDA_CHECK(cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, st->device));
+  st->device_name = table_device_name(st->device);
   st->layout = layout_of(c);
   const MmaLayout& l = st->layout;
 
@@ -371,6 +404,7 @@ Status MmaDecodeLinearKernel::import_impl(LinearLayer& layer, const ProcessedWei
   st->in_global = act_scalars[1];
   QL_CUDA_CHECK(cudaGetDevice(&st->device));
   QL_CUDA_CHECK(cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, st->device));
+  st->device_name = table_device_name(st->device);
   auto load = [&](const char* name, DType dtype, const Shape& shape, Tensor& dst) -> Status {
     QL_ASSIGN_OR_RETURN(Tensor host, expect_processed_tensor(w, name, dtype, shape));
     QL_ASSIGN_OR_RETURN(dst, upload(host.raw(), static_cast<size_t>(host.nbytes()), dtype, shape, st->device));
@@ -455,6 +489,7 @@ Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activat
   a.out = out.raw();
   a.out_dtype = out.dtype();
   a.sm_count = st.sm_count;
+  a.device_name = st.device_name;
   a.programmatic = c.activation_key && m > 0 && !mma_decode_forced().no_programmatic;
   return launch_mma_decode(a, stream);
 }

@@ -56,5 +56,7 @@ bool mma_decode_folds_scales(const LinearLayer& layer);
 // The K splits apply would use at M, and the bytes of weights and block scales it streams (benchmarks).
 int mma_decode_splits_for(const LinearLayer& layer, int64_t m);
 int64_t mma_decode_weight_bytes(const LinearLayer& layer);
+// What apply runs at M for this layer, in words (mma_route_description; `qlinear tune --decode`).
+std::string mma_decode_route_for(const LinearLayer& layer, int64_t m);
 
 }  // namespace qlinear::cuda

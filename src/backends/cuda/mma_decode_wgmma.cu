@@ -36,12 +36,14 @@ bool mma_takes_wgmma_route(const MmaDecodeArgs& a) {
   if (a.m < kWgmmaMinM || !mma_wgmma_supports(a)) return false;
   const int forced = mma_decode_forced().wgmma;
   if (forced != 0) return forced > 0;
+  if (const MmaDecodeTunedEntry* e = mma_tuned_choice(a)) return e->route == MmaDecodeRoute::kWgmma;
   const bool large = a.layout.k >= kWgmmaLargeDim && a.layout.n >= kWgmmaLargeDim;
   return a.m <= (large ? kWgmmaMaxM : kWgmmaSmallLayerMaxM);
 }
 
-// Token tile by M; 128 weight rows per unit (256 only when forced: measured faster on some layers, slower on
-// others). Split K only while the units leave SMs idle: the most splits that still fit one wave (at least
+// Token tile by M; 128 weight rows per unit (256 only when forced or tuned: measured faster on some layers,
+// slower on others); the tuned table's tokens, rows and splits where it has the layer (mma_tuned_choice).
+// Split K only while the units leave SMs idle: the most splits that still fit one wave (at least
 // 512 K each, FP32 partial sums no larger than the weights). Measured on the H200 side by side (70B qkv, o,
 // down, gate_up at M = 64 and 256): this rule picked the fastest of 1, 2 and 4 splits on every layer;
 // splitting past one wave lost up to 45% (gate_up M = 256: 385 us unsplit, 549 in 2 splits, 673 in 4), and
@@ -50,8 +52,14 @@ bool mma_takes_wgmma_route(const MmaDecodeArgs& a) {
 MmaWgmmaPlan mma_wgmma_plan(const MmaDecodeArgs& a) {
   const MmaDecodeForce& f = mma_decode_forced();
   MmaWgmmaPlan p;
-  p.tokens = f.wgmma_tokens != 0 ? f.wgmma_tokens : (a.m <= 64 ? 64 : (a.m <= 128 ? 128 : 256));
-  p.rows = p.tokens == 64 && f.wgmma_rows == 256 ? 256 : 128;
+  // A tuned entry is only taken with nothing forced: its fields stand in for the forced ones.
+  const MmaDecodeTunedEntry* tuned = mma_tuned_choice(a);
+  if (tuned != nullptr && tuned->route != MmaDecodeRoute::kWgmma) tuned = nullptr;
+  const int want_tokens = tuned != nullptr ? tuned->tokens : f.wgmma_tokens;
+  const int want_rows = tuned != nullptr ? tuned->rows : f.wgmma_rows;
+  const int want_splits = tuned != nullptr ? tuned->splits : f.splits;
+  p.tokens = want_tokens != 0 ? want_tokens : (a.m <= 64 ? 64 : (a.m <= 128 ? 128 : 256));
+  p.rows = p.tokens == 64 && want_rows == 256 ? 256 : 128;
   const int tiles = p.rows / static_cast<int>(kMmaTileN);
   p.n_blocks = static_cast<int>((a.layout.n_tiles() + tiles - 1) / tiles);
   p.m_tiles = static_cast<int>((a.m + p.tokens - 1) / p.tokens);
@@ -65,8 +73,8 @@ MmaWgmmaPlan mma_wgmma_plan(const MmaDecodeArgs& a) {
   const int64_t tiles_total = static_cast<int64_t>(p.n_blocks) * p.m_tiles;
   const int64_t pair_units = (p.n_blocks + p.cluster - 1) / p.cluster * int64_t{p.m_tiles};  // per split
   int best = 1;
-  if (f.splits > 0) {
-    best = count(std::min(f.splits, total / 2));
+  if (want_splits > 0) {
+    best = count(std::min(want_splits, total / 2));
   } else {
     for (int s = 2; s <= 16 && pair_units * p.cluster * s <= sms && per_split(s) >= kWgmmaMinStagesPerSplit; ++s) {
       if (s * a.m * a.layout.n * 4 > a.layout.weight_bytes()) break;
