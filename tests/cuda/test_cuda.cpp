@@ -22,6 +22,7 @@
 #if QLINEAR_WITH_CUDA
 #include "backends/cuda/act_quant.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
+#include "backends/cuda/fp8_mma_gemm.hpp"
 #include "backends/cuda/int8_scaled_mm.hpp"
 #include "backends/reference/reference_kernels.hpp"
 #include "qlinear/cuda.hpp"
@@ -470,10 +471,37 @@ TEST(CudaKernels, Fp8MmaRouteMatchesTheReference) {
     check_kernel({kern, channel, m, 75, 999});
     check_kernel({kern, channel, m, 128, 8192, DType::kBF16, DType::kBF16, DType::kBF16});  // split K
     check_kernel({kern, dyn_tensor, m, 200, 1000, DType::kF16, DType::kF16, DType::kF32});
+    check_kernel({kern, dyn_tensor, m, 200, 1000, DType::kBF16, DType::kF16, DType::kF32});
     check_kernel({kern, tensor_w_token_a, m, 96, 520, DType::kF32, DType::kF32, DType::kBF16});
+    check_kernel({kern, tensor_w_token_a, m, 96, 520, DType::kBF16, DType::kF32, DType::kBF16});
     check_kernel({kern, tensor, m, 96, 320, DType::kBF16, DType::kBF16, std::nullopt, {32, 64}});
+    check_kernel({kern, channel, m, 64, 1004});
   }
   check_kernel({kern, channel, 16, 4096, 4096});
+}
+
+// Every variant of the FP8 mma GEMM (token tiles, K split counts) on split and unsplit shapes: each within
+// the tensor-core bound.
+TEST(CudaKernels, Fp8MmaForcedVariantsMatchTheReference) {
+  QL_REQUIRE_SM90();
+  const Scheme tensor = *find_scheme("w8a8-fp8-tensor");
+  const Scheme channel = *find_scheme("w8a8-fp8-channel");
+  struct Variant {
+    const char* name;
+    cuda::Fp8MmaForce force;
+  };
+  const Variant variants[] = {
+      {"unsplit", {1, 0}}, {"3 splits", {3, 0}}, {"8 splits", {8, 0}}, {"8 tokens", {0, 1}}, {"64 tokens", {0, 8}},
+  };
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(v.name);
+    cuda::fp8_mma_force(v.force);
+    for (int64_t m : {1, 5, 16, 40}) {
+      check_kernel({&cuda::kSm90Fp8ScaledMMMma, channel, m, 136, 8200, DType::kBF16, DType::kBF16, DType::kBF16});
+      check_kernel({&cuda::kSm90Fp8ScaledMMMma, tensor, m, 200, 2000});
+    }
+  }
+  cuda::fp8_mma_force({});
 }
 
 TEST(CudaKernels, Fp8BlockScaledMatchesTheReference) {

@@ -10,14 +10,15 @@ namespace qlinear::cuda {
 // for N % 16 != 0, which cuBLASLt does not take. wgmma_min_m: from this M the own wgmma GEMM replaces
 // cuBLASLt (0: not by default; sm90_fp8_scaled_mm_wgmma runs it when forced). Off: on the 8B shapes at
 // M = 512..8192 the own GEMM reaches 0.64-0.89 of cuBLASLt's TFLOPS (quantization fused or not; docs/PERF.md).
-// mma_max_m: up to this M the FP8 mma.sync GEMM (fp8_mma_gemm.hpp) runs instead of cuBLASLt, on the same
-// weights; cuBLASLt's FP8 GEMMs stream the weights far below memory speed at small M.
+// mma_max_m: up to this M layers with per-token activations run the FP8 mma.sync GEMM (fp8_mma_gemm.hpp)
+// instead of cuBLASLt, on the same weights: cuBLASLt's OUTER_VEC GEMMs stream the weights far below memory
+// speed at small M (the rule and its measurements: CudaLinearKernel::takes_mma_to).
 constexpr int64_t kFp8WgmmaMinM = 0;
 constexpr int64_t kFp8MmaMaxM = 16;
 const CudaLinearKernel kSm90Fp8ScaledMM(
     Family::kFp8ScaledMM, "sm90_fp8_scaled_mm",
-    "sm_90a FP8 W8A8: GPU activation quantization, then the FP8 mma.sync GEMM at small M and cuBLASLt FP8 "
-    "(SCALAR / OUTER_VEC) above; weight-streaming CUDA-core kernel when N % 16 != 0",
+    "sm_90a FP8 W8A8: GPU activation quantization, then cuBLASLt FP8 (SCALAR / OUTER_VEC), or at M <= 16 with "
+    "per-token activations the FP8 mma.sync GEMM; weight-streaming CUDA-core kernel when N % 16 != 0",
     Route::kAuto, 0, kFp8WgmmaMinM, kFp8MmaMaxM);
 const CudaLinearKernel kCublasLtFp8ScaledMM(
     Family::kFp8ScaledMM, "cublaslt_fp8_scaled_mm",
