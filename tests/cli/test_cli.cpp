@@ -49,15 +49,19 @@ TEST(Cli, KernelsListsAndExplainsAsJson) {
             std::string::npos);
   CliRun sm90 = run("kernels --explain --scheme w8a8-fp8-channel --platform sm90");
   EXPECT_EQ(sm90.code, 0) << sm90.out;
-  // The decode GEMM's tuned routes for the layer (tuning/mma_decode_tuned_h200.inc: 70b.down, M 17..64).
+  // The decode GEMM's tuned routes for the layer (tuning/mma_decode_tuned_h200.inc: 70b.down, MXFP4): 256-row
+  // units with 4 K splits at M 17..32 and 33..64, the built-in rules in the two buckets above.
   CliRun tuned = run("kernels --explain --scheme w4a16-mxfp4 --n 8192 --k 28672 --platform sm90 --json");
   ASSERT_EQ(tuned.code, 0) << tuned.out;
   const auto routes = json_of(tuned.out)["mma_decode_tuned"];
-  ASSERT_EQ(routes.size(), 1u) << routes.dump();
+  ASSERT_EQ(routes.size(), 4u) << routes.dump();
   EXPECT_EQ(routes[0]["device"], "NVIDIA H200");
   EXPECT_EQ(routes[0]["m_min"], 17);
-  EXPECT_EQ(routes[0]["m_max"], 64);
-  EXPECT_EQ(routes[0]["route"], "wgmma 64 tokens x 256 rows, split-K by the wave rule");
+  EXPECT_EQ(routes[0]["m_max"], 32);
+  EXPECT_EQ(routes[1]["m_max"], 64);
+  EXPECT_EQ(routes[1]["route"], "wgmma 64 tokens x 256 rows, split-K 4");
+  EXPECT_EQ(routes[3]["m_max"], 256);
+  EXPECT_EQ(routes[3]["route"], "the built-in rule");
 }
 
 TEST(Cli, TuneDecodeRejectsWhatItDoesNotTune) {

@@ -20,6 +20,7 @@
 
 #include "backends/cuda/fp8_mma_gemm.hpp"
 #include "backends/cuda/mma_epilogue_math.hpp"
+#include "backends/cuda/mma_sync_ptx.cuh"
 
 namespace qlinear::cuda {
 
@@ -51,22 +52,12 @@ struct Tile {
   static_assert(kSmem <= 227 * 1024, "shared memory per block");
 };
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(smem)));
-}
+using mma_detail::cp_async16_zfill;
+using mma_detail::cp_async_commit;
+using mma_detail::cp_async_wait;
+using mma_detail::grid_dependency_wait;
+using mma_detail::ldmatrix_x4;
+
 __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
                "{%8, %9}, {%0, %1, %2, %3};\n"
@@ -77,27 +68,13 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], 
 // Byte offset of 16-byte chunk c of row r in a swizzled [rows][kChunks] tile.
 __device__ __forceinline__ int swz(int r, int c) { return (r * kChunks + (c ^ (r & 7))) * 16; }
 
-__device__ __forceinline__ double load_bias(const void* bias, DType d, int64_t n) {
-  switch (d) {
-    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[n]);
-    case DType::kF16: return __half2float(static_cast<const __half*>(bias)[n]);
-    default: return static_cast<const float*>(bias)[n];
-  }
-}
-
 // The f64 epilogue of output (m, row) from its FP32 sum (mma_epilogue_math.hpp: the product of the two f32
 // scales is exact in f64, so is its product with the sum up to one rounding, then the bias and one rounding
 // to the output dtype).
 __device__ __forceinline__ void store_output(const Fp8MmaArgs& a, int64_t m, int64_t row, float sum) {
   const double s = static_cast<double>(a.w_scale[row]) * static_cast<double>(a.x_scale[m * a.x_scale_stride]);
-  const double bias = a.bias != nullptr ? load_bias(a.bias, a.bias_dtype, row) : 0.0;
-  const double v = mma_epilogue_product(sum, s, bias);
-  const int64_t i = m * a.n + row;
-  switch (a.out_dtype) {
-    case DType::kBF16: static_cast<__nv_bfloat16*>(a.out)[i] = __double2bfloat16(v); break;
-    case DType::kF16: static_cast<__half*>(a.out)[i] = __double2half(v); break;
-    default: static_cast<float*>(a.out)[i] = __double2float_rn(v); break;
-  }
+  const double bias = a.bias != nullptr ? mma_detail::load_bias(a.bias, a.bias_dtype, row) : 0.0;
+  mma_detail::store_out(a.out, a.out_dtype, m * a.n + row, mma_epilogue_product(sum, s, bias));
 }
 
 // grid (N blocks, splits, M tiles). partial: null -> the epilogue writes out; else [splits][M][N] f32 sums.
@@ -169,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, Tile<TN, STAGES>::kMinBlocks)
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < steps) load_weights(s, s);
   }
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  grid_dependency_wait();
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < steps) load_x(s, s);

@@ -48,6 +48,7 @@
 #include "backends/cuda/fp_codec.cuh"
 #include "backends/cuda/mma_decode.hpp"
 #include "backends/cuda/mma_epilogue_math.hpp"
+#include "backends/cuda/mma_sync_ptx.cuh"
 
 namespace qlinear::cuda::mma_detail {
 
@@ -80,33 +81,8 @@ struct Shape {
   static_assert(TN == 1 || TN == 2 || TN == 4 || TN == 8, "token tiles");
 };
 
-// ---- PTX wrappers ----------------------------------------------------------------------------------------
+// ---- PTX wrappers: mma_sync_ptx.cuh; the BF16 MMA --------------------------------------------------------
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// Weights and scales are read once, yet plain cp.async.cg is used, not the L2::cache_hint form with an
-// evict-first createpolicy: nvcc 13.0 emits LDGSTS [R+UR0], desc[UR1] for that form in this kernel (an odd
-// uniform register as the 64-bit descriptor), which the H200 rejects as an illegal instruction.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-// Programmatic dependent launch (sm_90): wait until the grid this one was launched after has completed and
-// its writes are visible (returns at once when there is none).
-__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(smem)));
-}
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
                "{%8, %9}, {%0, %1, %2, %3};\n"
@@ -199,14 +175,6 @@ __device__ __forceinline__ uint32_t bf16_pow2_pair(int biased_exponent) {  // 2^
   return static_cast<uint32_t>(biased_exponent) * 0x00800080u;
 }
 
-__device__ __forceinline__ double load_bias(const void* bias, DType d, int64_t n) {
-  switch (d) {
-    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[n]);
-    case DType::kF16: return __half2float(static_cast<const __half*>(bias)[n]);
-    default: return static_cast<const float*>(bias)[n];
-  }
-}
-
 // The epilogue in f64 (mma_epilogue_math.hpp: the arithmetic, and why it gives the reference's output
 // wherever the FP32 sum is exact): the factor of output (m, row).
 __device__ __forceinline__ MmaFactor epilogue_factor(const MmaDecodeArgs& a, int64_t row, int64_t m) {
@@ -235,15 +203,6 @@ __device__ __forceinline__ double epilogue_value(float sum, const MmaFactor& f, 
     return mma_epilogue_quotient(sum, f, bias);
   } else {
     return mma_epilogue_product(sum, f.scale, bias);
-  }
-}
-
-// One rounding of the f64 value to the output dtype (cvt.rn.{bf16,f16,f32}.f64).
-__device__ __forceinline__ void store_out(void* out, DType d, int64_t i, double v) {
-  switch (d) {
-    case DType::kBF16: static_cast<__nv_bfloat16*>(out)[i] = __double2bfloat16(v); break;
-    case DType::kF16: static_cast<__half*>(out)[i] = __double2half(v); break;
-    default: static_cast<float*>(out)[i] = __double2float_rn(v); break;
   }
 }
 

@@ -23,6 +23,22 @@ ActQuantArgs quant_args(const ApplyCtx& a, const QuantKey& key) {
   return q;
 }
 
+Result<Fp8Activations> quantize_fp8_activations(const ApplyCtx& a, bool per_row) {
+  ActQuantArgs q = quant_args(a, *a.c.activation_key);
+  Fp8Activations out;
+  QL_ASSIGN_OR_RETURN(out.codes, Scratch::make(static_cast<size_t>(a.m * a.st.k_valid), a.stream));
+  QL_ASSIGN_OR_RETURN(out.scales, Scratch::make(sizeof(float) * static_cast<size_t>(per_row ? a.m : 1), a.stream));
+  q.codes = out.codes.get();
+  q.ld_codes = a.st.k_valid;
+  q.scale = {out.scales.get(), per_row ? 1 : 0, 0, false};
+  if (q.mode == ActQuantMode::kDynamicTensor) {
+    QL_ASSIGN_OR_RETURN(out.amax, Scratch::make(sizeof(uint32_t), a.stream));
+    q.amax_scratch = out.amax.as<uint32_t>();
+  }
+  QL_RETURN_IF_ERROR(launch_act_quant(q, a.stream));
+  return out;
+}
+
 Result<const void*> padded_codes(const QuantizedTensor& q, int64_t k_valid, Scratch& pad, Stream stream) {
   const Tensor& d = q.data;
   const int64_t ld = d.strides()[0];

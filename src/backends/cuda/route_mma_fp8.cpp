@@ -40,21 +40,9 @@ Status apply_mma_fp8(const ApplyCtx& a) {
     return launch_fp8_mma_gemm(gemm_args(a, codes, static_cast<const float*>(q.scale.raw()), q.scale.numel() != 1),
                                a.stream);
   }
-  const QuantKey& key = *a.c.activation_key;
-  ActQuantArgs q = quant_args(a, key);
-  const bool per_row = key.scale.group.is_per_token();
-  QL_ASSIGN_OR_RETURN(Scratch codes, Scratch::make(static_cast<size_t>(a.m * kl), a.stream));
-  QL_ASSIGN_OR_RETURN(Scratch scales, Scratch::make(sizeof(float) * static_cast<size_t>(per_row ? a.m : 1), a.stream));
-  q.codes = codes.get();
-  q.ld_codes = kl;
-  q.scale = {scales.get(), per_row ? 1 : 0, 0, false};
-  Scratch amax;
-  if (q.mode == ActQuantMode::kDynamicTensor) {
-    QL_ASSIGN_OR_RETURN(amax, Scratch::make(sizeof(uint32_t), a.stream));
-    q.amax_scratch = amax.as<uint32_t>();
-  }
-  QL_RETURN_IF_ERROR(launch_act_quant(q, a.stream));
-  Fp8MmaArgs g = gemm_args(a, codes.get(), scales.as<float>(), per_row);
+  const bool per_row = a.c.activation_key->scale.group.is_per_token();
+  QL_ASSIGN_OR_RETURN(const Fp8Activations q, quantize_fp8_activations(a, per_row));
+  Fp8MmaArgs g = gemm_args(a, q.codes.get(), q.scales.as<float>(), per_row);
   g.programmatic = true;
   return launch_fp8_mma_gemm(g, a.stream);
 }

@@ -53,11 +53,10 @@ Status apply_wgmma_fp8(const ApplyCtx& a) {
     return launch_wgmma_fp8_gemm(gemm_args(a, codes, static_cast<const float*>(q.scale.raw()), per_row), a.stream);
   }
   const QuantKey& key = *a.c.activation_key;
-  ActQuantArgs q = quant_args(a, key);
   const bool per_row = key.scale.group.is_per_token();
-  QL_ASSIGN_OR_RETURN(Scratch codes, Scratch::make(static_cast<size_t>(a.m * kl), a.stream));
-  QL_ASSIGN_OR_RETURN(Scratch scales, Scratch::make(sizeof(float) * static_cast<size_t>(per_row ? a.m : 1), a.stream));
-  if (fusable(a, q.mode)) {
+  if (fusable(a, act_mode(key))) {
+    QL_ASSIGN_OR_RETURN(Scratch codes, Scratch::make(static_cast<size_t>(a.m * kl), a.stream));
+    QL_ASSIGN_OR_RETURN(Scratch scales, Scratch::make(sizeof(float) * static_cast<size_t>(per_row ? a.m : 1), a.stream));
     const int64_t blocks = (a.m + 127) / 128;
     QL_ASSIGN_OR_RETURN(Scratch ready, Scratch::make(sizeof(int) * static_cast<size_t>(blocks), a.stream));
     QL_CUDA_CHECK(cudaMemsetAsync(ready.get(), 0, sizeof(int) * static_cast<size_t>(blocks), a.stream));
@@ -70,16 +69,8 @@ Status apply_wgmma_fp8(const ApplyCtx& a) {
     g.ready = ready.as<int>();
     return launch_wgmma_fp8_gemm(g, a.stream);
   }
-  q.codes = codes.get();
-  q.ld_codes = kl;
-  q.scale = {scales.get(), per_row ? 1 : 0, 0, false};
-  Scratch amax;
-  if (q.mode == ActQuantMode::kDynamicTensor) {
-    QL_ASSIGN_OR_RETURN(amax, Scratch::make(sizeof(uint32_t), a.stream));
-    q.amax_scratch = amax.as<uint32_t>();
-  }
-  QL_RETURN_IF_ERROR(launch_act_quant(q, a.stream));
-  WgmmaFp8Args g = gemm_args(a, codes.get(), scales.as<float>(), per_row);
+  QL_ASSIGN_OR_RETURN(const Fp8Activations q, quantize_fp8_activations(a, per_row));
+  WgmmaFp8Args g = gemm_args(a, q.codes.get(), q.scales.as<float>(), per_row);
   g.pdl = true;  // the GEMM's blocks set up while the quantization finishes
   return launch_wgmma_fp8_gemm(g, a.stream);
 }

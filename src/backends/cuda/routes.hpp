@@ -22,6 +22,13 @@ struct ApplyCtx {
 ActQuantMode act_mode(const QuantKey& key);
 // ActQuantArgs for a's input with `key` (codes and scales left for the route to place).
 ActQuantArgs quant_args(const ApplyCtx& a, const QuantKey& key);
+// FP8 per-tensor / per-token activations quantized by the layer's key into stream-ordered scratch: E4M3
+// codes [m, k_valid] (zeros beyond K) and f32 scales, [m] per token (per_row) or [1]; a dynamic per-tensor
+// scale's |x| max in `amax`.
+struct Fp8Activations {
+  Scratch codes, scales, amax;
+};
+Result<Fp8Activations> quantize_fp8_activations(const ApplyCtx& a, bool per_row);
 // A pre-quantized activation's codes with rows k_valid long (zero padding), as the GEMMs read them: the
 // tensor itself when it already is, else a padded copy in `pad`.
 Result<const void*> padded_codes(const QuantizedTensor& q, int64_t k_valid, Scratch& pad, Stream stream);
