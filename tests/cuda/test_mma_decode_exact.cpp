@@ -238,7 +238,7 @@ SweepResult sweep(const Case& c, const std::vector<int64_t>& ms) {
   return res;
 }
 
-const std::vector<int64_t> kMs = {1, 2, 7, 16, 17, 64, 65, 129, 256, 1024};
+const std::vector<int64_t> kMs = {1, 2, 7, 16, 17, 64, 65, 96, 128, 129, 256, 1024};
 
 void expect_exact(const Case& c, const std::vector<int64_t>& ms = kMs) {
   const SweepResult r = sweep(c, ms);
@@ -272,6 +272,17 @@ TEST(CudaMmaDecodeExact, Nvfp4W4A4SingleProductsEqualTheReference) {
     }
   }
   EXPECT_GT(f32_differing, 0) << "the data meets no output that an f32 epilogue rounds otherwise";
+  // The real-model check's shapes (SmolLM2: K = 576 and 1536, N = K through an identity weight) at its M = 128,
+  // every token tile full.
+  for (bool dynamic : {false, true}) {
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{576, 576}, {1536, 576}, {576, 1536}}) {
+      Case c{"w4a4-nvfp4", &cuda::kSm90MmaDecodeNvfp4, Nonzeros::kPowersOfTwo, dynamic};
+      c.n = n;
+      c.k = k;
+      const SweepResult r = sweep(c, {128});
+      EXPECT_EQ(r.differing, 0) << r.differing << " of " << r.outputs << " outputs differ";
+    }
+  }
 }
 
 // NVFP4 W4A16 (BF16 activations as given). With power-of-two nonzeros every output is a BF16 value times a
