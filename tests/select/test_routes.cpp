@@ -192,7 +192,7 @@ TEST(Routes, CudaHybridRangesFollowStreamMaxM) {
        {{"M 1..16", "sm90_fp8_weight_only_stream"}, {"M 17+", "sm90_fp8_weight_only_bf16"}}},
       {"sm90_fp8_scaled_mm", "w8a8-fp8-tensor", 4096, {{"M 1+", "cublaslt_fp8_scaled_mm"}}},
       {"sm90_fp8_scaled_mm", "w8a8-fp8-channel", 4096,
-       {{"M 1..16", "sm90_fp8_scaled_mm_mma"}, {"M 17+", "cublaslt_fp8_scaled_mm"}}},
+       {{"M 1..8", "sm90_fp8_scaled_mm_mma"}, {"M 9..16", "sm90_fp8_scaled_mm_mma"}, {"M 17+", "cublaslt_fp8_scaled_mm"}}},
       {"sm90_fp8_scaled_mm", "w8a8-fp8-tensor", 4104, {{"M 1+", "sm90_fp8_scaled_mm_stream"}}},
       {"sm90_fp8_block_scaled", "w8a8-fp8-block", 4096,
        {{"M 1", "sm90_fp8_block_scaled_stream"}, {"M 2+", "cublaslt_fp8_block_scaled"}}},

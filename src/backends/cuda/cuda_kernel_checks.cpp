@@ -2,6 +2,7 @@
 // input_quant_key), the routes by M as data (m_routes) and the route each apply takes, process / import /
 // export through the layer-state pipeline (layer_state.hpp), and apply, which hands over to a route.
 #include "backends/cuda/cuda_kernels.hpp"
+#include "backends/cuda/fp8_mma_gemm.hpp"
 #include "backends/cuda/routes.hpp"
 
 namespace qlinear::cuda {
@@ -129,10 +130,19 @@ std::vector<MRoute> CudaLinearKernel::m_routes(const LinearConfig& c) const {
   std::vector<MRoute> routes;
   int64_t lo = 1;
   if (const int64_t to = takes_mma_to(c); to > 0) {
-    routes.push_back({1, to, std::string(route_kernel(family_, Route::kMma)->name()),
-                      "GPU activation quantization + the FP8 mma.sync GEMM streaming the same weights (cuBLASLt's "
-                      "FP8 GEMMs read them far below memory speed at small M)"});
-    lo = to + 1;
+    // One bucket per token tile of the GEMM's table (8 tokens, then 16), with the tile and the K split it
+    // takes on this layer (an H200's 132 SMs).
+    for (const int64_t hi : {std::min<int64_t>(8, to), to}) {
+      if (hi < lo) continue;
+      Fp8MmaArgs g;
+      g.m = hi;
+      g.n = c.n;
+      g.k = round_up(c.k, 32);
+      routes.push_back({lo, hi, std::string(route_kernel(family_, Route::kMma)->name()),
+                        "GPU activation quantization + " + fp8_mma_description(g) +
+                            "; cuBLASLt's OUTER_VEC GEMMs read the weights far below memory speed at small M"});
+      lo = hi + 1;
+    }
   }
   if (stream_max_m_ >= lo) {
     routes.push_back({lo, stream_max_m_, stream, "weight-streaming CUDA-core kernel: memory-bound at small M, faster "
