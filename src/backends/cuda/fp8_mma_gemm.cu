@@ -34,6 +34,10 @@ constexpr int kWarpsN = 4, kWarpsK = 2, kThreads = 32 * kWarpsN * kWarpsK;
 constexpr int kStageK = 256, kRowsPerBlock = 16 * kWarpsN;
 constexpr int kChunks = kStageK / 16;  // 16-byte chunks per row and stage
 
+// Blocks of `smem` bytes an SM holds (228 KiB, 1 KiB reserved per block), at most 3: the kernel's launch
+// bounds ask for that many, which caps its registers.
+constexpr int blocks_per_sm(int smem) { return std::min(3, (228 << 10) / (smem + 1024)); }
+
 template <int TN, int STAGES>
 struct Tile {
   static constexpr int kXRows = 8 * TN;
@@ -46,7 +50,7 @@ struct Tile {
   static constexpr int kXChunks = kXRows * kChunks;
   static constexpr int kXPerThread = (kXChunks + kThreads - 1) / kThreads;
   // Blocks per SM the launch bounds ask for (registers): what shared memory allows.
-  static constexpr int kMinBlocks = (228 << 10) / (kSmem + 1024) >= 3 ? 3 : ((228 << 10) / (kSmem + 1024) >= 2 ? 2 : 1);
+  static constexpr int kMinBlocks = blocks_per_sm(kSmem);
   static_assert(kRowsPerBlock * kChunks % kThreads == 0, "weight chunks per thread");
   static_assert(kRedBytes <= kSmem, "the K-warp reduction reuses the pipeline's shared memory");
   static_assert(kSmem <= 227 * 1024, "shared memory per block");
@@ -249,7 +253,7 @@ Plan plan_of(const Fp8MmaArgs& a) {
   p.token_tiles = forced.token_tiles != 0 ? forced.token_tiles : (a.m <= 8 ? 1 : (a.m <= 16 ? 2 : (a.m <= 32 ? 4 : 8)));
   p.stages = 4;
   p.smem = p.stages * (kRowsPerBlock + 8 * p.token_tiles) * kStageK;
-  p.per_sm = std::max(1, std::min(3, (228 << 10) / (p.smem + 1024)));  // the kernel's launch bounds
+  p.per_sm = std::max(1, blocks_per_sm(p.smem));
   p.n_blocks = (a.n + kRowsPerBlock - 1) / kRowsPerBlock;
   p.m_tiles = (a.m + 8 * p.token_tiles - 1) / (8 * p.token_tiles);
   const int total_steps = static_cast<int>((a.k + kStageK - 1) / kStageK);

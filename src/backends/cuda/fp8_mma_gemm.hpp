@@ -45,9 +45,6 @@ struct Fp8MmaArgs {
   bool programmatic = false;
 };
 
-// The M this kernel is built for (its tile table's last bucket); larger M runs in 64-token tiles.
-inline constexpr int64_t kFp8MmaMaxM = 64;
-
 // Benchmark and test overrides (0: the table / the wave rule).
 struct Fp8MmaForce {
   int splits = 0;
