@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -27,23 +26,11 @@
 #if QLINEAR_WITH_CUDA
 #include "backends/cuda/cuda_kernels.hpp"
 #include "backends/cuda/fp8_mma_gemm.hpp"
+#include "cuda/cuda_test_util.hpp"
 #include "qlinear/cuda.hpp"
 
 namespace qlinear {
 namespace {
-
-bool have_sm90() {
-  auto platform = Platform::cuda_device(0);
-  return platform && platform->cuda->compute_capability == 90;
-}
-
-std::vector<std::string> env_items(const char* name, const char* dflt) {
-  const char* v = std::getenv(name);
-  std::stringstream ss(v != nullptr && *v != 0 ? v : dflt);
-  std::vector<std::string> out;
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
-  return out;
-}
 
 // A processed FP8 layer of random weights (the scheme's scales) for `kernel`.
 LinearLayer fp8_layer(const LinearKernel& kernel, const char* scheme_name, const bench::LayerShape& sh) {
@@ -76,13 +63,12 @@ LinearLayer fp8_layer(const LinearKernel& kernel, const char* scheme_name, const
 }
 
 TEST(CudaFp8MmaBench, DISABLED_Variants) {
-  if (!have_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  QL_REQUIRE_SM90();
   auto timer_or = bench::DeviceTimer::create(0);
   ASSERT_TRUE(timer_or) << timer_or.message();
   bench::DeviceTimer& timer = **timer_or;
   std::printf("F8MDEV %s\n", timer.describe().c_str());
-  std::vector<int64_t> ms;
-  for (const std::string& v : env_items("QL_F8M_MS", "1,8,16,32,64")) ms.push_back(std::stoll(v));
+  const std::vector<int64_t> ms = cuda_test::env_ints("QL_F8M_MS", "1,8,16,32,64");
   const char* only = std::getenv("QL_F8M_SHAPES");
   auto time_us = [&](const std::function<Status()>& fn) {
     auto t = timer.time([&](int) { return fn(); }, 30);
@@ -100,7 +86,7 @@ TEST(CudaFp8MmaBench, DISABLED_Variants) {
       {"mma_s8", {8, 0}},
       {"mma_tn8", {0, 8}},
   };
-  for (const std::string& set_name : env_items("QL_F8M_SETS", "llama3-8b,llama3-70b")) {
+  for (const std::string& set_name : cuda_test::env_strings("QL_F8M_SETS", "llama3-8b,llama3-70b")) {
     const bench::ShapeSet* set = bench::find_shape_set(set_name);
     ASSERT_NE(set, nullptr) << set_name;
     for (const bench::LayerShape& sh : set->layers) {

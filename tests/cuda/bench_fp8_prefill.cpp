@@ -33,6 +33,7 @@
 #include "backends/cuda/cuda_kernels.hpp"
 #include "backends/cuda/cublaslt_gemm.hpp"
 #include "backends/cuda/wgmma_fp8_gemm.hpp"
+#include "cuda/cuda_test_util.hpp"
 #include "qlinear/cuda.hpp"
 
 namespace qlinear {
@@ -41,16 +42,6 @@ namespace {
 bool have_sm90() {
   auto platform = Platform::cuda_device(0);
   return platform && platform->cuda->compute_capability == 90;
-}
-
-std::vector<int64_t> env_list(const char* name, std::vector<int64_t> dflt) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == 0) return dflt;
-  std::vector<int64_t> out;
-  std::stringstream ss(v);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::stoll(item));
-  return out;
 }
 
 Tensor codes_e4m3(int64_t rows, int64_t cols, uint64_t seed) {
@@ -104,8 +95,8 @@ TEST(CudaFp8PrefillBench, DISABLED_VersusCublasLt) {
   bench::DeviceTimer& timer = **timer_or;
   std::printf("PFDEV %s\n", timer.describe().c_str());
   const cuda::Stream s = cuda::current_stream();
-  const std::vector<int64_t> ms = env_list("QL_PF_MS", {1024, 4096, 8192});
-  const std::vector<int64_t> groups = env_list("QL_PF_GROUP", {0});
+  const std::vector<int64_t> ms = cuda_test::env_ints("QL_PF_MS", "1024,4096,8192");
+  const std::vector<int64_t> groups = cuda_test::env_ints("QL_PF_GROUP", "0");
   const char* only = std::getenv("QL_PF_SHAPES");
   const bench::ShapeSet* set = bench::find_shape_set("llama3-8b");
   ASSERT_NE(set, nullptr);

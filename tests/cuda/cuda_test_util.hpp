@@ -1,9 +1,14 @@
 #pragma once
-// Helpers the CUDA test files share: the sm_90 requirement, fresh seeds, float tensors in other dtypes.
+// Helpers the CUDA test files share: the sm_90 requirement, fresh seeds, float tensors in other dtypes, the
+// benchmarks' comma-separated knobs from the environment.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <random>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "qlinear/formats.hpp"
 #include "qlinear/platform.hpp"
@@ -20,6 +25,20 @@
   } while (0)
 
 namespace qlinear::cuda_test {
+
+// The comma-separated items of environment variable `name`, or of `dflt` where it is unset or empty.
+inline std::vector<std::string> env_strings(const char* name, const std::string& dflt) {
+  const char* v = std::getenv(name);
+  std::stringstream in(v != nullptr && *v != 0 ? v : dflt);
+  std::vector<std::string> out;
+  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
+  return out;
+}
+inline std::vector<int64_t> env_ints(const char* name, const std::string& dflt) {
+  std::vector<int64_t> out;
+  for (const std::string& item : env_strings(name, dflt)) out.push_back(std::stoll(item));
+  return out;
+}
 
 // A different seed for every call of every run (printed by the checks, so a failure can be replayed).
 inline uint64_t fresh_seed() {
