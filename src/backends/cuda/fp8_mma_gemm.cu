@@ -2,7 +2,7 @@
 //
 // Work split. A block is 8 warps: 4 along N (16 weight rows each) times 2 along K; it covers 64 weight rows
 // and 8 * TN tokens and walks its K range (one split of the 256-K steps when split-K is on) through a
-// STAGES-deep cp.async pipeline. Per stage it copies its 64 rows x 256 bytes of weights and the tokens' 256
+// 4-stage cp.async pipeline. Per stage it copies its 64 rows x 256 bytes of weights and the tokens' 256
 // code bytes, both row-major as in global memory, swizzled in shared memory (16-byte chunk c of row r at
 // c ^ (r & 7)) so that the 8 rows one ldmatrix reads hit 8 different bank groups. Warp (wn, wk) multiplies its
 // 16 rows with slab wk (128 K) of the stage: per 32-wide K group one ldmatrix.x4 gives its A fragment
@@ -33,18 +33,22 @@ namespace {
 constexpr int kWarpsN = 4, kWarpsK = 2, kThreads = 32 * kWarpsN * kWarpsK;
 constexpr int kStageK = 256, kRowsPerBlock = 16 * kWarpsN;
 constexpr int kChunks = kStageK / 16;  // 16-byte chunks per row and stage
+constexpr int kStages = 4;
+
+// Shared memory of a block with `token_tiles` 8-token tiles: kStages x (weight rows + token rows) x 256 bytes.
+constexpr int smem_bytes(int token_tiles) { return kStages * (kRowsPerBlock + 8 * token_tiles) * kStageK; }
 
 // Blocks of `smem` bytes an SM holds (228 KiB, 1 KiB reserved per block), at most 3: the kernel's launch
 // bounds ask for that many, which caps its registers.
 constexpr int blocks_per_sm(int smem) { return std::min(3, (228 << 10) / (smem + 1024)); }
 
-template <int TN, int STAGES>
+template <int TN>
 struct Tile {
   static constexpr int kXRows = 8 * TN;
   static constexpr int kWBytes = kRowsPerBlock * kStageK;
   static constexpr int kXBytes = kXRows * kStageK;
   static constexpr int kStageBytes = kWBytes + kXBytes;
-  static constexpr int kSmem = STAGES * kStageBytes;
+  static constexpr int kSmem = smem_bytes(TN);
   static constexpr int kRedBytes = kWarpsN * TN * 4 * 32 * 4;
   static constexpr int kWPerThread = kRowsPerBlock * kChunks / kThreads;
   static constexpr int kXChunks = kXRows * kChunks;
@@ -53,6 +57,7 @@ struct Tile {
   static constexpr int kMinBlocks = blocks_per_sm(kSmem);
   static_assert(kRowsPerBlock * kChunks % kThreads == 0, "weight chunks per thread");
   static_assert(kRedBytes <= kSmem, "the K-warp reduction reuses the pipeline's shared memory");
+  static_assert(kSmem == kStages * kStageBytes, "the stage layout and smem_bytes agree");
   static_assert(kSmem <= 227 * 1024, "shared memory per block");
 };
 
@@ -82,10 +87,10 @@ __device__ __forceinline__ void store_output(const Fp8MmaArgs& a, int64_t m, int
 }
 
 // grid (N blocks, splits, M tiles). partial: null -> the epilogue writes out; else [splits][M][N] f32 sums.
-template <int TN, int STAGES>
-__global__ void __launch_bounds__(kThreads, Tile<TN, STAGES>::kMinBlocks)
+template <int TN>
+__global__ void __launch_bounds__(kThreads, Tile<TN>::kMinBlocks)
     fp8_mma_kernel(const Fp8MmaArgs a, int steps_per_split, float* __restrict__ partial) {
-  using T = Tile<TN, STAGES>;
+  using T = Tile<TN>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wn = warp % kWarpsN, wk = warp / kWarpsN;
@@ -147,12 +152,12 @@ __global__ void __launch_bounds__(kThreads, Tile<TN, STAGES>::kMinBlocks)
   // The first stages' weights before the wait for the quantizer (programmatic dependent launch; a no-op
   // otherwise), the activations after it; one commit group per stage.
 #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
+  for (int s = 0; s < kStages - 1; ++s) {
     if (s < steps) load_weights(s, s);
   }
   grid_dependency_wait();
 #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
+  for (int s = 0; s < kStages - 1; ++s) {
     if (s < steps) load_x(s, s);
     cp_async_commit();
   }
@@ -160,15 +165,15 @@ __global__ void __launch_bounds__(kThreads, Tile<TN, STAGES>::kMinBlocks)
   // ldmatrix row addresses: A (matrix l / 8: rows +0 / +8 by chunks +0 / +1), B (matrix l / 8: chunk +l/8).
   const int a_row = wn * 16 + (lane & 7) + 8 * ((lane >> 3) & 1), a_chunk = wk * 8 + (lane >> 4);
   for (int it = 0; it < steps; ++it) {
-    cp_async_wait<STAGES - 2>();
+    cp_async_wait<kStages - 2>();
     __syncthreads();  // stage `it` landed for every thread; every warp is done with stage it - 1
-    if (it + STAGES - 1 < steps) {
-      load_weights((it + STAGES - 1) % STAGES, it + STAGES - 1);
-      load_x((it + STAGES - 1) % STAGES, it + STAGES - 1);
+    if (it + kStages - 1 < steps) {
+      load_weights((it + kStages - 1) % kStages, it + kStages - 1);
+      load_x((it + kStages - 1) % kStages, it + kStages - 1);
     }
     cp_async_commit();
 
-    const uint8_t* ws = smem + (it % STAGES) * T::kStageBytes;
+    const uint8_t* ws = smem + (it % kStages) * T::kStageBytes;
     const uint8_t* xs = ws + T::kWBytes;
     float slab[TN][4];
 #pragma unroll
@@ -242,7 +247,7 @@ std::mutex forced_mutex;
 Fp8MmaForce forced;
 
 struct Plan {
-  int token_tiles, stages, splits, steps_per_split, smem, per_sm;
+  int token_tiles, splits, steps_per_split, per_sm;
   int64_t n_blocks, m_tiles;
 };
 
@@ -251,9 +256,7 @@ struct Plan {
 Plan plan_of(const Fp8MmaArgs& a) {
   Plan p{};
   p.token_tiles = forced.token_tiles != 0 ? forced.token_tiles : (a.m <= 8 ? 1 : (a.m <= 16 ? 2 : (a.m <= 32 ? 4 : 8)));
-  p.stages = 4;
-  p.smem = p.stages * (kRowsPerBlock + 8 * p.token_tiles) * kStageK;
-  p.per_sm = std::max(1, blocks_per_sm(p.smem));
+  p.per_sm = std::max(1, blocks_per_sm(smem_bytes(p.token_tiles)));
   p.n_blocks = (a.n + kRowsPerBlock - 1) / kRowsPerBlock;
   p.m_tiles = (a.m + 8 * p.token_tiles - 1) / (8 * p.token_tiles);
   const int total_steps = static_cast<int>((a.k + kStageK - 1) / kStageK);
@@ -272,8 +275,8 @@ Plan plan_of(const Fp8MmaArgs& a) {
 
 template <int TN>
 Status launch_tile(const Fp8MmaArgs& a, const Plan& p, float* partial, Stream stream) {
-  using T = Tile<TN, 4>;
-  auto kernel = fp8_mma_kernel<TN, 4>;
+  using T = Tile<TN>;
+  auto kernel = fp8_mma_kernel<TN>;
   // The shared-memory limit is a per-device attribute of the kernel: set once on every device used.
   static std::atomic<uint64_t> attr_set{0};
   int device = 0;
@@ -323,7 +326,7 @@ void fp8_mma_force(const Fp8MmaForce& f) {
 std::string fp8_mma_description(const Fp8MmaArgs& a) {
   const Plan p = plan_of(a);
   std::string why = "FP8 mma.sync m16n8k32 on the row-major weights: " + std::to_string(8 * p.token_tiles) +
-                    " tokens x 64 rows per block, " + std::to_string(p.stages) + " stages of 256 K";
+                    " tokens x 64 rows per block, " + std::to_string(kStages) + " stages of 256 K";
   if (p.splits > 1) why += ", split-K " + std::to_string(p.splits) + " (partial sums, a second launch)";
   if (a.m > 8 * p.token_tiles) why += ", token tiles read the weights again each";
   return why;
