@@ -5,6 +5,7 @@
 //               against the entry points (the vector kernels, or the simple ones where they measured faster)
 //               in the same process; GB/s of the minimal traffic (activations read once, codes and scales
 //               written once). Lines "AQ <mode> K M simple_us entry_us simple_GB/s entry_GB/s".
+//               Knobs (to profile one kernel): QL_AQ_KS, QL_AQ_MS, QL_AQ_MODES (mode names as printed).
 //   LtCandidates: every cuBLASLt heuristic candidate (up to 16) of FP8 with fast accumulation (and with
 //               QLINEAR_LT_BENCH=all the kinds `qlinear tune` measures) at llama3-8b shapes; lines
 //               "LT <kind> <shape> M heur us best us ...", and the INT8 epilogue combinations (scales in
@@ -34,6 +35,7 @@
 #include "backends/cuda/cublaslt_gemm.hpp"
 #include "backends/cuda/int8_scaled_mm.hpp"
 #include "backends/cuda/wgmma_int8_gemm.hpp"
+#include "cuda/cuda_test_util.hpp"
 #include "qlinear/cuda.hpp"
 
 namespace qlinear {
@@ -59,8 +61,12 @@ TEST(CudaPrefillBench, DISABLED_ActQuant) {
   ASSERT_TRUE(timer_or) << timer_or.message();
   bench::DeviceTimer& timer = **timer_or;
   const cuda::Stream s = cuda::current_stream();
-  for (int64_t k : {4096, 14336}) {
-    for (int64_t m : {16, 256, 1024, 4096, 8192}) {
+  const std::vector<std::string> modes = cuda_test::env_strings("QL_AQ_MODES", "");
+  const auto wanted = [&](const char* name) {
+    return modes.empty() || std::find(modes.begin(), modes.end(), name) != modes.end();
+  };
+  for (int64_t k : cuda_test::env_ints("QL_AQ_KS", "4096,14336")) {
+    for (int64_t m : cuda_test::env_ints("QL_AQ_MS", "16,256,1024,4096,8192")) {
       auto x = cuda::to_device(bench::random_rows(DType::kBF16, m, k, 3, 1.0)).value();
       auto codes = cuda::empty(DType::kU8, {m, k}).value();
       auto scales = cuda::empty(DType::kF32, {m * (k / 32 + 1)}).value();
@@ -76,6 +82,7 @@ TEST(CudaPrefillBench, DISABLED_ActQuant) {
                                 Fp8Mode{"fp8.dyn_token", cuda::ActQuantMode::kDynamicToken, 0},
                                 Fp8Mode{"fp8.group128", cuda::ActQuantMode::kDynamicGroup128, 128},
                                 Fp8Mode{"mxfp8.block32", cuda::ActQuantMode::kMx32, 32}}) {
+        if (!wanted(md.name)) continue;
         cuda::ActQuantArgs a;
         a.x = x.raw();
         a.x_dtype = DType::kBF16;
@@ -107,6 +114,7 @@ TEST(CudaPrefillBench, DISABLED_ActQuant) {
                                  Int8Mode{"int8.static_asym", cuda::Int8ActMode::kStaticAsym},
                                  Int8Mode{"int8.dyn_token", cuda::Int8ActMode::kDynamicTokenSym},
                                  Int8Mode{"int8.dyn_token_asym", cuda::Int8ActMode::kDynamicTokenAsym}}) {
+        if (!wanted(md.name)) continue;
         cuda::Int8QuantArgs a;
         a.x = x.raw();
         a.x_dtype = DType::kBF16;

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "backends/cuda/act_fp8_encode_math.hpp"
+
 namespace qlinear::cuda::codec {
 
 // E4M3FN: |v| = q * 2^(e-3) with e = max(ilogb|v|, -6); the scaling is exact, rint (round half to even in
@@ -26,20 +28,18 @@ __device__ __forceinline__ uint8_t encode_e4m3(double v) {
   return static_cast<uint8_t>(sign | (mag > 0x7Eu ? 0x7Eu : mag));
 }
 
-// encode_e4m3(x / s) with the quotient rounded to double first, as the reference computes it, mostly in
-// f32: q = x * r with r = f32(1/s) is within 2 ulps of the exact quotient, so unless q lies within 4 ulps of
-// an E4M3 rounding midpoint (low 20 mantissa bits 0x80000) rounding q (hardware cvt, RNE, saturating) gives
-// the code of the exact quotient, which is also the code of its double. Near a midpoint, in the E4M3
-// subnormal range (|q| < 2^-6), for zeros and non-finite q: the double path.
+// encode_e4m3(x / s) with the quotient rounded to double first, as the reference computes it, in f32
+// (act_fp8_encode_math.hpp says why that is exact), r = f32(1/s): |x| r converted by the hardware (RNE,
+// saturating) unless it is near a rounding midpoint or below 2^-6, where one FMA decides; the sign or-ed
+// in. Scales beyond 2^+-100: the double quotient.
 __device__ __forceinline__ uint8_t encode_e4m3_div(float x, float r, double s) {
-  const float q = x * r;
-  const uint32_t u = __float_as_uint(q) & 0x7FFFFFFFu;
-  const uint32_t low = u & 0xFFFFFu;
-  const uint32_t dist = low > 0x80000u ? low - 0x80000u : 0x80000u - low;
-  if (u >= (121u << 23) && u < 0x7F800000u && dist > 4u) {
-    return static_cast<uint8_t>(__nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3));
-  }
-  return encode_e4m3(static_cast<double>(x) / s);
+  const float sf = static_cast<float>(s);
+  if (!actenc::quotient_scale_in_range(sf)) return encode_e4m3(static_cast<double>(x) / s);
+  const float a = fabsf(x);
+  float q = a * r;
+  if (actenc::quotient_needs_check(q)) q = actenc::quotient_magnitude(a, q, sf);
+  const uint32_t sign = (__float_as_uint(x) >> 24) & 0x80u;
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3) | sign);
 }
 
 // encode_e4m3(x * 2^-e) for MX: the scaling is exact in f32 (an underflow only touches values that encode
