@@ -72,7 +72,10 @@ int tune_decode(const Args& args, const std::vector<bench::LayerShape>& layers) 
         << "--decode` on " << (results->empty() ? std::string("this GPU") : results->front().device_name)
         << ":\n//   " << (*timer)->describe() << "\n// Fields: device, code (FP6 keyed E2M3), N, K, M bucket "
         << "upper bound, route, then for wgmma: tokens,\n// rows per unit, splits (0 = the wave rule); kRule keeps "
-        << "the built-in rules (no candidate >= 5% faster).\n";
+        << "the built-in rules (no candidate >= 5% faster).\n// Regenerate on that GPU (every shape set in one run: "
+        << "--out replaces the file):\n//   qlinear tune --decode --shapes " << args.get_or("--shapes", "llama3-8b")
+        << " --m " << args.get_or("--m", "32,64,128,256") << " --schemes "
+        << args.get_or("--schemes", bench::kMmaTuneDefaultSchemes) << "\n//     --out " << *path << "\n";
     for (const bench::MmaTuneResult& r : *results) {
       const cuda::MmaDecodeTunedEntry e = r.entry();
       out << cuda::mma_decode_entry_source(e) << "  // " << r.layer.name << " " << r.scheme << ": rule " << r.rule_us

@@ -78,6 +78,10 @@ inline std::vector<MmaVariant> mma_variants() {
   add("wg_np", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_persist = -1; });  // a block per unit
   add("wg_r256", 17, 64, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_rows = 256; });  // 256 rows, 64 tokens
   add("wg_cl2", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_cluster = 2; });  // block pairs
+  // Its shared-memory variant (tokens as wgmma M, 128 per block): 256 and 128 weight rows per block.
+  add("wg_ss", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_smem_b = 1; });
+  add("wg_ss_r128", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_smem_b = 1; f.wgmma_rows = 128; });
+  add("wg_ss_s1", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_smem_b = 1; f.splits = 1; });
   add("wg_cl4", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_cluster = 4; });
   add("wg_cl2s2", 17, 1 << 20, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_cluster = 2; f.splits = 2; });
   add("wg_cl2r", 17, 64, [](MmaDecodeForce& f) { f.wgmma = 1; f.wgmma_cluster = 2; f.wgmma_rows = 256; });

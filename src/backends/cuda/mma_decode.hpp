@@ -102,6 +102,7 @@ struct MmaDecodeForce {
   int wgmma = 0;                                          // M > 16: 1 = the swap-AB wgmma kernel, -1 = never
   int wgmma_tokens = 0;                                   // its token tile (64, 128, 256; 0 = by M)
   int wgmma_rows = 0;                                     // its weight rows per unit (128, or 256 at 64 tokens)
+  int wgmma_smem_b = 0;                                   // 1: its shared-memory variant (tokens as wgmma M)
   int wgmma_stages = 0;                                   // its ring depth (0: what shared memory holds)
   int wgmma_cluster = 0;                                  // its blocks sharing x by multicast (2 or 4; else 1)
   int wgmma_stream_k = 0;                                 // its schedule: 1 = stream-K, else split-K

@@ -58,8 +58,14 @@ MmaWgmmaPlan mma_wgmma_plan(const MmaDecodeArgs& a) {
   const int want_tokens = tuned != nullptr ? tuned->tokens : f.wgmma_tokens;
   const int want_rows = tuned != nullptr ? tuned->rows : f.wgmma_rows;
   const int want_splits = tuned != nullptr ? tuned->splits : f.splits;
-  p.tokens = want_tokens != 0 ? want_tokens : (a.m <= 64 ? 64 : (a.m <= 128 ? 128 : 256));
-  p.rows = p.tokens == 64 && want_rows == 256 ? 256 : 128;
+  p.smem_b = f.wgmma_smem_b > 0;
+  if (p.smem_b) {  // 128 tokens per block; 256 weight rows unless 128 are asked for
+    p.tokens = mma_wgmma::kSmemBTokens;
+    p.rows = want_rows == 128 ? 128 : 256;
+  } else {
+    p.tokens = want_tokens != 0 ? want_tokens : (a.m <= 64 ? 64 : (a.m <= 128 ? 128 : 256));
+    p.rows = p.tokens == 64 && want_rows == 256 ? 256 : 128;
+  }
   const int tiles = p.rows / static_cast<int>(kMmaTileN);
   p.n_blocks = static_cast<int>((a.layout.n_tiles() + tiles - 1) / tiles);
   p.m_tiles = static_cast<int>((a.m + p.tokens - 1) / p.tokens);
@@ -69,7 +75,7 @@ MmaWgmmaPlan mma_wgmma_plan(const MmaDecodeArgs& a) {
   const int64_t sms = std::max(1, f.wgmma_persist > 0 ? std::min(a.sm_count, f.wgmma_persist) : a.sm_count);
   auto per_split = [&](int s) { return (total / 2 + s - 1) / s * 2; };  // whole slabs per split
   auto count = [&](int s) { return (total + per_split(s) - 1) / per_split(s); };
-  p.cluster = (f.wgmma_cluster == 2 || f.wgmma_cluster == 4) && f.wgmma_stream_k <= 0 ? f.wgmma_cluster : 1;
+  p.cluster = (f.wgmma_cluster == 2 || f.wgmma_cluster == 4) && f.wgmma_stream_k <= 0 && !p.smem_b ? f.wgmma_cluster : 1;
   const int64_t tiles_total = static_cast<int64_t>(p.n_blocks) * p.m_tiles;
   const int64_t pair_units = (p.n_blocks + p.cluster - 1) / p.cluster * int64_t{p.m_tiles};  // per split
   int best = 1;
@@ -92,7 +98,7 @@ MmaWgmmaPlan mma_wgmma_plan(const MmaDecodeArgs& a) {
   const int64_t k_slabs = total / 2;
   const int64_t dp = tiles_total >= 2 * sms ? (tiles_total / sms - 1) * sms : 0;
   const int64_t sk_slabs = (tiles_total - dp) * k_slabs;
-  if (f.wgmma_stream_k > 0 && f.splits == 0 && p.cluster == 1 && sk_slabs * sms < (int64_t{1} << 31)) {
+  if (f.wgmma_stream_k > 0 && f.splits == 0 && p.cluster == 1 && !p.smem_b && sk_slabs * sms < (int64_t{1} << 31)) {
     p.splits = 1;
     p.stages_per_split = total;
     p.units = static_cast<int>(tiles_total);
@@ -108,6 +114,14 @@ int mma_wgmma_splits(const MmaDecodeArgs& a) { return mma_wgmma_plan(a).splits; 
 
 std::string mma_wgmma_description(const MmaDecodeArgs& a) {
   const MmaWgmmaPlan p = mma_wgmma_plan(a);
+  if (p.smem_b) {
+    std::string why = "wgmma kernel, shared-memory B: " + std::to_string(p.tokens) + " tokens (wgmma M) x " +
+                      std::to_string(p.rows) + " weight rows per block (decoded into a BF16 tile in shared memory "
+                      "each 64 K stage), split-K " + std::to_string(p.splits) + ", " + std::to_string(p.units) +
+                      " units on " + std::to_string(p.grid) + " persistent blocks";
+    if (a.m > p.tokens) why += ", token tiles decode the weights again each";
+    return why;
+  }
   std::string why = "swap-AB wgmma kernel: " + std::to_string(p.tokens) + " tokens (wgmma N) x " +
                     std::to_string(p.rows) + " rows per unit (weights decoded into the register A operand), TMA "
                     "ring of 64 K stages, " +
@@ -172,10 +186,16 @@ Status launch_mma_wgmma(const MmaDecodeArgs& a, Stream stream) {
   }
   float* ps = p.stream_k || p.splits > 1 ? partial.as<float>() : nullptr;
   switch (a.layout.code) {
-    case MmaCode::kE4M3: QL_RETURN_IF_ERROR(mma_wgmma::launch_e4m3(a, p, ps, stream)); break;
+    case MmaCode::kE4M3:
+      QL_RETURN_IF_ERROR(p.smem_b ? mma_wgmma::launch_ss_e4m3(a, p, ps, stream) : mma_wgmma::launch_e4m3(a, p, ps, stream));
+      break;
     case MmaCode::kE2M3:
-    case MmaCode::kE3M2: QL_RETURN_IF_ERROR(mma_wgmma::launch_fp6(a, p, ps, stream)); break;
-    case MmaCode::kE2M1: QL_RETURN_IF_ERROR(mma_wgmma::launch_e2m1(a, p, ps, stream)); break;
+    case MmaCode::kE3M2:
+      QL_RETURN_IF_ERROR(p.smem_b ? mma_wgmma::launch_ss_fp6(a, p, ps, stream) : mma_wgmma::launch_fp6(a, p, ps, stream));
+      break;
+    case MmaCode::kE2M1:
+      QL_RETURN_IF_ERROR(p.smem_b ? mma_wgmma::launch_ss_e2m1(a, p, ps, stream) : mma_wgmma::launch_e2m1(a, p, ps, stream));
+      break;
   }
   if (p.stream_k) {
     const int sk_tiles = p.units - p.dp_units;

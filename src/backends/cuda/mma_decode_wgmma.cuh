@@ -233,6 +233,50 @@ __device__ __forceinline__ void cluster_sync() {
 }
 }  // namespace sa
 
+// The producer thread (lane 0 of the first producer warp): for every segment of this block's walk, each
+// 64-K stage's copies into the next ring slot once the math warps released it -- the x box (kTokens rows
+// from the segment's token tile; in clusters a share of its rows each, multicast), the weights and the scale
+// records of the unit's kTiles tiles -- completing on the slot's `full` barrier. Sh: the kernel's stage
+// layout (kXBytes, kWBytes, kLoadBytes, kStageBytes, kTiles, kChunksPerUnit, kRec).
+template <class Sh, int kTokens>
+__device__ __forceinline__ void produce(const Walk& wk, uint8_t* smem, uint64_t* full, uint64_t* empty,
+                                        const CUtensorMap& map_x, const CUtensorMap& map_w,
+                                        const CUtensorMap& map_s) {
+  const bool weights = (wk.probe & kProbeNoWeights) == 0;
+  const uint32_t bytes = weights ? Sh::kLoadBytes : Sh::kXBytes;
+  // 32-bit shared-window addresses: the producer runs on 40 registers.
+  const uint32_t ring = wgmma::smem_addr(smem), full0 = wgmma::smem_addr(full), empty0 = wgmma::smem_addr(empty);
+  int slot = 0;
+  uint32_t phase = 0;
+  Segment sg;
+  for (int seg = 0; segment_at(wk, seg, sg); ++seg) {
+    const int row0 = sg.z * kTokens, tile0 = sg.b * Sh::kTiles;
+    for (int kst = sg.kst0; kst < sg.kst0 + sg.steps; ++kst) {
+      const int slab = kst / 2, half = kst & 1;
+      const uint32_t st = ring + slot * Sh::kStageBytes, bar = full0 + 8 * slot;
+      sa::wait(empty0 + 8 * slot, phase ^ 1);  // a fresh barrier counts as released
+      sa::expect_tx(bar, bytes);
+      if (wk.cluster > 1) {  // a share of the box rows each, multicast to every block of the cluster
+        const int r = static_cast<int>(blockIdx.x) % wk.cluster, rows = kTokens / wk.cluster;
+        sa::tma_2d_multicast(st + r * rows * 128, &map_x, bar, kst * kStageK, row0 + r * rows,
+                             static_cast<uint16_t>((1u << wk.cluster) - 1), kEvictLast);
+      } else {
+        sa::tma_2d(st, &map_x, bar, kst * kStageK, row0, wk.hint, kEvictLast);
+      }
+      if (weights) {
+        sa::tma_3d(st + Sh::kXBytes, &map_w, bar, slab * Sh::kChunksPerUnit + half, tile0, wk.hint, kEvictFirst);
+        if constexpr (Sh::kRec > 0) {
+          sa::tma_3d(st + Sh::kXBytes + Sh::kWBytes, &map_s, bar, slab, tile0, wk.hint, kEvictFirst);
+        }
+      }
+      if (++slot == wk.stages) {
+        slot = 0;
+        phase ^= 1;
+      }
+    }
+  }
+}
+
 // The decode factors f[h][row half] of K group 2 half + ql of the lane's k128 unit (mma_decode.cuh,
 // decode_group; kMx32: folding layers only). rec[0] / rec[1]: the scale-record word of rows g / g + 8 that
 // holds this half's groups, shifted so that they start at byte 0.
@@ -257,16 +301,15 @@ __device__ __forceinline__ void group_factors(const uint32_t (&rec)[2], int ql, 
   }
 }
 
-// One stage of a math warp: its tile's words and scale record from the ring slot `st` (half HALF of a k128
-// slab) decoded into the four k16 A fragments af[kk].
-template <MmaCode C, MmaScale S, int BN, int SUB, int HALF>
-__device__ __forceinline__ void decode_stage(const uint8_t* st, int tile, int lane, uint32_t e2m1_lo,
-                                             uint32_t (&af)[4][4]) {
-  using Sh = Shape<C, S, BN, SUB>;
-  uint32_t w[Sh::kLaneWords];
-  const uint8_t* words = st + Sh::kXBytes + tile * Sh::kTileBytes;
+// One tile's share of a stage (half HALF of a k128 slab) decoded into the four k16 A fragments af[kk]: the
+// tile's kLaneWords words per lane at `words` ([piece][lane][16 bytes]), its unit's scale records at `recs`
+// (kRec bytes per row pair). Both kernels (this one and the shared-memory B kernel, mma_decode_wgmma_ss.cuh).
+template <MmaCode C, MmaScale S, int HALF, int kLaneWords, int kRec>
+__device__ __forceinline__ void decode_tile_words(const uint8_t* words, const uint8_t* recs, int lane,
+                                                  uint32_t e2m1_lo, uint32_t (&af)[4][4]) {
+  uint32_t w[kLaneWords];
 #pragma unroll
-  for (int p = 0; p < Sh::kLaneWords / 4; ++p) {  // [piece][lane][16 bytes]
+  for (int p = 0; p < kLaneWords / 4; ++p) {  // [piece][lane][16 bytes]
     const uint4 v = *reinterpret_cast<const uint4*>(words + p * 512 + lane * 16);
     w[4 * p] = v.x;
     w[4 * p + 1] = v.y;
@@ -277,7 +320,7 @@ __device__ __forceinline__ void decode_stage(const uint8_t* st, int tile, int la
   // rows g then g + 8, one byte per 32-group; kNv16 16 bytes, rows g then g + 8, one byte per 16-group. This
   // half's groups: the upper half of each MX word, or the second NVFP4 word of each row.
   uint32_t rec[2] = {0, 0};
-  const uint8_t* rp = st + Sh::kXBytes + Sh::kWBytes + tile * Sh::kUnitRecBytes + (lane / 4) * Sh::kRec;
+  const uint8_t* rp = recs + (lane / 4) * kRec;
   if constexpr (S == MmaScale::kMx32) {
     const uint2 v = *reinterpret_cast<const uint2*>(rp);
     rec[0] = v.x >> (16 * HALF);
@@ -301,6 +344,16 @@ __device__ __forceinline__ void decode_stage(const uint8_t* st, int tile, int la
 #pragma unroll
       for (int r = 0; r < 4; ++r) af[2 * ql + h][r] = a2[h][r];
   }
+}
+
+// One stage of a math warp: its tile's words and scale record from the ring slot `st`.
+template <MmaCode C, MmaScale S, int BN, int SUB, int HALF>
+__device__ __forceinline__ void decode_stage(const uint8_t* st, int tile, int lane, uint32_t e2m1_lo,
+                                             uint32_t (&af)[4][4]) {
+  using Sh = Shape<C, S, BN, SUB>;
+  decode_tile_words<C, S, HALF, Sh::kLaneWords, Sh::kRec>(st + Sh::kXBytes + tile * Sh::kTileBytes,
+                                                          st + Sh::kXBytes + Sh::kWBytes + tile * Sh::kUnitRecBytes,
+                                                          lane, e2m1_lo, af);
 }
 
 __device__ __forceinline__ void fence_frags(uint32_t (&af)[4][4]) {
@@ -342,39 +395,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     // Lane 0 of the first producer warp waits for a slot, arms its barrier and issues the TMA copies.
     if (warp != kProducerWarp || lane != 0) return;
-    const bool weights = (wk.probe & kProbeNoWeights) == 0;
-    const uint32_t bytes = weights ? Sh::kLoadBytes : Sh::kXBytes;
-    // 32-bit shared-window addresses: the producer runs on 40 registers.
-    const uint32_t ring = wgmma::smem_addr(smem), full0 = wgmma::smem_addr(full), empty0 = wgmma::smem_addr(empty);
-    int slot = 0;
-    uint32_t phase = 0;
-    Segment sg;
-    for (int seg = 0; segment_at(wk, seg, sg); ++seg) {
-      const int row0 = sg.z * BN, tile0 = sg.b * Sh::kTiles;
-      for (int kst = sg.kst0; kst < sg.kst0 + sg.steps; ++kst) {
-        const int slab = kst / 2, half = kst & 1;
-        const uint32_t st = ring + slot * Sh::kStageBytes, bar = full0 + 8 * slot;
-        sa::wait(empty0 + 8 * slot, phase ^ 1);  // a fresh barrier counts as released
-        sa::expect_tx(bar, bytes);
-        if (wk.cluster > 1) {  // a share of the box rows each, multicast to every block of the cluster
-          const int r = static_cast<int>(blockIdx.x) % wk.cluster, rows = BN / wk.cluster;
-          sa::tma_2d_multicast(st + r * rows * 128, &map_x, bar, kst * kStageK, row0 + r * rows,
-                               static_cast<uint16_t>((1u << wk.cluster) - 1), kEvictLast);
-        } else {
-          sa::tma_2d(st, &map_x, bar, kst * kStageK, row0, wk.hint, kEvictLast);
-        }
-        if (weights) {
-          sa::tma_3d(st + Sh::kXBytes, &map_w, bar, slab * Sh::kChunksPerUnit + half, tile0, wk.hint, kEvictFirst);
-          if constexpr (Sh::kRec > 0) {
-            sa::tma_3d(st + Sh::kXBytes + Sh::kWBytes, &map_s, bar, slab, tile0, wk.hint, kEvictFirst);
-          }
-        }
-        if (++slot == wk.stages) {
-          slot = 0;
-          phase ^= 1;
-        }
-      }
-    }
+    produce<Sh, BN>(wk, smem, full, empty, map_x, map_w, map_s);
     if (wk.cluster > 1) sa::cluster_sync();  // neither block leaves while the other may still arrive on it
   } else {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kMathRegs));

@@ -22,8 +22,11 @@ bool mma_takes_wgmma_route(const MmaDecodeArgs& a);
 
 // How a launch covers the work: the token tile (wgmma N), the split of K, the units and the grid.
 struct MmaWgmmaPlan {
+  // The shared-memory variant (mma_decode_wgmma_ss.cuh): tokens as wgmma M (128 per block), the decoded
+  // weights as its N from a B tile in shared memory (128 or 256 rows per block).
+  bool smem_b = false;
   int tokens = 64;
-  int rows = 128;  // weight rows per unit: 128, or 256 (token tiles 64 and 128)
+  int rows = 128;  // weight rows per unit: 128, or 256 (token tiles 64 and 128; smem_b: any)
   int splits = 1;
   int stages_per_split = 0;  // 64-K stages, even (a split starts at a k128 slab)
   int n_blocks = 0, m_tiles = 0, units = 0;
@@ -49,6 +52,11 @@ inline constexpr int kProbeNoWeights = 2;  // weight and scale copies not issued
 Status launch_e4m3(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial, Stream stream);
 Status launch_fp6(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial, Stream stream);
 Status launch_e2m1(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial, Stream stream);
+// The shared-memory variant's launches (mma_decode_wgmma_ss_<code>.cu).
+inline constexpr int kSmemBTokens = 128;
+Status launch_ss_e4m3(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial, Stream stream);
+Status launch_ss_fp6(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial, Stream stream);
+Status launch_ss_e2m1(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial, Stream stream);
 }  // namespace mma_wgmma
 
 }  // namespace qlinear::cuda
