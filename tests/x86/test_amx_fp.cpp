@@ -3,8 +3,9 @@
 // and quantized activations decoded to BF16, against the reference on the same quantized layer, at M around the
 // 6-row register tile, the 16-row AMX tile and the 32-row block edges, N off the 16-column panels and 64-column
 // blocks and K off the 32-wide tile step (NVFP4: K a multiple of 16 only; FP8 128x128 blocks: K off 128 and off 16,
-// more than one scale block); every family's scheme with BF16 and with quantized activations. Each case also checks that the tile path (or below its M range the weight stream) ran: a fallback
-// to the AVX2 code gives the same numbers. Skipped, with the reason, where the CPU or the OS lacks the ISA.
+// more than one scale block); every family's scheme with BF16 and with quantized activations. Each case also
+// checks that the tile path (or below its M range the weight stream) ran: a fallback to the AVX2 code gives the
+// same numbers. Skipped, with the reason, where the CPU or the OS lacks the ISA.
 #include <cstring>
 #include <string_view>
 #include <tuple>
@@ -75,7 +76,10 @@ std::vector<Case> sweep(KStep step) {
   // one); K = 40 only with N = 129 (ns[3]), so that no layer has a single [1, 1] scale block (the reference reads
   // that as per-tensor).
   static const int64_t ks_block[] = {40, 256, 336, 161};
-  const int64_t* ks = step == KStep::kMx32 ? ks_mx : step == KStep::kNv16 ? ks_nv : step == KStep::kBlock128 ? ks_block : ks_any;
+  const int64_t* ks = step == KStep::kMx32      ? ks_mx
+                      : step == KStep::kNv16     ? ks_nv
+                      : step == KStep::kBlock128 ? ks_block
+                                                 : ks_any;
   const DType outs[] = {DType::kBF16, DType::kF16, DType::kF32};
   std::vector<Case> cases;
   int i = 0;
@@ -399,9 +403,10 @@ TEST(X86AmxFp, SelectedWithTheirMRanges) {
 }
 
 // Without AMX (AVX-512 BF16 + VBMI: Zen 4 / 5, Xeons whose AMX is not exposed) the AVX-512 BF16 kernels take the
-// quantized-activation MX / NVFP4 / FP8 (per tensor, channel, 128x128 block) layers and MXFP6 weight-only, with the weight stream at M = 1 and register
-// tiles from M = 2; the A16 MXFP8 / MXFP4 layers keep their weight-only kernels. With AVX-512 masked away
-// (QLINEAR_CPU_ISA=avx2, AVX2-only CPUs such as Zen 3) the AVX2 kernels run; with AMX the AMX ones.
+// quantized-activation MX / NVFP4 / FP8 (per tensor, channel, 128x128 block) layers and MXFP6 weight-only, with
+// the weight stream at M = 1 and register tiles from M = 2; the A16 MXFP8 / MXFP4 layers keep their weight-only
+// kernels. With AVX-512 masked away (QLINEAR_CPU_ISA=avx2, AVX2-only CPUs such as Zen 3) the AVX2 kernels run;
+// with AMX the AMX ones (FP8 128x128 blocks: still x86_avx512bf16_fp8_block_scaled, test_selection.cpp).
 TEST(X86AmxFp, Avx512Bf16KernelsSelectedWithoutAmx) {
   CpuFeatures f = detect_cpu_features();
   if (!f.avx512bf16 || !f.avx512vbmi) GTEST_SKIP() << "no AVX-512 BF16 + VBMI here";

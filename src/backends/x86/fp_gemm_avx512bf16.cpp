@@ -1,7 +1,9 @@
-// x86_avx512bf16_{fp8_scaled_mm, fp8_block_scaled, mxfp8, mxfp6, mxfp4, nvfp4}: the AMX-BF16 kernels' GEMM (amx_w8a16_gemm.cpp) for
-// CPUs with AVX-512 BF16 + VBMI but no AMX (AMD Zen 4 / 5, Xeons whose AMX is not exposed). The same BF16
-// activations (amx_act_bf16.cpp), the same decoded words (bf16_job_decoder: MX E8M0 folded, NVFP4 E4M3 multiplied
-// in) and, below kAmxBf16MinM, the same weight stream (amx_bf16_stream.cpp); only the tiles are replaced:
+// x86_avx512bf16_{fp8_scaled_mm, fp8_block_scaled, mxfp8, mxfp6, mxfp4, nvfp4}: the AMX-BF16 kernels' GEMM
+// (amx_w8a16_gemm.cpp) for CPUs with AVX-512 BF16 + VBMI but no AMX (AMD Zen 4 / 5, Xeons whose AMX is not
+// exposed), and for FP8 128x128 blocks on any CPU with AVX-512 BF16 + VBMI (the AMX paths keep whole-K sums,
+// the 128x128 scales need each K block's own). The same BF16 activations (amx_act_bf16.cpp), the same decoded
+// words (bf16_job_decoder: MX E8M0 folded, NVFP4 E4M3 multiplied in) and, below kAmxBf16MinM, the same weight
+// stream (amx_bf16_stream.cpp); only the tiles are replaced:
 //
 // Per item of bf16_tile_parallel (a block of kBf16TilePanels = 4 panels, 64 output columns; or, with few columns
 // and many rows, a range of whole m-tiles over every block):
