@@ -32,8 +32,9 @@ const LinearKernel* const kX86CpuPriority[] = {
     &x86::kAmxBf16Mxfp4,
     &x86::kAmxBf16Nvfp4,
     // The same on AVX-512 BF16 + VBMI without AMX (Zen 4 / 5): vdpbf16ps register tiles from M = 2, the same
-    // weight stream at M = 1
+    // weight stream at M = 1; FP8 128x128 blocks with AMX too (no AMX variant: x86_kernels.hpp says why)
     &x86::kAvx512Bf16Fp8ScaledMM,
+    &x86::kAvx512Bf16Fp8BlockScaled,
     &x86::kAvx512Bf16Mxfp8,
     &x86::kAvx512Bf16Mxfp6,
     &x86::kAvx512Bf16Mxfp4,

@@ -228,6 +228,8 @@ TEST(GoldenSelection, RealKernelsOnSyntheticPlatforms) {
   zen4_no_vbmi.avx512vbmi = false;
   CpuFeatures avx2;
   avx2.avx2 = avx2.fma = avx2.f16c = true;
+  CpuFeatures spr = zen4;  // with AMX tiles
+  spr.amx_tile = spr.amx_int8 = spr.amx_bf16 = true;
   struct Case {
     Platform platform;
     const char* scheme;
@@ -244,6 +246,10 @@ TEST(GoldenSelection, RealKernelsOnSyntheticPlatforms) {
       {Platform::synthetic_cpu(zen4), "w4a4-nvfp4", "x86_avx512bf16_nvfp4"},
       {Platform::synthetic_cpu(zen4), "w6a16-mxfp6-e2m3", "x86_avx512bf16_mxfp6"},
       {Platform::synthetic_cpu(zen4), "w8a8-fp8-tensor", "x86_avx512bf16_fp8_scaled_mm"},
+      {Platform::synthetic_cpu(zen4), "w8a8-fp8-block", "x86_avx512bf16_fp8_block_scaled"},
+      {Platform::synthetic_cpu(spr), "w8a8-fp8-block", "x86_avx512bf16_fp8_block_scaled"},  // no AMX variant
+      {Platform::synthetic_cpu(zen4_no_vbmi), "w8a8-fp8-block", "x86_avx2_fp8_block_scaled"},
+      {Platform::synthetic_cpu(avx2), "w8a8-fp8-block", "x86_avx2_fp8_block_scaled"},
       {Platform::synthetic_cpu(zen4_no_vbmi), "w8a8-mxfp8", "x86_avx2_mxfp8"},
       {Platform::synthetic_cpu(avx2), "w4a4-nvfp4", "x86_avx2_nvfp4"},
       {Platform::synthetic_cpu(avx2), "w8a8-int8-dynamic", "x86_avx2_int8"},

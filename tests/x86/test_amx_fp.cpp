@@ -1,10 +1,11 @@
 // The FP engine's BF16 kernels: AMX-BF16 (x86_amx_bf16_*) and, for CPUs without AMX, AVX-512 BF16 register tiles
-// on the same decoded words (x86_avx512bf16_{fp8_scaled_mm, mxfp8, mxfp6, mxfp4, nvfp4}): weights and quantized
-// activations decoded to BF16, against the reference on the same quantized layer, at M around the 6-row register
-// tile, the 16-row AMX tile and the 32-row block edges, N off the 16-column panels and 64-column blocks and K off
-// the 32-wide tile step (NVFP4: K a multiple of 16 only); every family's scheme with BF16 and with quantized
-// activations. Each case also checks that the tile path (or below its M range the weight stream) ran: a fallback
-// to the AVX2 code gives the same numbers. Skipped, with the reason, where the CPU or the OS lacks the ISA.
+// on the same decoded words (x86_avx512bf16_{fp8_scaled_mm, fp8_block_scaled, mxfp8, mxfp6, mxfp4, nvfp4}): weights
+// and quantized activations decoded to BF16, against the reference on the same quantized layer, at M around the
+// 6-row register tile, the 16-row AMX tile and the 32-row block edges, N off the 16-column panels and 64-column
+// blocks and K off the 32-wide tile step (NVFP4: K a multiple of 16 only; FP8 128x128 blocks: K off 128 and off 16,
+// more than one scale block); every family's scheme with BF16 and with quantized activations. Each case also
+// checks that the tile path (or below its M range the weight stream) ran: a fallback to the AVX2 code gives the
+// same numbers. Skipped, with the reason, where the CPU or the OS lacks the ISA.
 #include <cstring>
 #include <string_view>
 #include <tuple>
@@ -28,7 +29,7 @@ const Scheme kMxfp4A8{"mxfp4-a8", Family::kMxfp4, kMxfp4Static, kMxfp8Dynamic, "
 const Scheme kMxfp6A8{"mxfp6-e3m2-a8", Family::kMxfp6, kMxfp6E3M2Static, kMxfp8Dynamic, ""};
 const Scheme kFp8DynTensor{"fp8-dyn-tensor", Family::kFp8ScaledMM, kFp8StaticChannelSym, kFp8DynamicTensorSym, ""};
 
-enum class KStep { kAny, kMx32, kNv16 };
+enum class KStep { kAny, kMx32, kNv16, kBlock128 };
 
 struct FamilyCase {
   const LinearKernel* kernel;
@@ -61,6 +62,7 @@ std::vector<FamilyCase> families() {
   out.push_back({&x86::kAvx512Bf16Fp8ScaledMM,
                  {find_scheme("w8a8-fp8-channel"), find_scheme("w8a8-fp8-tensor"), &kFp8DynTensor}, KStep::kAny});
   out.push_back({&x86::kAvx512Bf16Mxfp8, {find_scheme("w8a8-mxfp8"), find_scheme("w8a16-mxfp8")}, KStep::kMx32});
+  out.push_back({&x86::kAvx512Bf16Fp8BlockScaled, {find_scheme("w8a8-fp8-block")}, KStep::kBlock128});
   return out;
 }
 
@@ -70,7 +72,14 @@ std::vector<Case> sweep(KStep step) {
   static const int64_t ks_mx[] = {96, 256, 544, 32};  // MX: multiples of 32
   static const int64_t ks_nv[] = {80, 256, 336, 16};  // NVFP4: 16 off the 32-wide tile step
   static const int64_t ks_any[] = {161, 256, 300, 40};
-  const int64_t* ks = step == KStep::kMx32 ? ks_mx : step == KStep::kNv16 ? ks_nv : ks_any;
+  // 128x128 blocks: a partial last block off 16 (161: the activations' scalar quantizer) and on it (336: the SIMD
+  // one); K = 40 only with N = 129 (ns[3]), so that no layer has a single [1, 1] scale block (the reference reads
+  // that as per-tensor).
+  static const int64_t ks_block[] = {40, 256, 336, 161};
+  const int64_t* ks = step == KStep::kMx32      ? ks_mx
+                      : step == KStep::kNv16     ? ks_nv
+                      : step == KStep::kBlock128 ? ks_block
+                                                 : ks_any;
   const DType outs[] = {DType::kBF16, DType::kF16, DType::kF32};
   std::vector<Case> cases;
   int i = 0;
@@ -107,7 +116,12 @@ TEST_P(AmxFp, MatchesReferenceAcrossSchemesAndShapes) {
     ASSERT_NE(s, nullptr);
     for (const Case& c : sweep(fc.k_step)) expect_amx_matches(*fc.kernel, *s, c, seed += 7);
     // f32 input quantized first (the tiles see the quantized values); BF16-only for weight-only schemes.
-    if (s->activation_key) expect_amx_matches(*fc.kernel, *s, {20, 40, 128, DType::kF32, DType::kBF16, true}, seed += 7);
+    const int64_t k = fc.k_step == KStep::kBlock128 ? 256 : 128;  // 128x128: more than one scale block
+    if (s->activation_key) expect_amx_matches(*fc.kernel, *s, {20, 40, k, DType::kF32, DType::kBF16, true}, seed += 7);
+    if (fc.k_step == KStep::kBlock128) {  // f16 input, K on and off the SIMD quantizer's 16-element steps
+      expect_amx_matches(*fc.kernel, *s, {7, 40, 208, DType::kF16, DType::kF16, false}, seed += 7);
+      expect_amx_matches(*fc.kernel, *s, {1, 40, 210, DType::kF16, DType::kF32, true}, seed += 7);
+    }
   }
   // Several 32-row blocks over whole-K decoded panels, rows split between threads, and the K-outer path
   // (activation rows over 1 MiB per thread: chunks of 1024 and a tail).
@@ -190,6 +204,44 @@ TEST(X86AmxFp, MxScalesFarFromOneStayExact) {
   }
 }
 
+// FP8 128x128 blocks with their scales spread out: weight block scales over ~2^-49 .. 2^21 and activation 1x128
+// groups over 2^-30 .. 2^30 of magnitude (their scales with them), all-zero groups (the 1e-10 amax floor), a partial
+// last K block and partial column blocks, outputs poisoned; the stream (M = 1) and the register tiles. The two
+// scales' product stays a normal f32 here: the kernel multiplies them in f32, as x86_avx2_fp8_block_scaled does.
+TEST(X86AmxFp, Fp8BlockScalesSpanTheirRange) {
+  const LinearKernel& k = x86::kAvx512Bf16Fp8BlockScaled;
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  const Scheme& s = *find_scheme("w8a8-fp8-block");
+  const LinearKernel& ref = x86_test::reference_for(s.family);
+  for (const int64_t m : {1, 2, 17}) {
+    const Case c{m, 200, 1040, DType::kF32, DType::kF32, true};
+    SCOPED_TRACE(x86_test::describe(c));
+    LinearLayer layer = x86_test::make_layer(s, c, 81 + m);
+    Tensor& ws = layer.params.at("weight_scale");  // f32 [ceil(n / 128), ceil(k / 128)]
+    ASSERT_EQ(ws.dtype(), DType::kF32);
+    float* wsv = static_cast<float*>(ws.raw());
+    for (int64_t i = 0; i < ws.numel(); ++i) wsv[i] = std::ldexp(wsv[i], static_cast<int>((i * 29) % 71) - 40);
+    LinearLayer ref_layer = layer;
+    ASSERT_TRUE(k.process_weights_after_loading(layer));
+    ASSERT_TRUE(ref.process_weights_after_loading(ref_layer));
+    Tensor x = random_normal(DType::kF32, {m, c.k}, 91 + m, 1.0);
+    float* xv = x.data<float>();
+    for (int64_t i = 0; i < m * c.k; ++i) {
+      const int64_t group = (i / c.k) * 16 + (i % c.k) / 128;  // (row, 1x128 group)
+      xv[i] = group % 7 == 3 ? 0.0f : std::ldexp(xv[i], static_cast<int>((group * 37) % 61) - 30);
+    }
+    const Tensor bias = random_normal(DType::kF32, {c.n}, 93, 0.5);
+    Tensor got = x86_test::poisoned(c.out, m, c.n), want = x86_test::poisoned(c.out, m, c.n);
+    const int64_t tiles = tile_gemms(k), streams = x86::amx_bf16_streams_on_this_thread();
+    ASSERT_TRUE(k.apply(layer, Activation::dense(x), &bias, got));
+    EXPECT_EQ(tile_gemms(k) - tiles, m > 1 ? 1 : 0);
+    EXPECT_EQ(x86::amx_bf16_streams_on_this_thread() - streams, m > 1 ? 0 : 1);
+    EXPECT_EQ(k.apply_route(layer, Activation::dense(x)), k.name());
+    ASSERT_TRUE(ref.apply(ref_layer, Activation::dense(x), &bias, want));
+    x86_test::expect_within_tolerance(ref_layer, x, &bias, got, want, c, f32_sum_rel(c.k));
+  }
+}
+
 // The AMX path's MX activation quantizer (amx_act_bf16.cpp) gives the reference quantizer's values bit for bit:
 // blocks spread over 2^-150 .. 2^123 of magnitude (underflow, saturation, the exponent clamps), exact ties of
 // every element grid, zeros, f32 / bf16 / f16 input; and refuses (false) where a value is not a normal BF16.
@@ -259,8 +311,9 @@ TEST(X86AmxFp, MxActivationsEqualTheReferenceQuantizer) {
 }
 
 // Every mode the AMX quantizer takes gives fp_prepare_activations_avx2's values (which test_avx2_fp.cpp holds
-// bit-identical to the reference quantizers) and row scales, bit for bit: NVFP4 with a given and a per-call
-// global scale, FP8 static / per-token / per-tensor, MX; blocks of very different magnitudes, ties, zeros.
+// bit-identical to the reference quantizers) and row / group scales, bit for bit: NVFP4 with a given and a per-call
+// global scale, FP8 static / per-token / per-tensor / per 1x128 group, MX; blocks of very different magnitudes,
+// ties, zeros.
 TEST(X86AmxFp, QuantizedActivationsEqualTheAvx2Path) {
   QL_SKIP_UNLESS_SUPPORTED(x86::kAvx512Bf16Nvfp4);
   const int64_t m = 9, k = 384;
@@ -282,6 +335,7 @@ TEST(X86AmxFp, QuantizedActivationsEqualTheAvx2Path) {
                         {x86::FpActMode::kFp8Static, false, x86::FpElem::kE4M3},
                         {x86::FpActMode::kFp8DynToken, false, x86::FpElem::kE4M3},
                         {x86::FpActMode::kFp8DynTensor, false, x86::FpElem::kE4M3},
+                        {x86::FpActMode::kFp8Dyn1x128, false, x86::FpElem::kE4M3},
                         {x86::FpActMode::kMxDyn, false, x86::FpElem::kE2M3},
                         {x86::FpActMode::kMxDyn, false, x86::FpElem::kE4M3}};
   for (const Mode& md : modes) {
@@ -300,16 +354,19 @@ TEST(X86AmxFp, QuantizedActivationsEqualTheAvx2Path) {
     q.global_scale = 1234.5f;
     q.dynamic_global = md.dynamic_global;
     std::vector<float> want(static_cast<size_t>(m * k)), want_scale(m, -1.0f), got_scale(m, -1.0f);
+    std::vector<float> want_groups(m * k / 128, -1.0f), got_groups(m * k / 128, -2.0f);  // 1x128 scales
     uint8_t bad = 0, inexact = 0;
     x86::FpActQuant ref = q;
     ref.act = want.data();
     ref.row_scale = want_scale.data();
+    ref.block_scale = want_groups.data();
     ref.bad_input = &bad;
     ref.inexact = &inexact;
     x86::fp_prepare_activations_avx2(ref);
     ASSERT_EQ(bad | inexact, 0);
     std::vector<uint16_t> got(static_cast<size_t>(16 * k), 0xFFFF);
     q.row_scale = got_scale.data();
+    q.block_scale = got_groups.data();
     ASSERT_TRUE(x86::amx_prepare_bf16_activations(q, got.data()));
     int mismatches = 0;
     for (int64_t i = 0; i < m * k; ++i) {
@@ -323,6 +380,7 @@ TEST(X86AmxFp, QuantizedActivationsEqualTheAvx2Path) {
     if (md.mode != x86::FpActMode::kMxDyn) {
       for (int64_t r = 0; r < m; ++r) EXPECT_EQ(got_scale[r], want_scale[r]) << "row scale " << r;
     }
+    if (md.mode == x86::FpActMode::kFp8Dyn1x128) EXPECT_EQ(got_groups, want_groups) << "1x128 group scales";
   }
 }
 
@@ -345,9 +403,10 @@ TEST(X86AmxFp, SelectedWithTheirMRanges) {
 }
 
 // Without AMX (AVX-512 BF16 + VBMI: Zen 4 / 5, Xeons whose AMX is not exposed) the AVX-512 BF16 kernels take the
-// quantized-activation MX / NVFP4 / FP8 layers and MXFP6 weight-only, with the weight stream at M = 1 and register
-// tiles from M = 2; the A16 MXFP8 / MXFP4 layers keep their weight-only kernels. With AVX-512 masked away
-// (QLINEAR_CPU_ISA=avx2, AVX2-only CPUs such as Zen 3) the AVX2 kernels run; with AMX the AMX ones.
+// quantized-activation MX / NVFP4 / FP8 (per tensor, channel, 128x128 block) layers and MXFP6 weight-only, with
+// the weight stream at M = 1 and register tiles from M = 2; the A16 MXFP8 / MXFP4 layers keep their weight-only
+// kernels. With AVX-512 masked away (QLINEAR_CPU_ISA=avx2, AVX2-only CPUs such as Zen 3) the AVX2 kernels run;
+// with AMX the AMX ones (FP8 128x128 blocks: still x86_avx512bf16_fp8_block_scaled, test_selection.cpp).
 TEST(X86AmxFp, Avx512Bf16KernelsSelectedWithoutAmx) {
   CpuFeatures f = detect_cpu_features();
   if (!f.avx512bf16 || !f.avx512vbmi) GTEST_SKIP() << "no AVX-512 BF16 + VBMI here";
@@ -370,6 +429,7 @@ TEST(X86AmxFp, Avx512Bf16KernelsSelectedWithoutAmx) {
         std::tuple{"w8a8-mxfp8", "x86_avx512bf16_mxfp8", "x86_avx2_mxfp8"},
         std::tuple{"w8a8-fp8-tensor", "x86_avx512bf16_fp8_scaled_mm", "x86_avx2_fp8_scaled_mm"},
         std::tuple{"w8a8-fp8-channel", "x86_avx512bf16_fp8_scaled_mm", "x86_avx2_fp8_scaled_mm"},
+        std::tuple{"w8a8-fp8-block", "x86_avx512bf16_fp8_block_scaled", "x86_avx2_fp8_block_scaled"},
         std::tuple{"w4a16-mxfp4", "x86_avx512bf16_mxfp4_w4a16", "x86_avx2_mxfp4"},
         std::tuple{"w8a16-mxfp8", "x86_avx512bf16_mxfp8_w8a16", "x86_avx2_mxfp8"}}) {
     SCOPED_TRACE(scheme);

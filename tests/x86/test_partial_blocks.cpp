@@ -27,16 +27,18 @@ std::vector<Case> cases(DType in, DType out) {
   return c;
 }
 
-TEST(PartialBlocks, Avx2BlockScaledMatchesTheReference) {
-  const LinearKernel& k = x86::kAvx2Fp8BlockScaled;
-  QL_SKIP_UNLESS_SUPPORTED(k);
+TEST(PartialBlocks, BlockScaledKernelsMatchTheReference) {
   uint64_t seed = 300 + std::random_device{}() % 1000;
-  for (const Case& c : cases(DType::kBF16, DType::kBF16)) {
-    x86_test::expect_matches_reference(k, *find_scheme("w8a8-fp8-block"), c, seed += 7, f32_sum_rel(c.k));
+  for (const LinearKernel* k : {static_cast<const LinearKernel*>(&x86::kAvx2Fp8BlockScaled),
+                                static_cast<const LinearKernel*>(&x86::kAvx512Bf16Fp8BlockScaled)}) {
+    if (!k->is_supported(Platform::host_cpu())) continue;
+    for (const Case& c : cases(DType::kBF16, DType::kBF16)) {
+      x86_test::expect_matches_reference(*k, *find_scheme("w8a8-fp8-block"), c, seed += 7, f32_sum_rel(c.k));
+    }
+    x86_test::expect_matches_reference(*k, *find_scheme("w8a8-fp8-block"),
+                                       {3, 208, 320, DType::kF32, DType::kF32, true, {144, 32, 32}}, seed += 7,
+                                       f32_sum_rel(320));
   }
-  x86_test::expect_matches_reference(k, *find_scheme("w8a8-fp8-block"),
-                                     {3, 208, 320, DType::kF32, DType::kF32, true, {144, 32, 32}}, seed + 1,
-                                     f32_sum_rel(320));
 }
 
 TEST(PartialBlocks, WeightOnlyKernelsMatchTheReference) {
@@ -54,9 +56,10 @@ TEST(PartialBlocks, WeightOnlyKernelsMatchTheReference) {
 // the same bits.
 TEST(PartialBlocks, ProcessedWeightsRoundTrip) {
   for (const LinearKernel* k : {static_cast<const LinearKernel*>(&x86::kAvx2Fp8BlockScaled),
+                                static_cast<const LinearKernel*>(&x86::kAvx512Bf16Fp8BlockScaled),
                                 static_cast<const LinearKernel*>(&x86::kAvx512Bf16Fp8W8A16)}) {
     if (!k->is_supported(Platform::host_cpu())) continue;
-    const Scheme& s = k == &x86::kAvx2Fp8BlockScaled ? *find_scheme("w8a8-fp8-block") : kFp8WoBlock;
+    const Scheme& s = k->family() == Family::kFp8BlockScaled ? *find_scheme("w8a8-fp8-block") : kFp8WoBlock;
     SCOPED_TRACE(std::string(k->name()));
     const Case c{7, 208, 320, DType::kBF16, DType::kBF16, false, {144, 32, 32}};
     LinearLayer a = x86_test::make_layer(s, c, 41);

@@ -78,6 +78,35 @@ inline LinearLayer make_layer(const Scheme& scheme, const Case& c, uint64_t seed
   return std::move(*layer);
 }
 
+// got (the kernel under test) against want (the reference, whose processed layer is ref_layer) on activation x and
+// bias b (or null), output by output with the tolerance above.
+inline void expect_within_tolerance(const LinearLayer& ref_layer, const Tensor& x, const Tensor* b, const Tensor& got,
+                                    const Tensor& want, const Case& c, double rel) {
+  auto wd = reference::dequantized_weight(ref_layer);
+  auto xd = reference::effective_activation(ref_layer, Activation::dense(x));
+  ASSERT_TRUE(wd && xd);
+  const double* W = wd->data<double>();
+  const double* X = xd->data<double>();
+  int bad = 0;
+  double worst = 0;
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double mag = b != nullptr ? std::fabs(element_as_double(*b, j)) : 0.0;
+      for (int64_t k = 0; k < c.k; ++k) mag += std::fabs(X[i * c.k + k] * W[j * c.k + k]);
+      const double g = element_as_double(got, i * c.n + j);
+      const double r = element_as_double(want, i * c.n + j);
+      const double tol = rel * mag + std::ldexp(std::fabs(r), -24) + ulp_of(c.out, r);
+      const double err = std::fabs(g - r);
+      if (!(err <= tol) && bad++ < 5) {
+        ADD_FAILURE() << "out[" << i << "," << j << "] = " << g << ", reference " << r << ", |diff| " << err
+                      << " > tolerance " << tol;
+      }
+      if (tol > 0) worst = std::max(worst, err / tol);
+    }
+  }
+  EXPECT_EQ(bad, 0) << bad << " outputs out of tolerance (worst err/tol " << worst << ")";
+}
+
 // Runs `kernel` and the reference on copies of the same quantized layer and checks every output.
 // Returns false (after recording failures) when something did not run.
 inline void expect_matches_reference(const LinearKernel& kernel, const Scheme& scheme, const Case& c, uint64_t seed,
@@ -99,30 +128,7 @@ inline void expect_matches_reference(const LinearKernel& kernel, const Scheme& s
   Status s = kernel.apply(layer, Activation::dense(x), b, got);
   ASSERT_TRUE(s) << s.message();
   ASSERT_TRUE(ref.apply(ref_layer, Activation::dense(x), b, want));
-
-  auto wd = reference::dequantized_weight(ref_layer);
-  auto xd = reference::effective_activation(ref_layer, Activation::dense(x));
-  ASSERT_TRUE(wd && xd);
-  const double* W = wd->data<double>();
-  const double* X = xd->data<double>();
-  int bad = 0;
-  double worst = 0;
-  for (int64_t i = 0; i < c.m; ++i) {
-    for (int64_t j = 0; j < c.n; ++j) {
-      double mag = c.bias ? std::fabs(element_as_double(bias, j)) : 0.0;
-      for (int64_t k = 0; k < c.k; ++k) mag += std::fabs(X[i * c.k + k] * W[j * c.k + k]);
-      const double g = element_as_double(got, i * c.n + j);
-      const double r = element_as_double(want, i * c.n + j);
-      const double tol = rel * mag + std::ldexp(std::fabs(r), -24) + ulp_of(c.out, r);
-      const double err = std::fabs(g - r);
-      if (!(err <= tol) && bad++ < 5) {
-        ADD_FAILURE() << "out[" << i << "," << j << "] = " << g << ", reference " << r << ", |diff| " << err
-                      << " > tolerance " << tol;
-      }
-      if (tol > 0) worst = std::max(worst, err / tol);
-    }
-  }
-  EXPECT_EQ(bad, 0) << bad << " outputs out of tolerance (worst err/tol " << worst << ")";
+  expect_within_tolerance(ref_layer, x, b, got, want, c, rel);
 }
 
 // One layer of `scheme` whose weight scale codes `edit` overwrites (codes, count) before the kernel under

@@ -2,9 +2,9 @@
 // AVX-512 BF16 variants x86_avx512bf16_*: this code issues no AMX instruction) straight to the BF16 rows the A tiles
 // read: dense BF16 rows copied, or quantized bit-identically to the reference quantizers and handed on as exact
 // BF16 values: MX (E8M0 per 1x32, elements E4M3 / E3M2 / E2M3 / E2M1; src/quant/mx_quant.cpp) as code * 2^e,
-// NVFP4 (nvfp4_quant.cpp) as code * sf with 1/g per row, FP8 per tensor / per token (fp8_quant.cpp) as the code
-// with s per row. SIMD instead of fp_act_avx2.cpp's scalar double path
-// (~20 ns per element), which still runs the 1x128 FP8 groups and pre-quantized input.
+// NVFP4 (nvfp4_quant.cpp) as code * sf with 1/g per row, FP8 per tensor / per token / per 1x128 group
+// (fp8_quant.cpp) as the code with s per row or group. SIMD instead of fp_act_avx2.cpp's scalar double path
+// (~20 ns per element), which still runs pre-quantized input and K off the 16-element steps.
 //
 // NVFP4 and FP8 divide in double exactly as the reference does (x * g / sf, x / s: IEEE division is correctly
 // rounded, so the quotients are the same bits) and round to the element grid in double by the same (|t| + C) - C
@@ -196,11 +196,11 @@ bool nvfp4_row(const void* row, FloatKind kind, int64_t k, double gs, uint16_t* 
   return nonfinite == 0;
 }
 
-// FP8 row with scale s: codes E4M3(x / s), values the codes.
-bool fp8_row(const void* row, FloatKind kind, int64_t k, double s, uint16_t* out) {
+// Elements [begin, end) of an FP8 row with scale s: codes E4M3(x / s), values the codes.
+bool fp8_row(const void* row, FloatKind kind, int64_t begin, int64_t end, double s, uint16_t* out) {
   const Grid e4m3 = grid_of(FpElem::kE4M3);
   __mmask16 nonfinite = 0;
-  for (int64_t b = 0; b < k; b += 16) {
+  for (int64_t b = begin; b < end; b += 16) {
     const __m512 x = load16(row, kind, b);
     nonfinite |= nonfinite16(x);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + b), scaled_round16(x, 1.0, s, 1.0, e4m3));
@@ -208,12 +208,31 @@ bool fp8_row(const void* row, FloatKind kind, int64_t k, double s, uint16_t* out
   return nonfinite == 0;
 }
 
+// fp8_quant.cpp's 1xG rule: torch.clamp(min=1e-10) on an f32 amax compares against the f32 value of 1e-10.
+constexpr double kGroupAmaxFloor = static_cast<double>(1e-10f);
+
+// FP8 row in 1x128 groups (the last one K's remainder, a multiple of 16): per group s = f32(max(amax, 1e-10f) /
+// 448) to scale[group], codes E4M3(x / s), values the codes.
+bool fp8_group_row(const void* row, FloatKind kind, int64_t k, float* scale, uint16_t* out) {
+  bool ok = true;
+  for (int64_t b = 0; b < k; b += 128) {
+    const int64_t end = b + 128 < k ? b + 128 : k;
+    __mmask16 nonfinite = 0;
+    const double amax = static_cast<double>(amax_of(row, kind, b, end - b, &nonfinite));
+    const double s = to_f32((amax > kGroupAmaxFloor ? amax : kGroupAmaxFloor) / 448.0);
+    ok = fp8_row(row, kind, b, end, s, out) && nonfinite == 0 && ok;
+    scale[b / 128] = static_cast<float>(s);
+  }
+  return ok;
+}
+
 }  // namespace
 
 bool amx_prepare_bf16_activations(const FpActQuant& q, uint16_t* act) {
   const bool dense = q.mode == FpActMode::kDense && q.x_kind == FloatKind::kBF16;
   const bool nvfp4 = q.mode == FpActMode::kNvfp4Dyn, mx = q.mode == FpActMode::kMxDyn;
-  const bool fp8 = q.mode == FpActMode::kFp8Static || q.mode == FpActMode::kFp8DynToken || q.mode == FpActMode::kFp8DynTensor;
+  const bool fp8 = q.mode == FpActMode::kFp8Static || q.mode == FpActMode::kFp8DynToken ||
+                   q.mode == FpActMode::kFp8DynTensor || q.mode == FpActMode::kFp8Dyn1x128;
   if (!dense && !nvfp4 && !mx && !fp8) return false;
   if (q.k % (nvfp4 || fp8 ? 16 : 32) != 0) return false;  // (NVFP4: K % 16 by contract; the others: a tail)
   const size_t esize = q.x_kind == FloatKind::kF32 ? 4 : 2;
@@ -250,6 +269,9 @@ bool amx_prepare_bf16_activations(const FpActQuant& q, uint16_t* act) {
     } else if (nvfp4) {
       ok = nvfp4_row(row, q.x_kind, q.k, gs, out);
       q.row_scale[r] = static_cast<float>(1.0 / gs);
+    } else if (q.mode == FpActMode::kFp8Dyn1x128) {
+      ok = fp8_group_row(row, q.x_kind, q.k, q.block_scale + r * ((q.k + 127) / 128), out);
+      q.row_scale[r] = 1.0f;
     } else {
       double s = tensor;
       if (q.mode == FpActMode::kFp8DynToken) {
@@ -258,7 +280,7 @@ bool amx_prepare_bf16_activations(const FpActQuant& q, uint16_t* act) {
         s = s > kMinScale ? s : kMinScale;
         ok = nf == 0;
       }
-      ok = fp8_row(row, q.x_kind, q.k, s, out) && ok;
+      ok = fp8_row(row, q.x_kind, 0, q.k, s, out) && ok;
       q.row_scale[r] = static_cast<float>(s);
     }
     if (!ok) __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);

@@ -20,6 +20,12 @@ struct Bf16Job {
   int64_t n = 0, n_pad = 0, k_pad = 0;
   const uint8_t* mx_scale = nullptr;   // [n_pad/16][k_pad/32][16] E8M0 codes, folded; or null
   const uint8_t* nv_scale = nullptr;   // [n_pad/16][k_pad/16][16] E4M3 codes (NVFP4), multiplied in; or null
+  // 128x128 weight blocks (x86_avx512bf16_fp8_block_scaled; register tiles and stream only, not the AMX tiles):
+  // each 128-wide K block's f32 sum of code products times block_scale[p][kb] * act_block_scale[m][kb] (f32),
+  // added into the accumulator by one FMA, as fp_gemm_avx2.cpp does (panel_block_scales.hpp: one row per panel).
+  const float* block_scale = nullptr;      // [n_pad/16][block_cols] or null
+  const float* act_block_scale = nullptr;  // [m][block_cols] (1x128 activation scales) or null (1)
+  int64_t block_cols = 0;                  // ceil(k / 128)
   const float* col_scale = nullptr;    // [n_pad] or null (1)
   const float* row_scale = nullptr;    // [m] or null (1)
   const float* bias = nullptr;         // [n] or null

@@ -9,8 +9,8 @@
 //   per quad (4 k) of each panel: decode -> rows a (k pair 2q) and b (2q + 1), then
 //     s[v] = dp(s[v], (x[4q], x[4q + 1]), a);  s[v] = dp(s[v], (x[4q + 2], x[4q + 3]), b)
 //   per-column scales: s is the whole-K accumulator (the AVX-512 BF16 kernel's order at M = 1, so FP8
-//   weight-only rows are its bits). MX / NVFP4: s sums one block (32 / 16 k) of unscaled codes, then
-//   acc = fma(s, scale, acc): one FMA per block instead of the tiles' exponent add on every decoded word (a
+//   weight-only rows are its bits). MX / NVFP4 / 128x128: s sums one block (32 / 16 / 128 k) of unscaled codes,
+//   then acc = fma(s, scale, acc): one FMA per block instead of the tiles' exponent add on every decoded word (a
 //   test and a masked add per 32 words: 17-20% of the stream's time at M = 1 for MXFP8 / MXFP6 / MXFP4;
 //   NVFP4's per-16 E4M3 scale made its stream slower than the AVX2 code before). The kNv independent
 //   chains overlap vdpbf16ps's latency. Each panel's weights are read sequentially, prefetched
@@ -59,43 +59,46 @@ void stream_panels(const Bf16Job& g, QuadDecoder<L>& dec, int64_t p0, float* c) 
     src[v] = g.packed + (p0 + v) * bpk * g.k_pad;
     acc[v] = _mm512_setzero_ps();
   }
-  if (g.mx_scale == nullptr && g.nv_scale == nullptr) {
-    for (int64_t q = 0; q < quads; ++q) {
+  // s[v] += the products of quads [q0, q1) of panel v with row 0.
+  auto dot = [&](int64_t q0, int64_t q1, __m512* s) {
+    for (int64_t q = q0; q < q1; ++q) {
       prefetch_quad<NV>(src, q * 4 * bpk);
       const __m512i x01 = _mm512_set1_epi32(load_pair(g.act + 4 * q));
       const __m512i x23 = _mm512_set1_epi32(load_pair(g.act + 4 * q + 2));
       for (int v = 0; v < NV; ++v) {
         __m512i a, b;
         dec.quad(src[v] + q * 4 * bpk, a, b);
-        acc[v] = _mm512_dpbf16_ps(acc[v], (__m512bh)x01, (__m512bh)a);
-        acc[v] = _mm512_dpbf16_ps(acc[v], (__m512bh)x23, (__m512bh)b);
+        s[v] = _mm512_dpbf16_ps(s[v], (__m512bh)x01, (__m512bh)a);
+        s[v] = _mm512_dpbf16_ps(s[v], (__m512bh)x23, (__m512bh)b);
       }
     }
+  };
+  if (g.mx_scale == nullptr && g.nv_scale == nullptr && g.block_scale == nullptr) {
+    dot(0, quads, acc);
   } else {
-    // Block scales: each block (MX: 32 k = 8 quads, E8M0; NVFP4: 16 k = 4 quads, E4M3) summed alone on the
-    // unscaled codes, then acc = fma(sum, scale, acc) per column. MX: exact (a power of two; process keeps
-    // every scaled value normal); NVFP4: the FMA's one rounding, as the AVX2 code's per-group f32 sums.
-    const bool nv = g.nv_scale != nullptr;
-    const int64_t qb = nv ? 4 : 8;
+    // Block scales: each block (MX: 32 k = 8 quads, E8M0; NVFP4: 16 k = 4 quads, E4M3; 128x128: 128 k = 32
+    // quads, the last one shorter where K is, times its 1x128 activation scale) summed alone on the unscaled
+    // codes, then acc = fma(sum, scale, acc) per column. MX: exact (a power of two; process keeps every scaled
+    // value normal); NVFP4 and 128x128: the FMA's one rounding, as the AVX2 code's per-group f32 sums.
+    const bool nv = g.nv_scale != nullptr, mx = g.mx_scale != nullptr;
+    const int64_t qb = nv ? 4 : mx ? 8 : 32;
     for (int64_t q0 = 0; q0 < quads; q0 += qb) {
       __m512 blk[NV];
       for (int v = 0; v < NV; ++v) blk[v] = _mm512_setzero_ps();
-      for (int64_t q = q0; q < q0 + qb; ++q) {
-        prefetch_quad<NV>(src, q * 4 * bpk);
-        const __m512i x01 = _mm512_set1_epi32(load_pair(g.act + 4 * q));
-        const __m512i x23 = _mm512_set1_epi32(load_pair(g.act + 4 * q + 2));
-        for (int v = 0; v < NV; ++v) {
-          __m512i a, b;
-          dec.quad(src[v] + q * 4 * bpk, a, b);
-          blk[v] = _mm512_dpbf16_ps(blk[v], (__m512bh)x01, (__m512bh)a);
-          blk[v] = _mm512_dpbf16_ps(blk[v], (__m512bh)x23, (__m512bh)b);
-        }
-      }
+      dot(q0, q0 + qb < quads ? q0 + qb : quads, blk);
       for (int v = 0; v < NV; ++v) {
-        const uint8_t* codes = nv ? g.nv_scale + ((p0 + v) * (g.k_pad / 16) + q0 / 4) * 16
-                                  : g.mx_scale + ((p0 + v) * (g.k_pad / 32) + q0 / 8) * 16;
-        _mm_prefetch(reinterpret_cast<const char*>(codes + 256), _MM_HINT_T0);
-        acc[v] = _mm512_fmadd_ps(blk[v], nv ? e4m3_scale_f32(codes) : mx_scale_f32(codes), acc[v]);
+        __m512 scale;
+        if (nv || mx) {
+          const uint8_t* codes = nv ? g.nv_scale + ((p0 + v) * (g.k_pad / 16) + q0 / 4) * 16
+                                    : g.mx_scale + ((p0 + v) * (g.k_pad / 32) + q0 / 8) * 16;
+          _mm_prefetch(reinterpret_cast<const char*>(codes + 256), _MM_HINT_T0);
+          scale = nv ? e4m3_scale_f32(codes) : mx_scale_f32(codes);
+        } else {
+          const int64_t kb = q0 / 32;
+          const float ws = g.block_scale[(p0 + v) * g.block_cols + kb];
+          scale = _mm512_set1_ps(g.act_block_scale != nullptr ? g.act_block_scale[kb] * ws : ws);
+        }
+        acc[v] = _mm512_fmadd_ps(blk[v], scale, acc[v]);
       }
     }
   }

@@ -50,19 +50,23 @@ void w8a16_gemm_amx(const W8A16Gemm& g);
 // VNNI-2 rows (amx_bf16_decode.hpp); E8M0 group codes folded into the exponent (exact: process keeps every
 // folded value a normal f32, i.e. a normal BF16), NVFP4's E4M3 group scales multiplied into the words (exact),
 // x the activations' values as BF16 (BF16 input, or quantized codes times their group scale: BF16 values);
-// epilogue y = acc * row_scale[m] * col_scale[n] + bias[n] + col_nan[n]. g.block_scale / act_block_scale must
-// be unset. g.act (f32, [m, k_pad]) is converted to BF16 here; returns false, computing nothing, when a value
-// is not exactly a normal BF16 or zero (the caller runs fp_gemm_avx2).
+// epilogue y = acc * row_scale[m] * col_scale[n] + bias[n] + col_nan[n]. 128x128 weight blocks (g.block_scale,
+// with g.act_block_scale: x86_avx512bf16_fp8_block_scaled) are applied to each 128-wide K block's f32 sum by the
+// register tiles and the stream only: such a job never runs on the AMX tiles, whatever mma says. g.act (f32,
+// [m, k_pad]) is converted to BF16 here; returns false, computing nothing, when a value is not exactly a normal
+// BF16 or zero (the caller runs fp_gemm_avx2).
 // mma: what multiplies from kAmxBf16MinM rows: AMX tiles (x86_amx_bf16_*), or, on CPUs with AVX-512 BF16 and
-// VBMI but no AMX (x86_avx512bf16_{fp8_scaled_mm, mxfp8, mxfp6, mxfp4, nvfp4}), vdpbf16ps register tiles on the
-// same decoded words (fp_gemm_avx512bf16.cpp). Below kAmxBf16MinM both stream the weights.
+// VBMI without AMX or on block-scaled FP8 (x86_avx512bf16_{fp8_scaled_mm, fp8_block_scaled, mxfp8, mxfp6, mxfp4,
+// nvfp4}), vdpbf16ps register tiles on the same decoded words (fp_gemm_avx512bf16.cpp). Below kAmxBf16MinM both
+// stream the weights.
 enum class Bf16Mma : uint8_t { kAmxTiles, kAvx512Registers };
 bool fp_records_gemm_bf16(const FpGemm& g, Bf16Mma mma);
 // The same with the activations already BF16 (act: [round_up(g.m, 16), g.k_pad], zeros past k and m; g.act unused).
 void fp_records_gemm_bf16_rows(const FpGemm& g, const uint16_t* act, Bf16Mma mma);
 
 // q's activations as the BF16 rows fp_records_gemm_bf16_rows takes (act: [round_up(q.m, 16), q.k_pad]): dense BF16
-// rows, or kMxDyn quantized bit-identically to the reference (amx_act_bf16.cpp). False when q is another mode or
+// rows, or quantized bit-identically to the reference (amx_act_bf16.cpp: MX, NVFP4, FP8 per tensor / per token /
+// per 1x128 group, the group scales to q.block_scale). False when q is another mode or
 // input dtype, holds Inf / NaN, or a folded value is not exactly a normal BF16: then act is garbage and the
 // caller takes fp_prepare_activations_avx2's path (which reports bad input, or hands the layer to the reference).
 bool amx_prepare_bf16_activations(const FpActQuant& q, uint16_t* act);

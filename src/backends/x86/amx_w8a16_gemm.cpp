@@ -357,6 +357,9 @@ void fp_records_gemm_bf16_rows(const FpGemm& f, const uint16_t* act, Bf16Mma mma
   g.k_pad = f.k_pad;
   g.mx_scale = f.group_scale == FpGroupScale::kE8M0 ? f.grp : nullptr;  // same [p][k/32][16] layout
   g.nv_scale = f.group_scale == FpGroupScale::kE4M3 ? f.grp : nullptr;  // [p][k/16][16]
+  g.block_scale = f.block_scale;
+  g.act_block_scale = f.act_block_scale;
+  g.block_cols = f.block_cols;
   g.col_scale = f.col_scale;
   g.row_scale = f.row_scale;
   g.bias = f.bias;
@@ -367,7 +370,7 @@ void fp_records_gemm_bf16_rows(const FpGemm& f, const uint16_t* act, Bf16Mma mma
   g.out = f.out;
   g.out_kind = f.out_kind;
   g.threads = f.threads;
-  if (mma == Bf16Mma::kAmxTiles) {
+  if (mma == Bf16Mma::kAmxTiles && g.block_scale == nullptr) {  // the tile paths keep whole-K sums: no 128x128 blocks
     run(g);
   } else {
     bf16_job_gemm_avx512(g);

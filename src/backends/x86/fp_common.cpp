@@ -1,6 +1,6 @@
-// x86_avx2_{fp8_scaled_mm, fp8_block_scaled, fp8_weight_only, mxfp8, mxfp6, mxfp4, nvfp4}: checks, weight
-// prepacking into code panels, scale preparation and the apply driver, baseline flags. Layout and
-// numerics: fp_isa.hpp.
+// x86_avx2_{fp8_scaled_mm, fp8_block_scaled, fp8_weight_only, mxfp8, mxfp6, mxfp4, nvfp4} and their BF16-engine
+// variants (x86_amx_bf16_*, x86_avx512bf16_*): checks, weight prepacking into code panels, scale preparation and
+// the apply driver, baseline flags. Layout and numerics: fp_isa.hpp, amx_isa.hpp.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -153,6 +153,8 @@ const FpAvx2Kernel kAmxBf16Mxfp6("x86_amx_bf16_mxfp6", Family::kMxfp6, Isa::kAmx
 const FpAvx2Kernel kAmxBf16Mxfp4("x86_amx_bf16_mxfp4", Family::kMxfp4, Isa::kAmxBf16);
 const FpAvx2Kernel kAmxBf16Nvfp4("x86_amx_bf16_nvfp4", Family::kNvfp4, Isa::kAmxBf16);
 const FpAvx2Kernel kAvx512Bf16Fp8ScaledMM("x86_avx512bf16_fp8_scaled_mm", Family::kFp8ScaledMM, Isa::kAvx512Bf16Vbmi);
+const FpAvx2Kernel kAvx512Bf16Fp8BlockScaled("x86_avx512bf16_fp8_block_scaled", Family::kFp8BlockScaled,
+                                             Isa::kAvx512Bf16Vbmi);
 const FpAvx2Kernel kAvx512Bf16Mxfp8("x86_avx512bf16_mxfp8", Family::kMxfp8, Isa::kAvx512Bf16Vbmi);
 const FpAvx2Kernel kAvx512Bf16Mxfp6("x86_avx512bf16_mxfp6", Family::kMxfp6, Isa::kAvx512Bf16Vbmi);
 const FpAvx2Kernel kAvx512Bf16Mxfp4("x86_avx512bf16_mxfp4", Family::kMxfp4, Isa::kAvx512Bf16Vbmi);
@@ -172,6 +174,10 @@ std::string_view FpAvx2Kernel::summary() const {
         return "FP8 W8A8 (per-tensor/channel weights, activations quantized as the reference), E4M3 decoded to BF16 "
                "by VBMI lookups, vdpbf16ps register tiles (products exact), f32 accumulation; M = 1: the same decode "
                "streamed through vdpbf16ps";
+      case Family::kFp8BlockScaled:
+        return "FP8 128x128 weights x dynamic 1x128 FP8 activations (quantized as the reference), E4M3 decoded to "
+               "BF16 by VBMI lookups, vdpbf16ps register tiles (products exact), each 128-wide K block's f32 sum "
+               "times its two scales into the f32 accumulator; M = 1: the same decode streamed through vdpbf16ps";
       case Family::kMxfp8:
         return "MXFP8 weights x MXFP8 (quantized as the reference) or BF16 activations, E4M3 decoded to BF16 with E8M0 "
                "folded (products exact), vdpbf16ps register tiles, f32 accumulation; M = 1: E8M0 on each block's sum";
@@ -587,6 +593,7 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   g.threads = threads::threads_for(packed_bytes(st), 2 * m * st.n_pad * st.k_pad);
   q.k_pad = st.k_pad;
   q.row_scale = row_scale.data();
+  q.block_scale = act_block.data();
   // AMX: the OS grant is asked here too (cached), so a kernel applied without is_supported never faults.
   const bool bf16 = !avx2_below_tiles(m) &&
                     (isa_ == Isa::kAvx512Bf16Vbmi || (isa_ == Isa::kAmxBf16 && amx_tile_permission_refusal().empty()));
@@ -603,8 +610,6 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   AlignedBytes act = aligned_bytes(m * st.k_pad * 4);
   uint8_t bad = 0, inexact = 0;
   q.act = reinterpret_cast<float*>(act.get());
-  q.row_scale = row_scale.data();
-  q.block_scale = act_block.data();
   q.bad_input = &bad;
   q.inexact = &inexact;
   // Dense rows convert at ~1 element/ns; the quantizing modes round each element in double (~20 ns).

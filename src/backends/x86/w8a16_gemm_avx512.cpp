@@ -134,10 +134,10 @@ void decode_chunk(const W8A16Gemm& g, const Decoder& dec, int64_t p0, int nv, in
   }
 }
 
-// C[r][v*16..] (+)= sum over the chunk's k pairs; scale (per panel) multiplies the chunk's sums when given.
+// C[r][v*16..] (+)= sum over the chunk's k pairs; scale[r][v] multiplies the chunk's sums when given.
 template <int MR, int NV>
 void ukernel(const uint16_t* a, int64_t lda, const uint16_t* w, int64_t pairs, float* c, int64_t ldc, bool first,
-             const float* panel_scale) {
+             const float* scale) {
   __m512 acc[MR][NV];
   for (int r = 0; r < MR; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
@@ -155,8 +155,8 @@ void ukernel(const uint16_t* a, int64_t lda, const uint16_t* w, int64_t pairs, f
     for (int v = 0; v < NV; ++v) {
       float* dst = c + r * ldc + v * 16;
       __m512 x = acc[r][v];
-      if (panel_scale != nullptr) {
-        const __m512 s = _mm512_set1_ps(panel_scale[v]);
+      if (scale != nullptr) {
+        const __m512 s = _mm512_set1_ps(scale[r * kBf16TilePanels + v]);
         x = first ? _mm512_mul_ps(x, s) : _mm512_fmadd_ps(x, s, _mm512_load_ps(dst));
       } else if (!first) {
         x = _mm512_add_ps(x, _mm512_load_ps(dst));
@@ -280,16 +280,18 @@ void run_range(const W8A16Gemm& g, const Buffers& buf, int64_t m_begin, int64_t 
     for (int64_t q0 = 0; q0 < quads; q0 += chunk_quads) {
       const int64_t q1 = q0 + chunk_quads < quads ? q0 + chunk_quads : quads;
       decode_chunk(g, dec, p0, nv, q0, q1, buf.scratch);
-      float scales[kNv];
-      const float* panel_scale = nullptr;
+      float scales[kMaxMr * kNv];  // [row][panel]: every row of a panel has its block's scale
+      const float* scale = nullptr;
       if (g.mode == W8ScaleMode::kBlock128) {
-        for (int v = 0; v < nv; ++v) scales[v] = g.block_scale[(p0 + v) * g.block_cols + q0 * 4 / 128];
-        panel_scale = scales;
+        for (int v = 0; v < nv; ++v) {
+          for (int r = 0; r < kMaxMr; ++r) scales[r * kNv + v] = g.block_scale[(p0 + v) * g.block_cols + q0 * 4 / 128];
+        }
+        scale = scales;
       }
       for (int64_t m0 = m_begin; m0 < m_end; m0 += kMaxMr) {
         const int mr = static_cast<int>(m_end - m0 < kMaxMr ? m_end - m0 : kMaxMr);
         bf16_panel_ukernel(mr, nv)(g.act + m0 * g.lda + q0 * 4, g.lda, buf.scratch, 2 * (q1 - q0), buf.c + (m0 - m_begin) * ldc,
-                     ldc, q0 == 0, panel_scale);
+                     ldc, q0 == 0, scale);
       }
     }
     }

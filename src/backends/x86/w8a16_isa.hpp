@@ -59,11 +59,13 @@ void w8a16_gemm_avx512bf16(const W8A16Gemm& g);
 // Its register-tile micro-kernel, shared with the FP engine's AVX-512 BF16 kernels (fp_gemm_avx512bf16.cpp):
 // c[r][16 v ..] (+)= the mr rows of BF16 activations a (row stride lda elements; pairs k pairs from a) times nv
 // panels of decoded BF16 VNNI-2 rows w[v][pair][32 words], f32 accumulation (mr * nv zmm accumulators). first:
-// c is overwritten, else added to; panel_scale (or null): per panel, multiplies the chunk's sums first.
+// c is overwritten, else added to; scale (or null): scale[r * kBf16TilePanels + v] multiplies the chunk's sums of
+// row r and panel v first, c = fma(sums, scale, c) (a 128x128 weight block's scale, times the row's 1x128
+// activation scale where there is one).
 constexpr int kBf16TileRows = 6;    // mr <= this
 constexpr int kBf16TilePanels = 4;  // nv <= this: 64 columns
 using Bf16PanelUkernel = void (*)(const uint16_t* a, int64_t lda, const uint16_t* w, int64_t pairs, float* c,
-                                  int64_t ldc, bool first, const float* panel_scale);
+                                  int64_t ldc, bool first, const float* scale);
 Bf16PanelUkernel bf16_panel_ukernel(int mr, int nv);
 // Their split of one GEMM of m rows and `blocks` 64-column blocks among nt threads: run(ctx, m0, m1, b0, b1) per
 // item, an item being a column block (each streams its share of the weights once) or, with too few blocks for

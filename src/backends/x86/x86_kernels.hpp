@@ -20,12 +20,16 @@
 //   x86_amx_bf16_mxfp4            mxfp4 (A*, A16)   AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
 //   x86_amx_bf16_nvfp4            nvfp4 (A16, A4)   AMX-BF16 M>=2, VBMI stream M=1  amx_w8a16_gemm.cpp, amx_bf16_stream.cpp
 //   x86_avx512bf16_fp8_scaled_mm fp8_scaled_mm     AVX-512 BF16 + VBMI, no AMX         fp_gemm_avx512bf16.cpp, amx_bf16_stream.cpp
+//   x86_avx512bf16_fp8_block_scaled fp8_block_scaled AVX-512 BF16 + VBMI (AMX or not)  fp_gemm_avx512bf16.cpp, amx_bf16_stream.cpp
 //   x86_avx512bf16_mxfp8          mxfp8 (A8, A16)   AVX-512 BF16 + VBMI, no AMX         fp_gemm_avx512bf16.cpp, amx_bf16_stream.cpp
 //   x86_avx512bf16_mxfp6          mxfp6 (A16, A*)   AVX-512 BF16 + VBMI, no AMX         fp_gemm_avx512bf16.cpp, amx_bf16_stream.cpp
 //   x86_avx512bf16_mxfp4          mxfp4 (A*, A16)   AVX-512 BF16 + VBMI, no AMX         fp_gemm_avx512bf16.cpp, amx_bf16_stream.cpp
 //   x86_avx512bf16_nvfp4          nvfp4 (A16, A4)   AVX-512 BF16 + VBMI, no AMX         fp_gemm_avx512bf16.cpp, amx_bf16_stream.cpp
 //     (the FP engine's AMX and AVX-512 BF16 kernels hand activations that are not exact BF16 values to the AVX2
-//     code below; the AVX-512 BF16 ones are the AMX ones with vdpbf16ps register tiles in place of AMX tiles)
+//     code below; the AVX-512 BF16 ones are the AMX ones with vdpbf16ps register tiles in place of AMX tiles.
+//     fp8_block_scaled has no AMX variant: its 128x128 scales promote each 128-wide K block's sum, which the
+//     register tiles do per decoded chunk while the AMX paths keep whole-K sums in the tiles, so it runs on the
+//     register tiles on AMX CPUs too)
 //   x86_avx2_fp8_scaled_mm        fp8_scaled_mm     AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
 //   x86_avx2_fp8_block_scaled     fp8_block_scaled  AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
 //   x86_avx2_fp8_weight_only      fp8_weight_only   AVX2 + FMA + F16C                      fp_gemm_avx2.cpp
@@ -196,6 +200,7 @@ extern const FpAvx2Kernel kAmxBf16Mxfp6;       // "x86_amx_bf16_mxfp6"
 extern const FpAvx2Kernel kAmxBf16Mxfp4;       // "x86_amx_bf16_mxfp4"
 extern const FpAvx2Kernel kAmxBf16Nvfp4;       // "x86_amx_bf16_nvfp4"
 extern const FpAvx2Kernel kAvx512Bf16Fp8ScaledMM; // "x86_avx512bf16_fp8_scaled_mm"
+extern const FpAvx2Kernel kAvx512Bf16Fp8BlockScaled; // "x86_avx512bf16_fp8_block_scaled"
 extern const FpAvx2Kernel kAvx512Bf16Mxfp8;       // "x86_avx512bf16_mxfp8"
 extern const FpAvx2Kernel kAvx512Bf16Mxfp6;       // "x86_avx512bf16_mxfp6"
 extern const FpAvx2Kernel kAvx512Bf16Mxfp4;       // "x86_avx512bf16_mxfp4"
