@@ -567,23 +567,31 @@ inline Result<CUtensorMap> packed_map(const void* base, int64_t row_bytes, int64
   return map;
 }
 
+// The TMA maps of a stage layout Sh's weight chunks and scale records (map_s: a copy of map_w where the
+// layout has no records). The packed buffers are device allocations (256-byte aligned): every chunk and
+// record row is 16-byte aligned, as TMA needs.
+template <class Sh>
+Status weight_maps(const MmaDecodeArgs& a, CUtensorMap& map_w, CUtensorMap& map_s) {
+  const int64_t n_tiles = a.layout.n_tiles(), k_slabs = a.layout.k_slabs();
+  QL_ASSIGN_OR_RETURN(map_w, packed_map(a.w, Sh::kChunk, k_slabs * Sh::kChunksPerUnit, Sh::kChunk, n_tiles,
+                                        k_slabs * Sh::kUnitBytes, Sh::kChunksPerStage, Sh::kTiles, "weights"));
+  map_s = map_w;
+  if constexpr (Sh::kRec > 0) {
+    QL_ASSIGN_OR_RETURN(map_s, packed_map(a.w_scale, Sh::kUnitRecBytes, k_slabs, Sh::kUnitRecBytes, n_tiles,
+                                          k_slabs * Sh::kUnitRecBytes, 1, Sh::kTiles, "scales"));
+  }
+  return Status::ok();
+}
+
 template <MmaCode C, MmaScale S, int BN, int SUB>
 Status launch_tile(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* partial, Stream stream) {
   using Sh = Shape<C, S, BN, SUB>;
   auto kernel = mma_wgmma_kernel<C, S, BN, SUB>;
   QL_RETURN_IF_ERROR(wgmma::allow_smem(kernel, Sh::kSmem));
   QL_ASSIGN_OR_RETURN(CUtensorMap map_x, x_map(a, BN / p.cluster));
-  const int64_t n_tiles = a.layout.n_tiles(), k_slabs = a.layout.k_slabs();
-  // The packed buffers are device allocations (256-byte aligned): every chunk and record row is 16-byte
-  // aligned, as TMA needs.
-  QL_ASSIGN_OR_RETURN(CUtensorMap map_w, packed_map(a.w, Sh::kChunk, k_slabs * Sh::kChunksPerUnit, Sh::kChunk,
-                                                    n_tiles, k_slabs * Sh::kUnitBytes, Sh::kChunksPerStage,
-                                                    Sh::kTiles, "weights"));
-  CUtensorMap map_s = map_w;
-  if constexpr (Sh::kRec > 0) {
-    QL_ASSIGN_OR_RETURN(map_s, packed_map(a.w_scale, Sh::kUnitRecBytes, k_slabs, Sh::kUnitRecBytes, n_tiles,
-                                          k_slabs * Sh::kUnitRecBytes, 1, Sh::kTiles, "scales"));
-  }
+  const int64_t k_slabs = a.layout.k_slabs();
+  CUtensorMap map_w, map_s;
+  QL_RETURN_IF_ERROR(weight_maps<Sh>(a, map_w, map_s));
   const int forced_stages = p.stages > 0 ? p.stages : Sh::kStagesFit;
   const Walk wk{p.units,
                 p.n_blocks,

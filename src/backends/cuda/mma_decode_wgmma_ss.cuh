@@ -172,15 +172,9 @@ Status launch_tile_ss(const MmaDecodeArgs& a, const MmaWgmmaPlan& p, float* part
   auto kernel = mma_wgmma_ss_kernel<C, S, BNW>;
   QL_RETURN_IF_ERROR(wgmma::allow_smem(kernel, Sh::kSmem));
   QL_ASSIGN_OR_RETURN(CUtensorMap map_x, x_map(a, kSsTokens));
-  const int64_t n_tiles = a.layout.n_tiles(), k_slabs = a.layout.k_slabs();
-  QL_ASSIGN_OR_RETURN(CUtensorMap map_w, packed_map(a.w, Sh::kChunk, k_slabs * Sh::kChunksPerUnit, Sh::kChunk,
-                                                    n_tiles, k_slabs * Sh::kUnitBytes, Sh::kChunksPerStage,
-                                                    Sh::kTiles, "weights"));
-  CUtensorMap map_s = map_w;
-  if constexpr (Sh::kRec > 0) {
-    QL_ASSIGN_OR_RETURN(map_s, packed_map(a.w_scale, Sh::kUnitRecBytes, k_slabs, Sh::kUnitRecBytes, n_tiles,
-                                          k_slabs * Sh::kUnitRecBytes, 1, Sh::kTiles, "scales"));
-  }
+  const int64_t k_slabs = a.layout.k_slabs();
+  CUtensorMap map_w, map_s;
+  QL_RETURN_IF_ERROR(weight_maps<Sh>(a, map_w, map_s));
   const int stages = p.stages > 0 && p.stages < Sh::kStagesFit ? std::max(2, p.stages) : Sh::kStagesFit;
   Walk wk{};
   wk.units = p.units;
