@@ -242,6 +242,46 @@ TEST(X86AmxFp, Fp8BlockScalesSpanTheirRange) {
   }
 }
 
+// FP8 128x128 blocks whose scales' f32 product would leave the normal range (weight block scales near 2^-110
+// meeting activation groups near 2^-30 of magnitude: products near 2^-147, subnormals of two or three bits in
+// f32, which the kernels' f32 product would give the outputs): the kernels hand the call to the reference
+// (fp_common.cpp, block_scale_products_normal) and equal it bit for bit, for the AVX2 and the AVX-512 BF16
+// kernel, at M = 1 (the stream) and 17 (the register tiles); with the check removed the outputs differ. A
+// layer whose products stay normal keeps running on the kernel (the test above).
+TEST(X86AmxFp, Fp8BlockScaleProductsBeyondF32TakeTheReference) {
+  const Scheme& s = *find_scheme("w8a8-fp8-block");
+  const LinearKernel& ref = x86_test::reference_for(s.family);
+  for (const LinearKernel* k : {static_cast<const LinearKernel*>(&x86::kAvx2Fp8BlockScaled),
+                                static_cast<const LinearKernel*>(&x86::kAvx512Bf16Fp8BlockScaled)}) {
+    if (!k->is_supported(Platform::host_cpu())) continue;
+    for (const int64_t m : {1, 17}) {
+      const Case c{m, 200, 1040, DType::kF32, DType::kF32, true};
+      SCOPED_TRACE(std::string(k->name()) + " " + x86_test::describe(c));
+      LinearLayer layer = x86_test::make_layer(s, c, 121 + m);
+      Tensor& ws = layer.params.at("weight_scale");
+      float* wsv = static_cast<float*>(ws.raw());
+      for (int64_t i = 0; i < ws.numel(); ++i) wsv[i] = std::ldexp(std::fabs(wsv[i]) + 0.5f, -110);
+      LinearLayer ref_layer = layer;
+      ASSERT_TRUE(k->process_weights_after_loading(layer));
+      ASSERT_TRUE(ref.process_weights_after_loading(ref_layer));
+      Tensor x = random_normal(DType::kF32, {m, c.k}, 131 + m, 1.0);
+      for (int64_t i = 0; i < m * c.k; ++i) x.data<float>()[i] = std::ldexp(x.data<float>()[i], -30);
+      Tensor got = x86_test::poisoned(c.out, m, c.n), want = x86_test::poisoned(c.out, m, c.n);
+      const int64_t tiles = tile_gemms(*k), streams = x86::amx_bf16_streams_on_this_thread();
+      ASSERT_TRUE(k->apply(layer, Activation::dense(x), nullptr, got));
+      EXPECT_EQ(tile_gemms(*k) - tiles, 0);  // neither the tiles nor the stream ran
+      EXPECT_EQ(x86::amx_bf16_streams_on_this_thread() - streams, 0);
+      ASSERT_TRUE(ref.apply(ref_layer, Activation::dense(x), nullptr, want));
+      int64_t nonzero = 0;
+      for (int64_t i = 0; i < m * c.n; ++i) {
+        EXPECT_EQ(got.data<float>()[i], want.data<float>()[i]) << i;
+        nonzero += want.data<float>()[i] != 0.0f;
+      }
+      EXPECT_GT(nonzero, m * c.n / 2);  // tiny outputs (f32 subnormals), not all flushed to zero
+    }
+  }
+}
+
 // The AMX path's MX activation quantizer (amx_act_bf16.cpp) gives the reference quantizer's values bit for bit:
 // blocks spread over 2^-150 .. 2^123 of magnitude (underflow, saturation, the exponent clamps), exact ties of
 // every element grid, zeros, f32 / bf16 / f16 input; and refuses (false) where a value is not a normal BF16.

@@ -529,6 +529,30 @@ void decode_mx_activation(const QuantizedTensor& xq, int64_t k_pad, float* act, 
   }
 }
 
+// 128x128 weight blocks x 1x128 activation groups: every kernel here multiplies the two scales in f32 (the
+// AVX2 order). Where some product would leave f32's normal range -- a weight block scale below about 2^-84 or
+// above 2^8 meeting an activation group scale near its floor (1e-10 / 448) or ceiling -- the rounded product
+// would be a subnormal of few bits, zero or Inf (0 x Inf = NaN on an all-zero block), not the reference's
+// value: the reference runs that call. A scan of the scales, far cheaper than the GEMM.
+bool block_scale_products_normal(const FpState& st, const std::vector<float>& act_block) {
+  const auto range = [](const float* v, size_t n, float& lo, float& hi) {
+    lo = std::numeric_limits<float>::infinity();
+    hi = 0.0f;
+    for (size_t i = 0; i < n; ++i) {
+      const float a = std::fabs(v[i]);
+      if (a > 0.0f && a < std::numeric_limits<float>::infinity()) {
+        lo = std::min(lo, a);
+        hi = std::max(hi, a);
+      }
+    }
+    return hi > 0.0f;
+  };
+  float wlo, whi, alo, ahi;
+  if (!range(st.block_scale.data(), st.block_scale.size(), wlo, whi)) return true;
+  if (!range(act_block.data(), act_block.size(), alo, ahi)) return true;
+  return static_cast<double>(wlo) * alo >= 0x1p-126 && static_cast<double>(whi) * ahi < 0x1p128;
+}
+
 }  // namespace
 
 Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias, Tensor& out) const {
@@ -602,6 +626,7 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
     AlignedBytes act16 = aligned_bytes(round_up(m, 16) * st.k_pad * 2);
     uint16_t* a16 = reinterpret_cast<uint16_t*>(act16.get());
     if (amx_prepare_bf16_activations(q, a16)) {
+      if (!act_block.empty() && !block_scale_products_normal(st, act_block)) return reference_apply(layer, x, bias, out);
       fp_records_gemm_bf16_rows(g, a16, mma);
       return Status::ok();
     }
@@ -621,6 +646,7 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   }
   if (bad) return Status::error(std::string(name()) + ": the activation holds Inf or NaN (it cannot be quantized)");
   if (inexact) return reference_apply(layer, x, bias, out);  // MX / NVFP4 activation scales beyond f32's range
+  if (!act_block.empty() && !block_scale_products_normal(st, act_block)) return reference_apply(layer, x, bias, out);
   g.act = q.act;
   if (!bf16 || !fp_records_gemm_bf16(g, mma)) fp_gemm_avx2(g);
   return Status::ok();
