@@ -261,23 +261,30 @@ TEST(X86AmxFp, Fp8BlockScaleProductsBeyondF32TakeTheReference) {
       Tensor& ws = layer.params.at("weight_scale");
       float* wsv = static_cast<float*>(ws.raw());
       for (int64_t i = 0; i < ws.numel(); ++i) wsv[i] = std::ldexp(std::fabs(wsv[i]) + 0.5f, -110);
-      LinearLayer ref_layer = layer;
+      LinearLayer ref_layer = layer, imported = layer;
       ASSERT_TRUE(k->process_weights_after_loading(layer));
       ASSERT_TRUE(ref.process_weights_after_loading(ref_layer));
+      // The weights' scale range is derived again on import (the processed state does not store it).
+      auto exported = k->export_processed(layer);
+      ASSERT_TRUE(exported) << exported.message();
+      ASSERT_TRUE(k->import_processed(imported, *exported));
       Tensor x = random_normal(DType::kF32, {m, c.k}, 131 + m, 1.0);
       for (int64_t i = 0; i < m * c.k; ++i) x.data<float>()[i] = std::ldexp(x.data<float>()[i], -30);
-      Tensor got = x86_test::poisoned(c.out, m, c.n), want = x86_test::poisoned(c.out, m, c.n);
-      const int64_t tiles = tile_gemms(*k), streams = x86::amx_bf16_streams_on_this_thread();
-      ASSERT_TRUE(k->apply(layer, Activation::dense(x), nullptr, got));
-      EXPECT_EQ(tile_gemms(*k) - tiles, 0);  // neither the tiles nor the stream ran
-      EXPECT_EQ(x86::amx_bf16_streams_on_this_thread() - streams, 0);
+      Tensor want = x86_test::poisoned(c.out, m, c.n);
       ASSERT_TRUE(ref.apply(ref_layer, Activation::dense(x), nullptr, want));
-      int64_t nonzero = 0;
-      for (int64_t i = 0; i < m * c.n; ++i) {
-        EXPECT_EQ(got.data<float>()[i], want.data<float>()[i]) << i;
-        nonzero += want.data<float>()[i] != 0.0f;
+      for (const LinearLayer* l : {&layer, &imported}) {
+        Tensor got = x86_test::poisoned(c.out, m, c.n);
+        const int64_t tiles = tile_gemms(*k), streams = x86::amx_bf16_streams_on_this_thread();
+        ASSERT_TRUE(k->apply(*l, Activation::dense(x), nullptr, got));
+        EXPECT_EQ(tile_gemms(*k) - tiles, 0);  // neither the tiles nor the stream ran
+        EXPECT_EQ(x86::amx_bf16_streams_on_this_thread() - streams, 0);
+        int64_t nonzero = 0;
+        for (int64_t i = 0; i < m * c.n; ++i) {
+          EXPECT_EQ(got.data<float>()[i], want.data<float>()[i]) << (l == &layer ? "processed " : "imported ") << i;
+          nonzero += want.data<float>()[i] != 0.0f;
+        }
+        EXPECT_GT(nonzero, m * c.n / 2);  // tiny outputs (f32 subnormals), not all flushed to zero
       }
-      EXPECT_GT(nonzero, m * c.n / 2);  // tiny outputs (f32 subnormals), not all flushed to zero
     }
   }
 }

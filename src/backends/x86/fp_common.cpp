@@ -44,12 +44,35 @@ struct FpState {
   std::vector<uint8_t> grp;          // [n_pad/16][k_pad/group][16]
   std::vector<float> block_scale;    // 128x128: [n_pad/16][ceil(k/128)], per panel (panel_block_scales.hpp)
   int64_t block_cols = 0;
+  float block_scale_lo = 0.0f, block_scale_hi = 0.0f;  // 128x128: the least and largest nonzero finite |scale|
+                                                      // (derived at process and import, not stored)
   std::vector<float> col_scale;      // [n_pad], empty = 1
   std::vector<float> col_nan;        // [n_pad], empty = no NaN weight code
   float in_scale = 1.0f;             // fp8 static activations (max over shards, as vLLM)
   float in_global = 1.0f;            // nvfp4 activations' g (max over shards)
   bool use_reference = false;        // folded scales would not be exact: the reference runs the layer
 };
+
+// The least and largest nonzero finite magnitude of v (false: none).
+bool nonzero_range(const float* v, size_t n, float& lo, float& hi) {
+  lo = std::numeric_limits<float>::infinity();
+  hi = 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    const float a = std::fabs(v[i]);
+    if (a > 0.0f && a < std::numeric_limits<float>::infinity()) {
+      lo = std::min(lo, a);
+      hi = std::max(hi, a);
+    }
+  }
+  return hi > 0.0f;
+}
+
+// block_scale_lo / hi from the panels' 128x128 scales (after process and after import).
+void set_block_scale_range(FpState& st) {
+  if (!nonzero_range(st.block_scale.data(), st.block_scale.size(), st.block_scale_lo, st.block_scale_hi)) {
+    st.block_scale_lo = st.block_scale_hi = 0.0f;
+  }
+}
 
 // Code panels: n_pad/16 panels of k_pad records (record(): a record holds one k of the panel's 16 columns).
 int64_t packed_bytes(const FpState& st) { return st.n_pad / 16 * st.k_pad * record_bytes(st.elem); }
@@ -333,6 +356,7 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
   } else if (g == kBlock128x128) {
     st->block_cols = (c.k + 127) / 128;
     st->block_scale = panel_block_scales(c, ws, st->n_pad);
+    set_block_scale_range(*st);
   } else {
     st->col_scale = per_column(c, ws, st->n_pad, g.is_per_channel());
   }
@@ -411,7 +435,7 @@ Result<ProcessedWeights> FpAvx2Kernel::export_impl(const LinearLayer& layer) con
 }
 
 Status FpAvx2Kernel::import_impl(LinearLayer& layer, const ProcessedWeights& w) const {
-  return import_host_state(fp_schema(), planned_fp_state(layer.config), w, layer);
+  return import_host_state(fp_schema(), planned_fp_state(layer.config), w, layer, &set_block_scale_range);
 }
 
 Result<Tensor> FpAvx2Kernel::row_major_weight(const LinearLayer& layer) const {
@@ -533,24 +557,13 @@ void decode_mx_activation(const QuantizedTensor& xq, int64_t k_pad, float* act, 
 // AVX2 order). Where some product would leave f32's normal range -- a weight block scale below about 2^-84 or
 // above 2^8 meeting an activation group scale near its floor (1e-10 / 448) or ceiling -- the rounded product
 // would be a subnormal of few bits, zero or Inf (0 x Inf = NaN on an all-zero block), not the reference's
-// value: the reference runs that call. A scan of the scales, far cheaper than the GEMM.
+// value: the reference runs that call. The weights' range is the state's; only this call's activation
+// scales are scanned (M x K / 128 of them).
 bool block_scale_products_normal(const FpState& st, const std::vector<float>& act_block) {
-  const auto range = [](const float* v, size_t n, float& lo, float& hi) {
-    lo = std::numeric_limits<float>::infinity();
-    hi = 0.0f;
-    for (size_t i = 0; i < n; ++i) {
-      const float a = std::fabs(v[i]);
-      if (a > 0.0f && a < std::numeric_limits<float>::infinity()) {
-        lo = std::min(lo, a);
-        hi = std::max(hi, a);
-      }
-    }
-    return hi > 0.0f;
-  };
-  float wlo, whi, alo, ahi;
-  if (!range(st.block_scale.data(), st.block_scale.size(), wlo, whi)) return true;
-  if (!range(act_block.data(), act_block.size(), alo, ahi)) return true;
-  return static_cast<double>(wlo) * alo >= 0x1p-126 && static_cast<double>(whi) * ahi < 0x1p128;
+  float alo, ahi;
+  if (st.block_scale_hi == 0.0f || !nonzero_range(act_block.data(), act_block.size(), alo, ahi)) return true;
+  return static_cast<double>(st.block_scale_lo) * alo >= 0x1p-126 &&
+         static_cast<double>(st.block_scale_hi) * ahi < 0x1p128;
 }
 
 }  // namespace
