@@ -28,6 +28,16 @@ const std::vector<OptionSpec> kSpecs = {
     {"--help", "", "this help"},
 };
 
+constexpr const char* kDefaultShapes = "llama3-8b";
+
+// The items comma-separated, as the options take them.
+template <class T>
+std::string joined(const std::vector<T>& items) {
+  std::ostringstream out;
+  for (size_t i = 0; i < items.size(); ++i) out << (i ? "," : "") << items[i];
+  return out.str();
+}
+
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream in(s);
@@ -73,9 +83,8 @@ int tune_decode(const Args& args, const std::vector<bench::LayerShape>& layers) 
         << ":\n//   " << (*timer)->describe() << "\n// Fields: device, code (FP6 keyed E2M3), N, K, M bucket "
         << "upper bound, route, then for wgmma: tokens,\n// rows per unit, splits (0 = the wave rule); kRule keeps "
         << "the built-in rules (no candidate >= 5% faster).\n// Regenerate on that GPU (every shape set in one run: "
-        << "--out replaces the file):\n//   qlinear tune --decode --shapes " << args.get_or("--shapes", "llama3-8b")
-        << " --m " << args.get_or("--m", "32,64,128,256") << " --schemes "
-        << args.get_or("--schemes", bench::kMmaTuneDefaultSchemes) << "\n//     --out " << *path << "\n";
+        << "--out replaces the file):\n//   qlinear tune --decode --shapes " << args.get_or("--shapes", kDefaultShapes)
+        << " --m " << joined(opt.ms) << " --schemes " << joined(opt.schemes) << "\n//     --out " << *path << "\n";
     for (const bench::MmaTuneResult& r : *results) {
       const cuda::MmaDecodeTunedEntry e = r.entry();
       out << cuda::mma_decode_entry_source(e) << "  // " << r.layer.name << " " << r.scheme << ": rule " << r.rule_us
@@ -106,7 +115,7 @@ int cmd_tune(int argc, char** argv) {
     return 0;
   }
   bench::LtTuneOptions opt;
-  for (const std::string& name : split(args->get_or("--shapes", "llama3-8b"))) {
+  for (const std::string& name : split(args->get_or("--shapes", kDefaultShapes))) {
     const bench::ShapeSet* set = bench::find_shape_set(name);
     if (set == nullptr) {
       std::fprintf(stderr, "qlinear tune: unknown shape set '%s' for --shapes; sets: %s\n", name.c_str(),

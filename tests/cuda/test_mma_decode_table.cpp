@@ -18,6 +18,7 @@
 #if QLINEAR_WITH_CUDA
 #include "backends/cuda/mma_decode.hpp"
 #include "backends/cuda/mma_decode_wgmma.hpp"
+#include "cuda/mma_variants.hpp"
 #endif
 
 namespace qlinear {
@@ -268,39 +269,43 @@ TEST(MmaDecodeTable, ExplainSaysWhenTheTunedTableChose) {
 // forced, the split-K wave rule on its units, no clusters or stream-K (the swap-AB kernel's options), and an
 // explain line that names it.
 TEST(MmaDecodeTable, SharedMemoryVariantPlansTokensAsWgmmaM) {
-  cuda::MmaDecodeArgs a = args_of(MmaCode::kE2M1, 8192, 28672, 1024, nullptr);
   cuda::MmaDecodeForce f;
   f.wgmma = 1;
   f.wgmma_smem_b = 1;
-  f.wgmma_cluster = 2;  // ignored here
-  f.wgmma_stream_k = 1;
-  cuda::mma_decode_force(f);
-  cuda::MmaWgmmaPlan p = cuda::mma_wgmma_plan(a);
-  EXPECT_TRUE(p.smem_b);
-  EXPECT_EQ(p.tokens, 128);
-  EXPECT_EQ(p.rows, 256);
-  EXPECT_EQ(p.n_blocks, 32);
-  EXPECT_EQ(p.m_tiles, 8);
-  EXPECT_EQ(p.cluster, 1);
-  EXPECT_FALSE(p.stream_k);
-  EXPECT_EQ(p.splits, 1);  // 256 units already fill 132 SMs
-  EXPECT_EQ(p.units, 256);
-  EXPECT_NE(cuda::mma_wgmma_description(a).find("shared-memory B"), std::string::npos);
-  // M = 256 on 70b.o: 2 token tiles x 32 row blocks leave SMs idle; 128 rows (64 blocks) or K split in two.
-  a = args_of(MmaCode::kE4M3, 8192, 8192, 256, nullptr);
-  f.wgmma_cluster = 0;
-  f.wgmma_stream_k = 0;
-  cuda::mma_decode_force(f);
-  p = cuda::mma_wgmma_plan(a);
-  EXPECT_EQ(p.units, 64 * p.splits);
-  EXPECT_EQ(p.splits, 2);
+  {
+    cuda::MmaDecodeForce ignored = f;  // the swap-AB kernel's schedules, not this variant's
+    ignored.wgmma_cluster = 2;
+    ignored.wgmma_stream_k = 1;
+    const cuda_test::ForceScope force(ignored);
+    const cuda::MmaDecodeArgs a = args_of(MmaCode::kE2M1, 8192, 28672, 1024, nullptr);
+    const cuda::MmaWgmmaPlan p = cuda::mma_wgmma_plan(a);
+    EXPECT_TRUE(p.smem_b);
+    EXPECT_EQ(p.tokens, 128);
+    EXPECT_EQ(p.rows, 256);
+    EXPECT_EQ(p.n_blocks, 32);
+    EXPECT_EQ(p.m_tiles, 8);
+    EXPECT_EQ(p.cluster, 1);
+    EXPECT_FALSE(p.stream_k);
+    EXPECT_EQ(p.splits, 1);  // 256 units already fill 132 SMs
+    EXPECT_EQ(p.units, 256);
+    EXPECT_NE(cuda::mma_wgmma_description(a).find("shared-memory B"), std::string::npos);
+  }
+  // M = 256 on 70b.o: 2 token tiles x 32 row blocks leave SMs idle, so K splits in two; with 128 rows, 64
+  // row blocks fill them unsplit.
+  const cuda::MmaDecodeArgs o = args_of(MmaCode::kE4M3, 8192, 8192, 256, nullptr);
+  {
+    const cuda_test::ForceScope force(f);
+    const cuda::MmaWgmmaPlan p = cuda::mma_wgmma_plan(o);
+    EXPECT_EQ(p.splits, 2);
+    EXPECT_EQ(p.units, 64 * p.splits);
+  }
   f.wgmma_rows = 128;
-  cuda::mma_decode_force(f);
-  p = cuda::mma_wgmma_plan(a);
+  const cuda_test::ForceScope force(f);
+  const cuda::MmaWgmmaPlan p = cuda::mma_wgmma_plan(o);
   EXPECT_EQ(p.rows, 128);
   EXPECT_EQ(p.n_blocks, 64);
+  EXPECT_EQ(p.splits, 1);
   EXPECT_EQ(p.units, 128);
-  cuda::mma_decode_force({});
 }
 
 #endif  // QLINEAR_WITH_CUDA
