@@ -6,6 +6,7 @@
 // more than one scale block); every family's scheme with BF16 and with quantized activations. Each case also
 // checks that the tile path (or below its M range the weight stream) ran: a fallback to the AVX2 code gives the
 // same numbers. Skipped, with the reason, where the CPU or the OS lacks the ISA.
+#include <cmath>
 #include <cstring>
 #include <string_view>
 #include <tuple>
@@ -429,6 +430,78 @@ TEST(X86AmxFp, QuantizedActivationsEqualTheAvx2Path) {
     }
     if (md.mode == x86::FpActMode::kFp8Dyn1x128) EXPECT_EQ(got_groups, want_groups) << "1x128 group scales";
   }
+}
+
+// At M = 1 the E2M1 / E2M3 weight streams run in integers where the activations are per-block integers (W4A4,
+// W4A6, W6A6 E2M3: amx_int_stream.cpp): bit-identical to the BF16 stream, which runs where they are not (dense
+// BF16 activations, E3M2 weights, activations so small that the integer step would leave f32's normal range).
+TEST(X86AmxFp, IntegerStreamEqualsTheBf16Stream) {
+  struct Run {
+    const LinearKernel* kernel;
+    const char* scheme;
+    bool integers;  // whether the integer stream applies
+    double x_scale;
+  };
+  const Run runs[] = {{&x86::kAmxBf16Mxfp4, "w4a4-mxfp4", true, 1.0},
+                      {&x86::kAmxBf16Mxfp4, "w4a6-mxfp4-mxfp6-e2m3", true, 1.0},
+                      {&x86::kAmxBf16Mxfp4, "w4a4-mxfp4", true, 0x1p-90},
+                      {&x86::kAmxBf16Mxfp4, "w4a4-mxfp4", false, 0x1p-125},
+                      {&x86::kAmxBf16Mxfp4, "w4a16-mxfp4", false, 1.0},
+                      {&x86::kAmxBf16Nvfp4, "w4a4-nvfp4", true, 1.0},
+                      {&x86::kAmxBf16Nvfp4, "w4a4-nvfp4", true, 0x1p40},
+                      {&x86::kAmxBf16Mxfp6, "w6a6-mxfp6-e2m3", true, 1.0},
+                      {&x86::kAmxBf16Mxfp6, "w6a6-mxfp6-e3m2", false, 1.0},
+                      {&x86::kAmxBf16Mxfp6, "w6a16-mxfp6-e2m3", false, 1.0},
+                      {&x86::kAvx512Bf16Mxfp4, "w4a4-mxfp4", true, 1.0},
+                      {&x86::kAvx512Bf16Nvfp4, "w4a4-nvfp4", true, 1.0},
+                      {&x86::kAvx512Bf16Mxfp6, "w6a6-mxfp6-e2m3", true, 1.0}};
+  const x86_test::Case shapes[] = {{1, 67, 96}, {1, 129, 544, DType::kBF16, DType::kF32, true}, {1, 16, 32},
+                                   {1, 200, 1024, DType::kF32, DType::kBF16, true}};
+  uint64_t seed = 4400;
+  int ran = 0;
+  for (const Run& r : runs) {
+    if (!r.kernel->is_supported(Platform::host_cpu())) continue;
+    const Scheme& s = *find_scheme(r.scheme);
+    for (x86_test::Case c : shapes) {
+      if (s.family == Family::kNvfp4 && c.k % 16 != 0) continue;
+      if (!s.activation_key) c.in = DType::kBF16;  // the BF16 engines take weight-only layers' BF16 input only
+      SCOPED_TRACE(std::string(r.kernel->name()) + " " + r.scheme + " " + x86_test::describe(c) + " x scale " +
+                   std::to_string(std::log2(r.x_scale)));
+      LinearLayer layer = x86_test::make_layer(s, c, seed += 3);
+      ASSERT_TRUE(r.kernel->process_weights_after_loading(layer));
+      // x_scale is a power of two: the scaled values are exact in either input type.
+      Tensor x = random_normal(c.in, {c.m, c.k}, seed + 1, 1.0);
+      for (int64_t i = 0; i < c.k; ++i) {
+        float v = c.in == DType::kF32 ? x.data<float>()[i] : 0.0f;
+        if (c.in == DType::kBF16) {
+          const uint32_t bits = static_cast<uint32_t>(x.data<uint16_t>()[i]) << 16;
+          std::memcpy(&v, &bits, 4);
+        }
+        v = i >= 32 && i < 64 && c.k >= 64 ? 0.0f : v * static_cast<float>(r.x_scale);  // k 32..63: an all-zero block
+        if (c.in == DType::kF32) {
+          x.data<float>()[i] = v;
+        } else {
+          uint32_t bits;
+          std::memcpy(&bits, &v, 4);
+          x.data<uint16_t>()[i] = static_cast<uint16_t>(bits >> 16);
+        }
+      }
+      const Tensor bias = random_normal(DType::kF32, {c.n}, seed + 2, 0.5);
+      const Tensor* b = c.bias ? &bias : nullptr;
+      Tensor with_int = x86_test::poisoned(c.out, c.m, c.n), without = x86_test::poisoned(c.out, c.m, c.n);
+      const int64_t before = x86::amx_int_streams_on_this_thread();
+      ASSERT_TRUE(r.kernel->apply(layer, Activation::dense(x), b, with_int));
+      EXPECT_EQ(x86::amx_int_streams_on_this_thread() - before, r.integers ? 1 : 0) << "the integer stream";
+      x86::set_int_stream_enabled(false);
+      const Status st = r.kernel->apply(layer, Activation::dense(x), b, without);
+      x86::set_int_stream_enabled(true);
+      ASSERT_TRUE(st) << st.message();
+      EXPECT_EQ(std::memcmp(with_int.raw(), without.raw(), static_cast<size_t>(with_int.nbytes())), 0)
+          << "the integer stream's output differs from the BF16 stream's";
+      ++ran;
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no AMX-BF16 or AVX-512 BF16 + VBMI kernel runs on this CPU";
 }
 
 // Where AMX runs, the priority list picks these kernels for quantized-activation MX and NVFP4 layers, and

@@ -52,6 +52,12 @@ DecodePanel bf16_job_decoder(Layout l);  // amx_w8a16_gemm.cpp
 // multiplied at once by vdpbf16ps, f32 accumulation (amx_bf16_stream.cpp).
 void bf16_job_stream(const Bf16Job& g);
 
+// The stream's sums in integers (vpdpbusd) where they are small integers: E2M1 / E2M3 codes with MX or NVFP4
+// block scales, and an activation row that is, per scale block, integers below 256 times a power of two (W4A4,
+// W4A6, W6A6 E2M3). Bit-identical to bf16_job_stream; false, computing nothing, where it does not apply
+// (amx_int_stream.cpp).
+bool bf16_job_int_stream(const Bf16Job& g);
+
 // The same GEMM without AMX: below kAmxBf16MinM bf16_job_stream, from it an AVX-512 BF16 register-tile
 // micro-kernel over panels decoded by bf16_job_decoder into an L1 scratch (fp_gemm_avx512bf16.cpp).
 void bf16_job_gemm_avx512(const Bf16Job& g);

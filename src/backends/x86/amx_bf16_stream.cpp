@@ -148,6 +148,7 @@ int64_t amx_bf16_streams_on_this_thread() { return tl_streams; }
 
 void bf16_job_stream(const Bf16Job& g) {
   ++tl_streams;
+  if (bf16_job_int_stream(g)) return;  // the same sums in integers, where the codes and activations allow
   const StreamItem run = stream_of(g.layout);
   const int64_t items = (g.n_pad / 16 + kPanelsPerItem - 1) / kPanelsPerItem;
   threads::parallel_for(items, g.threads, [&](int64_t item) { run(g, item); });

@@ -78,5 +78,9 @@ int64_t amx_bf16_gemms_on_this_thread();
 int64_t amx_bf16_streams_on_this_thread();
 // The same for Bf16Mma::kAvx512Registers's register-tile GEMMs (m >= kAmxBf16MinM).
 int64_t avx512bf16_gemms_on_this_thread();
+// How many of those weight streams ran in integers (bf16_job_int_stream); and a switch for tests and benchmarks
+// that compares them with the BF16 stream (on by default).
+int64_t amx_int_streams_on_this_thread();
+void set_int_stream_enabled(bool on);
 
 }  // namespace qlinear::x86
