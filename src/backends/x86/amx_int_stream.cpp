@@ -20,7 +20,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // amx_w8a16_gemm.cpp says why
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "backends/x86/amx_bf16_decode.hpp"
@@ -197,7 +199,11 @@ void int_item(const Bf16Job& g, const IntRow& a, int64_t item) {
 }
 
 thread_local int64_t tl_int_streams = 0;
-std::atomic<bool> g_int_stream_enabled{true};
+// QLINEAR_X86_INT_STREAM=0 turns it off (an A/B switch for benchmarks).
+std::atomic<bool> g_int_stream_enabled{[] {
+  const char* e = std::getenv("QLINEAR_X86_INT_STREAM");
+  return e == nullptr || std::string_view(e) != "0";
+}()};
 
 }  // namespace
 

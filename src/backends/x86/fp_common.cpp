@@ -468,7 +468,7 @@ const LinearKernel& FpAvx2Kernel::reference_kernel() const {
   }
 }
 
-std::vector<MRoute> FpAvx2Kernel::m_routes(const LinearConfig&) const {
+std::vector<MRoute> FpAvx2Kernel::m_routes(const LinearConfig& c) const {
   const std::string self(name());
   const std::string exact_path =
       "a layer whose block scales cannot be applied exactly in f32 (found when its weights are processed) runs " +
@@ -480,9 +480,16 @@ std::vector<MRoute> FpAvx2Kernel::m_routes(const LinearConfig&) const {
   const MRoute tiles{tiles_from, MRoute::kNoLimit, self,
                      (isa_ == Isa::kAmxBf16 ? "AMX-BF16 tiles; " : "AVX-512 BF16 register tiles (vdpbf16ps, 6 rows x 64 "
                                                                    "columns); ") + fallback};
+  // The integer stream (amx_int_stream.cpp): E2M1 / E2M3 codes with MX or NVFP4 activations.
+  const FpElem welem = elem_of(c.weight_key.dtype);
+  const bool int_stream = c.activation_key && (welem == FpElem::kE2M1 || welem == FpElem::kE2M3) &&
+                          (c.activation_key->scale.dtype == DType::kE8M0 || c.family == Family::kNvfp4);
   std::vector<MRoute> routes = {
       MRoute{1, kAmxBf16MinM - 1, self,
-             std::string("AVX-512 VBMI + BF16 weight streaming (the tile path's decode, vdpbf16ps): ") +
+             std::string(int_stream ? "AVX-512 VBMI + VNNI weight streaming in integers (codes and each block's "
+                                      "activations as small integers, vpdpbusd; bit-identical to the BF16 stream, "
+                                      "which runs where the activations are not such integers): "
+                                    : "AVX-512 VBMI + BF16 weight streaming (the tile path's decode, vdpbf16ps): ") +
                  (isa_ == Isa::kAmxBf16 ? "a 16-row tile would waste its rows; "
                                         : "one row's sums stay in registers over the whole K; ") + fallback}};
   if (tiles_from > kAmxBf16MinM) {

@@ -25,7 +25,8 @@
 //   x86_avx512bf16_mxfp6          mxfp6 (A16, A*)   AVX-512 BF16 + VBMI, no AMX         fp_gemm_avx512bf16.cpp, amx_bf16_stream.cpp
 //   x86_avx512bf16_mxfp4          mxfp4 (A*, A16)   AVX-512 BF16 + VBMI, no AMX         fp_gemm_avx512bf16.cpp, amx_bf16_stream.cpp
 //   x86_avx512bf16_nvfp4          nvfp4 (A16, A4)   AVX-512 BF16 + VBMI, no AMX         fp_gemm_avx512bf16.cpp, amx_bf16_stream.cpp
-//     (the FP engine's AMX and AVX-512 BF16 kernels hand activations that are not exact BF16 values to the AVX2
+//     (at M = 1 the MXFP4 / NVFP4 / MXFP6 E2M3 ones with MX or NVFP4 activations stream in integers instead:
+//     amx_int_stream.cpp; the FP engine's AMX and AVX-512 BF16 kernels hand activations that are not exact BF16 values to the AVX2
 //     code below; the AVX-512 BF16 ones are the AMX ones with vdpbf16ps register tiles in place of AMX tiles.
 //     fp8_block_scaled has no AMX variant: its 128x128 scales promote each 128-wide K block's sum, which the
 //     register tiles do per decoded chunk while the AMX paths keep whole-K sums in the tiles, so it runs on the
