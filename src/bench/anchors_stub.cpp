@@ -13,5 +13,9 @@ Result<std::unique_ptr<CudaAnchor>> CudaAnchor::create(const std::string& kind, 
   return Status::error("the CUDA anchor '" + kind + "' needs qlinear built with its CUDA backend");
 }
 
+Result<std::unique_ptr<CudaAnchor>> CudaAnchor::create_read_floor(int64_t, int64_t, DeviceTimer&) {
+  return Status::error("the CUDA anchor 'read' needs qlinear built with its CUDA backend");
+}
+
 }  // namespace qlinear::bench
 #endif

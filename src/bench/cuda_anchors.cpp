@@ -154,6 +154,36 @@ class CudaAnchorImpl final : public CudaAnchor {
   cublasHandle_t blas_ = nullptr;
 };
 
+// The read floor (cuda_anchors.hpp): copies of the layer's bytes rotated as its weights are.
+class ReadFloorAnchor final : public CudaAnchor {
+ public:
+  ReadFloorAnchor(int64_t weight_bytes, int64_t k, DeviceTimer& timer)
+      : weight_bytes_(weight_bytes), k_(k), timer_(timer) {}
+  const std::string& name() const override { return name_; }
+  Result<Timing> time(int64_t m, int reps) override {
+    const int64_t bytes = (weight_bytes_ + 2 * m * k_ + 15) / 16 * 16;
+    const int copies = timer_.device_copies_for(bytes);
+    std::vector<Tensor> bufs;
+    for (int i = 0; i < copies; ++i) {
+      QL_ASSIGN_OR_RETURN(Tensor b, cuda::empty(DType::kU8, {bytes}));
+      QL_CUDA_CHECK(cudaMemset(b.raw(), i + 1, static_cast<size_t>(bytes)));
+      bufs.push_back(std::move(b));
+    }
+    QL_ASSIGN_OR_RETURN(Tensor sink, cuda::empty(DType::kF32, {1}));
+    return timer_.time(
+        [&](int rep) {
+          return cuda::dram_read_floor(bufs[rep % copies].raw(), static_cast<size_t>(bytes), sink.data<float>(),
+                                       cuda::current_stream());
+        },
+        reps, copies);
+  }
+
+ private:
+  const std::string name_ = "dram_read";
+  int64_t weight_bytes_, k_;
+  DeviceTimer& timer_;
+};
+
 }  // namespace
 
 namespace {
@@ -192,6 +222,11 @@ Result<Resolved> resolve(const std::string& kind, const Scheme& scheme, int64_t 
 Result<std::string> CudaAnchor::name_for(const std::string& kind, const Scheme& scheme, int64_t k) {
   QL_ASSIGN_OR_RETURN(Resolved r, resolve(kind, scheme, k));
   return r.name;
+}
+
+Result<std::unique_ptr<CudaAnchor>> CudaAnchor::create_read_floor(int64_t weight_bytes, int64_t k,
+                                                                  DeviceTimer& timer) {
+  return std::unique_ptr<CudaAnchor>(std::make_unique<ReadFloorAnchor>(weight_bytes, k, timer));
 }
 
 Result<std::unique_ptr<CudaAnchor>> CudaAnchor::create(const std::string& kind, const Scheme& scheme, int64_t n,

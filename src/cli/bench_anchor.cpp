@@ -8,7 +8,7 @@ namespace qlinear::cli {
 
 namespace {
 
-const char* const kAnchorNames = "bf16, vendor, reference";
+const char* const kAnchorNames = "bf16, vendor, reference, read";
 
 // Bit width of a scheme's weight codes: the vendor anchor is a GEMM of the same width.
 int weight_bits(const Scheme& s) {
@@ -18,6 +18,13 @@ int weight_bits(const Scheme& s) {
     case Family::kNvfp4: return 4;
     default: return 8;
   }
+}
+
+// The bytes of the layer's tensors as stored (codes, scales, bias): what any kernel of it reads at least.
+int64_t stored_bytes(const LinearLayer& layer) {
+  int64_t bytes = 0;
+  for (const auto& [name, t] : layer.params) bytes += t.nbytes();
+  return bytes;
 }
 
 class ReferenceAnchor final : public BenchAnchor {
@@ -55,9 +62,11 @@ class CudaAnchorAdapter final : public BenchAnchor {
  public:
   explicit CudaAnchorAdapter(std::unique_ptr<bench::DeviceTimer> timer) : timer_(std::move(timer)) {}
   Status init(const std::string& kind, const Scheme& s, int64_t n, int64_t k) {
-    QL_ASSIGN_OR_RETURN(anchor_, bench::CudaAnchor::create(kind, s, n, k, *timer_));
+    QL_ASSIGN_OR_RETURN(anchor_, kind == "read" ? bench::CudaAnchor::create_read_floor(stored_, k, *timer_)
+                                                : bench::CudaAnchor::create(kind, s, n, k, *timer_));
     return Status::ok();
   }
+  int64_t stored_ = 0;  // the read anchor's weight bytes
   std::string name() const override { return anchor_->name(); }
   Result<AnchorResult> measure(int64_t m, int reps) override {
     QL_ASSIGN_OR_RETURN(bench::Timing t, anchor_->time(m, reps));
@@ -77,7 +86,7 @@ Result<std::vector<std::string>> BenchAnchor::parse_list(const std::string& list
   while (at <= list.size()) {
     const size_t comma = list.find(',', at);
     const std::string item = list.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    if (item != "bf16" && item != "vendor" && item != "reference") {
+    if (item != "bf16" && item != "vendor" && item != "reference" && item != "read") {
       return Status::error("--compare " + list + ": '" + item + "' is not an anchor; expected a list of " + kAnchorNames);
     }
     out.push_back(item);
@@ -87,9 +96,17 @@ Result<std::vector<std::string>> BenchAnchor::parse_list(const std::string& list
   return out;
 }
 
-Result<std::string> BenchAnchor::key_for(const std::string& kind, const Scheme& scheme, int64_t k,
+Result<std::string> BenchAnchor::key_for(const std::string& kind, const Scheme& scheme, const LinearLayer& layer,
                                          const Platform& platform) {
+  const int64_t k = layer.config.k;
   if (kind == "reference") return "reference:" + std::string(scheme.name);
+  if (kind == "read") {
+    if (platform.kind != PlatformKind::kCuda) {
+      return Status::error("the read floor is a CUDA anchor (on the CPU, --roofline measures the DRAM read rate "
+                           "as the kernels read, and every layer of the shape sets is large enough to stream at it)");
+    }
+    return "dram_read:" + std::to_string(stored_bytes(layer));
+  }
   if (platform.kind == PlatformKind::kCuda) return bench::CudaAnchor::name_for(kind, scheme, k);
   if (!onednn_available()) {
     return Status::error("the CPU anchor '" + kind +
@@ -115,10 +132,11 @@ Result<std::unique_ptr<BenchAnchor>> BenchAnchor::create(const std::string& kind
   if (platform.kind == PlatformKind::kCuda) {
     QL_ASSIGN_OR_RETURN(auto timer, bench::DeviceTimer::create(platform.cuda ? platform.cuda->index : 0));
     auto a = std::make_unique<CudaAnchorAdapter>(std::move(timer));
+    a->stored_ = stored_bytes(layer);
     QL_RETURN_IF_ERROR(a->init(kind, scheme, n, k));
     return std::unique_ptr<BenchAnchor>(std::move(a));
   }
-  QL_RETURN_IF_ERROR(key_for(kind, scheme, k, platform).status());
+  QL_RETURN_IF_ERROR(key_for(kind, scheme, layer, platform).status());
   return std::unique_ptr<BenchAnchor>(std::make_unique<OnednnAnchor>(kind == "vendor", n, k));
 }
 

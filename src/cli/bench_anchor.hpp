@@ -4,7 +4,9 @@
 //              the unquantized weights;
 //   vendor     CPU: oneDNN s8s8 matmul for the 8-bit schemes; CUDA: cuBLASLt FP8 / INT8 on pre-quantized
 //              operands (src/bench/cuda_anchors.hpp); 4- and 6-bit schemes have none (an error row);
-//   reference  qlinear's reference kernel of the family (correctness anchor; one repetition).
+//   reference  qlinear's reference kernel of the family (correctness anchor; one repetition);
+//   read       CUDA: the read floor, a plain kernel reading the layer's stored bytes and activations
+//              (src/bench/cuda_anchors.hpp); its anchor / ours is the fraction of that floor reached.
 // An anchor that cannot run a shape gives an error that the row records; the run goes on.
 #include <memory>
 #include <string>
@@ -29,7 +31,7 @@ class BenchAnchor {
   // What the anchor `kind` is for `scheme` on `platform`: schemes with the same key share the anchor and its
   // measurement within a shape ("cublas_bf16"; the reference anchor is the scheme's own). An error says why
   // the anchor cannot run the scheme.
-  static Result<std::string> key_for(const std::string& kind, const Scheme& scheme, int64_t k,
+  static Result<std::string> key_for(const std::string& kind, const Scheme& scheme, const LinearLayer& layer,
                                      const Platform& platform);
   // The anchor `kind` for one (scheme, shape); `layer` is the quantized layer (the reference anchor runs it).
   static Result<std::unique_ptr<BenchAnchor>> create(const std::string& kind, const Scheme& scheme,

@@ -35,7 +35,7 @@ const std::vector<OptionSpec> kSpecs = {
     {"--n", "N", "output features (default 4096)"},
     {"--k", "K", "input features (default 4096)"},
     {"--shapes", "SET", "a model's qkv, o, gate_up and down shapes: llama3-8b, llama3-70b or qwen2.5-7b"},
-    {"--compare", "LIST", "anchors measured in the same run: bf16, vendor, reference (comma-separated)"},
+    {"--compare", "LIST", "anchors measured in the same run: bf16, vendor, reference, read (CUDA: the read floor of the layer's bytes; comma-separated)"},
     {"--reps", "N", "timed repetitions (default 20; at least 20 on CUDA)"},
     {"--sustain-ms", "T", "CUDA: warm up back to back for T ms, then time for at least T ms (the clock under "
                           "continuous load; as QLINEAR_BENCH_SUSTAIN_MS)"},
@@ -169,7 +169,7 @@ AnchorRow measure_anchor(const std::string& kind, const Scheme& scheme, const Li
                          std::map<std::string, std::unique_ptr<BenchAnchor>>& made,
                          std::map<std::pair<std::string, int64_t>, AnchorRow>& measured) {
   AnchorRow a;
-  auto key = BenchAnchor::key_for(kind, scheme, layer.config.k, platform);
+  auto key = BenchAnchor::key_for(kind, scheme, layer, platform);
   if (!key) {
     a.name = kind;
     a.error = key.message();

@@ -96,10 +96,19 @@ TEST(Bench, CompareListGivesEachAnchorOrItsErrorAndTheRunGoesOn) {
   EXPECT_NE(text.out.find("vendor anchor could not run: no vendor 4-bit GEMM"), std::string::npos) << text.out;
 }
 
+TEST(Bench, TheReadFloorIsACudaAnchorAndSaysSoOnTheCpu) {
+  CliRun r = run("bench --scheme w8a16-fp8 --n 64 --k 128 --m 1 --reps 2 --compare read --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = json_of(r.out);
+  const auto& read = j["rows"][0]["compare"]["read"];
+  ASSERT_TRUE(read.contains("error")) << read.dump();
+  EXPECT_NE(read["error"].get<std::string>().find("the read floor is a CUDA anchor"), std::string::npos) << read.dump();
+}
+
 TEST(Bench, UnknownAnchorOrShapeSetIsAUsageError) {
   CliRun a = run("bench --scheme w8a16-fp8 --compare bf16,cublas");
   EXPECT_EQ(a.code, 2);
-  EXPECT_NE(a.out.find("'cublas' is not an anchor; expected a list of bf16, vendor, reference"), std::string::npos)
+  EXPECT_NE(a.out.find("'cublas' is not an anchor; expected a list of bf16, vendor, reference, read"), std::string::npos)
       << a.out;
   CliRun s = run("bench --scheme w8a16-fp8 --shapes qwen9");
   EXPECT_EQ(s.code, 2);

@@ -118,6 +118,27 @@ const cuda::CudaLinearKernel kBenchDequantMxfp8(Family::kMxfp8, "bench_dequant_m
 const cuda::CudaLinearKernel kBenchDequantMxfp6(Family::kMxfp6, "bench_dequant_mxfp6", "", cuda::Route::kDequantBf16);
 const cuda::CudaLinearKernel kBenchDequantMxfp4(Family::kMxfp4, "bench_dequant_mxfp4", "", cuda::Route::kDequantBf16);
 
+// The read floor (`qlinear bench --compare read`) reads what it is asked to: 256x the bytes take far longer
+// (a kernel that skipped its loads, or read a fixed amount, would not), and a 1 GiB read runs between 1 TB/s
+// and the H200's 4.8 TB/s datasheet rate.
+TEST(CudaBench, ReadFloorReadsTheLayersBytes) {
+  auto timer = bench::DeviceTimer::create(0);
+  ASSERT_TRUE(timer) << timer.message();
+  auto time_read = [&](int64_t bytes) {
+    auto a = bench::CudaAnchor::create_read_floor(bytes, 4096, **timer);
+    EXPECT_TRUE(a) << a.message();
+    auto t = (*a)->time(1, bench::kMinDeviceReps);
+    EXPECT_TRUE(t) << t.message();
+    return t ? t->median_ms : -1.0;
+  };
+  const double small = time_read(int64_t{4} << 20), large = time_read(int64_t{1} << 30);
+  ASSERT_GT(small, 0);
+  EXPECT_GT(large, 8 * small) << small << " ms for 4 MiB, " << large << " ms for 1 GiB";
+  const double tbps = (int64_t{1} << 30) / (large * 1e-3) / 1e12;
+  EXPECT_GT(tbps, 1.0);
+  EXPECT_LT(tbps, 5.0);
+}
+
 TEST(CudaBench, DISABLED_LlamaShapes) {
   auto platform = Platform::cuda_device(0);
   if (!platform) GTEST_SKIP() << "no CUDA device: " << platform.message();

@@ -258,9 +258,11 @@ TEST(CudaMmaDecodeBench, DISABLED_VersusCublasBf16) {
         };
         row(s.name, *s.kernel, layer, true);
         if (m == kBenchMs.front() && variant_selected("read")) {
-          // The ceiling at this size: a plain streaming read (16-byte loads, grid-stride) of the same bytes.
+          // The ceiling at this size: the read floor of `qlinear bench --compare read` over the same bytes.
           auto t = (*timer)->time(
-              [&](int) { return cuda::l2_flush_read(read_buf.raw(), static_cast<size_t>(bytes), sink_p, stream); },
+              [&](int) {
+                return cuda::dram_read_floor(read_buf.raw(), static_cast<size_t>(bytes) / 16 * 16, sink_p, stream);
+              },
               bench::kMinDeviceReps);
           if (t) {
             const double us = 1000.0 * t->median_ms;

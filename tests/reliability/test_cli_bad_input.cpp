@@ -51,7 +51,7 @@ std::vector<BadInvocation> bad_invocations() {
       {"platform", {"bench", "--scheme", "w8a16-mxfp8", "--backend", "nokernel", "--n", "64", "--k", "64"}, 2,
        {"--backend nokernel: not cpu, cuda, reference or a kernel name"}},
       {"platform", {"bench", "--scheme", "w8a16-mxfp8", "--compare", "numpy", "--n", "64", "--k", "64"}, 2,
-       {"--compare numpy: 'numpy' is not an anchor; expected a list of bf16, vendor, reference"}},
+       {"--compare numpy: 'numpy' is not an anchor; expected a list of bf16, vendor, reference, read"}},
       {"platform", {"bench", "--scheme", "w8a16-mxfp8", "--shapes", "llama9"}, 2,
        {"--shapes llama9: expected llama3-8b, llama3-70b, qwen2.5-7b"}},
       {"path", {"run"}, 2, {"missing CKPT"}},

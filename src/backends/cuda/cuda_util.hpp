@@ -45,6 +45,9 @@ Result<Tensor> upload(const void* host, size_t bytes, DType dtype, Shape shape, 
 // Evicts the L2 cache by reading `bytes` of `buf` (benchmarks: a read leaves no dirty lines to write back
 // inside the timed region, as a memset would).
 Status l2_flush_read(const void* buf, size_t bytes, float* sink, Stream stream);
+// Reads `bytes` (a multiple of 16) of `buf` as fast as a plain kernel can (one wave, several 16-byte loads in
+// flight per thread): the time a layer needs at least to read its weights, at that size (bench's read floor).
+Status dram_read_floor(const void* buf, size_t bytes, float* sink, Stream stream);
 
 // The device's name (cudaDeviceProp::name, e.g. "NVIDIA H200"), read once per device; "" when it cannot be
 // read. The key of the tuned tables (tuning/).
