@@ -4,7 +4,8 @@
 //   ActQuant:   each activation quantizer (FP8 modes, INT8 modes): the simple kernels (act_quant_simple.hpp)
 //               against the entry points (the vector kernels, or the simple ones where they measured faster)
 //               in the same process; GB/s of the minimal traffic (activations read once, codes and scales
-//               written once). Lines "AQ <mode> K M simple_us entry_us simple_GB/s entry_GB/s".
+//               written once). Lines "AQ <mode> K M simple_us entry_us simple_GB/s entry_GB/s general ..."
+//               (general: the entry point with its aligned-BF16 row kernel turned off).
 //               Knobs (to profile one kernel): QL_AQ_KS, QL_AQ_MS, QL_AQ_MODES (mode names as printed).
 //   LtCandidates: every cuBLASLt heuristic candidate (up to 16) of FP8 with fast accumulation (and with
 //               QLINEAR_LT_BENCH=all the kinds `qlinear tune` measures) at llama3-8b shapes; lines
@@ -102,9 +103,13 @@ TEST(CudaPrefillBench, DISABLED_ActQuant) {
         }
         const double old_us = median_us(timer, [&] { return cuda::launch_act_quant_simple(a, s); });
         const double new_us = median_us(timer, [&] { return cuda::launch_act_quant(a, s); });
+        cuda::act_quant_allow_rows_kernel(false);
+        const double general_us = median_us(timer, [&] { return cuda::launch_act_quant(a, s); });
+        cuda::act_quant_allow_rows_kernel(true);
         const double bytes = static_cast<double>(m) * k * 3 + static_cast<double>(m) * groups * 4;
-        std::printf("AQ %-14s %6lld %5lld %8.2f %8.2f %7.0f %7.0f\n", md.name, static_cast<long long>(k),
-                    static_cast<long long>(m), old_us, new_us, bytes / old_us / 1e3, bytes / new_us / 1e3);
+        std::printf("AQ %-14s %6lld %5lld %8.2f %8.2f %7.0f %7.0f  general %8.2f us %7.0f GB/s\n", md.name,
+                    static_cast<long long>(k), static_cast<long long>(m), old_us, new_us, bytes / old_us / 1e3,
+                    bytes / new_us / 1e3, general_us, bytes / general_us / 1e3);
       }
       struct Int8Mode {
         const char* name;

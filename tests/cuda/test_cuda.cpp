@@ -193,9 +193,10 @@ TEST(CudaActQuant, CodesAndScalesAreBitIdenticalToTheReference) {
   for (const QuantCase& qc : cases) {
     for (DType d : {DType::kBF16, DType::kF16, DType::kF32}) {
       // Odd K (unaligned rows: the scalar loads), rows longer than one pass of the per-token kernel (K >
-      // 16384: 8 vectors per thread; K > 32768: the loop over passes), many short rows.
+      // 16384: 8 vectors per thread; K > 32768: the loop over passes), many short rows; M > 64 with K a
+      // multiple of 8 runs the row kernel of the aligned BF16 layout (K = 40000: per-token past its one pass).
       for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 4096}, {7, 1000}, {17, 320}, {64, 4160}, {3, 33},
-                          {5, 18016}, {2, 40000}, {8192, 136}, {300, 1000}}) {
+                          {5, 18016}, {2, 40000}, {8192, 136}, {300, 1000}, {257, 14336}, {65, 40000}}) {
         if (qc.mode == cuda::ActQuantMode::kMx32 && k % 32 != 0) continue;
         if (d == DType::kF32 && m * k > 1000000) continue;  // the f32 path is the same code; keep the test short
         check_act_quant(qc, d, m, k, false);

@@ -220,6 +220,69 @@ __global__ void __launch_bounds__(512) fp8_quant_kernel(Fp8QuantParams p) {
   }
 }
 
+// The row modes (static, dynamic per-tensor's second pass, per-token) for the layout nearly every call has:
+// BF16 rows 16-byte aligned, K and the code rows multiples of 8, codes as bytes. The same arithmetic as
+// fp8_quant_kernel (encode8_div, the scale rules), without its per-vector bounds, dtype and output branches
+// and its 64-bit indexing: that kernel is one body for every mode, type and layout, ~18 k SASS instructions
+// per instantiation, and ran issue-bound at 1.9-2.4 TB/s. Vectors at or beyond K are zeros (code 0), as there.
+// Per-token rows must fit one pass (blockDim.x * V vectors): they are reduced and quantized from registers.
+template <int V>
+__global__ void __launch_bounds__(512) fp8_rows_bf16_kernel(Fp8QuantParams p) {
+  asm volatile("griddepcontrol.launch_dependents;");  // as fp8_quant_kernel
+  const int64_t row = blockIdx.x;
+  const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.x) + row * p.ld_x);
+  uint2* cr = reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.codes) + row * p.ld_codes);
+  const int x_vectors = static_cast<int>(p.k / kVec), code_vectors = static_cast<int>(p.ld_codes / kVec);
+  const int first = static_cast<int>(blockIdx.y * blockDim.x * V + threadIdx.x);
+  uint4 r[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int v = first + j * static_cast<int>(blockDim.x);
+    r[j] = v < x_vectors ? __ldg(xr + v) : make_uint4(0, 0, 0, 0);
+  }
+  double s = p.static_scale;
+  if (p.mode == ActQuantMode::kDynamicTensor) {
+    s = static_cast<double>(static_cast<float>(static_cast<double>(__uint_as_float(*p.amax_tensor)) / kFp8Max));
+    if (!(s > 0)) s = kMinScale;
+  } else if (p.mode == ActQuantMode::kDynamicToken) {
+    double amax;
+    if (p.row_amax != nullptr) {
+      amax = p.row_amax[row];
+    } else {
+      float a = 0.0f;  // fmaxf, as fp8_quant_kernel: NaN elements do not set the scale
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const uint32_t w[4] = {r[j].x, r[j].y, r[j].z, r[j].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          a = fmaxf(a, fabsf(__uint_as_float(w[i] << 16)));
+          a = fmaxf(a, fabsf(__uint_as_float(w[i] & 0xFFFF0000u)));
+        }
+      }
+      amax = actvec::block_max(a);
+    }
+    if (p.scale_ub > 0) amax = fmin(amax, static_cast<double>(p.scale_ub));
+    s = fmax(static_cast<double>(static_cast<float>(amax / kFp8Max)), kMinScale);
+  }
+  if (threadIdx.x == 0 && blockIdx.y == 0 && (p.so.m_stride != 0 || row == 0)) {
+    static_cast<float*>(p.so.scales)[row * p.so.m_stride] = static_cast<float>(s);
+  }
+  const float rcp = quotient_rcp(s);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int v = first + j * static_cast<int>(blockDim.x);
+    if (v >= code_vectors) break;
+    float f[kVec];
+    const uint32_t w[4] = {r[j].x, r[j].y, r[j].z, r[j].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+    cr[v] = encode8_div(f, rcp, s);
+  }
+}
+
 template <class T, int V>
 Status launch_fp8_quant(const Fp8QuantParams& p, int64_t m, const actvec::RowPlan& plan, Stream stream) {
   fp8_quant_kernel<T, V><<<dim3(static_cast<unsigned>(m), plan.chunks), plan.threads, 0, stream>>>(p);
@@ -263,6 +326,17 @@ unsigned grid_for(int64_t work) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 132 * 16 ? 132 * 16 : blocks));
 }
 
+bool g_allow_rows_kernel = true;  // act_quant_allow_rows_kernel
+
+// Whether fp8_rows_bf16_kernel runs a row-mode launch (its layout, and per-token rows in one pass).
+template <class T>
+bool rows_kernel_fits(const Fp8QuantParams& p, const actvec::RowPlan& plan, bool whole_row) {
+  if (!g_allow_rows_kernel || !std::is_same_v<T, __nv_bfloat16> || !p.aligned || p.as_float) return false;
+  if (p.k % kVec != 0 || p.ld_codes % kVec != 0 || reinterpret_cast<uintptr_t>(p.codes) % 8 != 0) return false;
+  if (p.ld_codes / kVec > (int64_t{1} << 30)) return false;  // 32-bit vector indices
+  return !whole_row || int64_t{plan.threads} * plan.v * kVec >= p.ld_codes;
+}
+
 template <class T>
 Status launch_typed(const ActQuantArgs& a, Stream stream) {
   Fp8QuantParams p{};
@@ -293,7 +367,18 @@ Status launch_typed(const ActQuantArgs& a, Stream stream) {
         QL_RETURN_IF_ERROR(launch_plan<T>(r, a.m, actvec::plan_rows(vectors, false), stream));
       }
       const bool whole_row = a.mode == ActQuantMode::kDynamicToken && a.row_amax == nullptr;
-      return launch_plan<T>(p, a.m, actvec::plan_rows(vectors, whole_row), stream);
+      const actvec::RowPlan plan = actvec::plan_rows(vectors, whole_row);
+      if (rows_kernel_fits<T>(p, plan, whole_row)) {
+        const dim3 grid(static_cast<unsigned>(a.m), plan.chunks);
+        if (plan.v == 8) {
+          fp8_rows_bf16_kernel<8><<<grid, plan.threads, 0, stream>>>(p);
+        } else {
+          fp8_rows_bf16_kernel<4><<<grid, plan.threads, 0, stream>>>(p);
+        }
+        QL_CUDA_CHECK_LAUNCH("fp8_rows_bf16_kernel");
+        return Status::ok();
+      }
+      return launch_plan<T>(p, a.m, plan, stream);
     }
     case ActQuantMode::kDynamicGroup128:
     case ActQuantMode::kMx32: {
@@ -307,6 +392,8 @@ Status launch_typed(const ActQuantArgs& a, Stream stream) {
 }
 
 }  // namespace
+
+void act_quant_allow_rows_kernel(bool allow) { g_allow_rows_kernel = allow; }
 
 Status launch_act_quant(const ActQuantArgs& a, Stream stream) {
   if (a.m == 0) return Status::ok();
