@@ -25,6 +25,7 @@
 
 #if QLINEAR_WITH_CUDA
 #include "backends/cuda/cuda_kernels.hpp"
+#include "cuda/cuda_test_util.hpp"
 #include "qlinear/cuda.hpp"
 #include "qlinear/random.hpp"
 
@@ -122,6 +123,7 @@ const cuda::CudaLinearKernel kBenchDequantMxfp4(Family::kMxfp4, "bench_dequant_m
 // (a kernel that skipped its loads, or read a fixed amount, would not), and a 1 GiB read runs between 1 TB/s
 // and the H200's 4.8 TB/s datasheet rate.
 TEST(CudaBench, ReadFloorReadsTheLayersBytes) {
+  QL_REQUIRE_SM90();
   auto timer = bench::DeviceTimer::create(0);
   ASSERT_TRUE(timer) << timer.message();
   auto time_read = [&](int64_t bytes) {
