@@ -185,6 +185,32 @@ TEST(X86Amx, Mxfp8W8A8AndA16MatchReference) {
   EXPECT_FALSE(k.can_implement(f32_in.config));
 }
 
+// Up to 16 rows the tile path takes two 32-column blocks at once (4 panels, amx_w8a16_gemm.cpp): N with a
+// partial 4-panel block (50), 4 + 2 + 1 panels (112), several 4-panel blocks and a lone panel (200), K off the
+// tile step where the format allows; and on two threads, whose column items may split a 4-panel pair.
+TEST(X86Amx, FourPanelBlocksUpToSixteenRows) {
+  const std::pair<const LinearKernel*, const char*> kernels[] = {
+      {&x86::kAmxBf16Fp8W8A16, "w8a16-fp8"}, {&x86::kAmxBf16Mxfp8W8A16, "w8a16-mxfp8"},
+      {&x86::kAmxBf16Mxfp4W4A16, "w4a16-mxfp4"}, {&x86::kAmxBf16Fp8ScaledMM, "w8a8-fp8-channel"}};
+  uint64_t seed = 7700;
+  for (const auto& [kernel, scheme] : kernels) {
+    const Verdict v = kernel->is_supported(Platform::host_cpu());
+    if (!v) GTEST_SKIP() << kernel->name() << " does not run on this CPU: " << v.reason;
+    const bool mx = std::string_view(scheme).find("mx") != std::string_view::npos;
+    const int64_t ks[] = {mx ? 96 : 161, 1024};
+    for (const int64_t m : {2, 15, 16}) {
+      for (const int64_t n : {50, 112, 200}) {
+        const Case c{m, n, ks[(m + n) % 2], DType::kBF16, n == 112 ? DType::kF32 : DType::kBF16, n != 50};
+        x86_test::expect_matches_reference(*kernel, *find_scheme(scheme), c, seed += 7, f32_sum_rel(c.k));
+      }
+    }
+    threads::set_min_ns_per_thread_for_testing(1.0);
+    x86_test::expect_matches_reference(*kernel, *find_scheme(scheme), {16, 208, 512}, seed += 7, f32_sum_rel(512));
+    x86_test::expect_thread_safe(*kernel, *find_scheme(scheme), {16, 208, 512}, seed += 7);
+    threads::set_min_ns_per_thread_for_testing(0.0);
+  }
+}
+
 TEST(X86Amx, WeightOnlyThreadsAndRoundTrip) {
   QL_SKIP_UNLESS_SUPPORTED(x86::kAmxBf16Mxfp4W4A16);
   x86_test::expect_thread_safe(x86::kAmxBf16Mxfp4W4A16, *find_scheme("w4a16-mxfp4"), {33, 130, 320}, 77);

@@ -27,8 +27,9 @@
 // Lookups: E4M3 -> two 128-entry vpermi2b tables (the sign OR-ed back); E2M1 -> one 32-word vpermw table (the
 // 16 values twice: bit 4 of the index may hold the other nibble's bit); FP6 codes -> 64-entry vpermb tables
 // (vpermb reads the low 6 bits, so bits 6..7 of an FP6 byte need not be cleared); NVFP4 (kRecordE2M1Nv, on
-// tiles) -> one 128-entry vpermi2b table by (the column's E4M3 block-scale mantissa, code), the scale's
-// exponent added after (the M = 1 stream decodes its codes as kRecordE2M1 and scales each block's sum).
+// tiles) -> one 64-entry vpermb table by (the column's E4M3 block-scale mantissa, code magnitude), the code's
+// sign OR-ed in and the scale's exponent added after (the M = 1 stream decodes its codes as kRecordE2M1 and
+// scales each block's sum).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -73,10 +74,10 @@ struct DecodeTables {
   alignas(64) uint8_t e4m3_hi[128], e4m3_lo[128];  // magnitude codes 0..127
   alignas(64) uint8_t e2m3_hi[64], e2m3_lo[64], e3m2_hi[64], e3m2_lo[64];
   alignas(64) uint16_t e2m1_words[32];  // BF16 of E2M1 code i % 16 (vpermw reads 5 index bits)
-  // NVFP4, by index (m << 4) | code (the E2M1 code, m = a block scale's 3 mantissa bits): the BF16
-  // bytes of value(code) * (1 + m / 8) (exact: at most 6 significant bits, normal).
-  alignas(64) uint8_t nv_hi[128], nv_lo[128];
-  // By E4M3 block-scale magnitude code: its mantissa bits m << 4 and the BF16 exponent offset e << 7 (as an int16's
+  // NVFP4, by index (m << 3) | c (c: an E2M1 code's magnitude bits, m = a block scale's 3 mantissa bits): the
+  // BF16 bytes of value(c) * (1 + m / 8) (exact: at most 6 significant bits, normal). One vpermb each.
+  alignas(64) uint8_t nv_hi[64], nv_lo[64];
+  // By E4M3 block-scale magnitude code: its mantissa bits m << 3 and the BF16 exponent offset e << 7 (as an int16's
   // two bytes) with s = (1 + m / 8) * 2^e (subnormal scales normalized; 0 for a zero scale, masked separately).
   alignas(64) uint8_t sc_m[128], sc_e_hi[128], sc_e_lo[128];
   constexpr DecodeTables()
@@ -92,13 +93,14 @@ struct DecodeTables {
         --ex;
       }
       const int off = sig == 0 ? 0 : (ex + 3) * 128;  // (1 + (sig - 8) / 8) * 2^(ex + 3)
-      sc_m[c] = static_cast<uint8_t>(sig == 0 ? 0 : (sig - 8) << 4);
+      sc_m[c] = static_cast<uint8_t>(sig == 0 ? 0 : (sig - 8) << 3);
       sc_e_hi[c] = static_cast<uint8_t>((off >> 8) & 0xFF);
       sc_e_lo[c] = static_cast<uint8_t>(off & 0xFF);
-      const int ms = c >> 4, code = c & 0xF;  // the quad records store E2M1 codes as they are
-      // value(code) = v2 / 2 with v2 in {0, 1, 2, 3, 4, 6, 8, 12}; times (8 + ms) / 8
-      const int v2[8] = {0, 1, 2, 3, 4, 6, 8, 12};
-      const uint16_t w = bf16_bits((code & 8) != 0, v2[code & 7] * (8 + ms), -4);
+    }
+    for (int c = 0; c < 64; ++c) {
+      // value(magnitude code) = v2 / 2 with v2 in {0, 1, 2, 3, 4, 6, 8, 12}; times (8 + ms) / 8
+      const int ms = c >> 3, v2[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+      const uint16_t w = bf16_bits(false, v2[c & 7] * (8 + ms), -4);
       nv_hi[c] = static_cast<uint8_t>(w >> 8);
       nv_lo[c] = static_cast<uint8_t>(w & 0xFF);
     }
@@ -119,13 +121,13 @@ static_assert(float_code_bf16(0x01, 4, 3) == 0x3B00, "E4M3 2^-9");
 static_assert(float_code_bf16(0x7, 2, 1) == 0x40C0 && float_code_bf16(0x9, 2, 1) == 0xBF00, "E2M1 6, -0.5");
 static_assert(float_code_bf16(0x1F, 2, 3) == 0x40F0 && float_code_bf16(0x01, 2, 3) == 0x3E00, "E2M3 7.5, 0.125");
 static_assert(float_code_bf16(0x1F, 3, 2) == 0x41E0 && float_code_bf16(0x21, 3, 2) == 0xBD80, "E3M2 28, -1/16");
-static_assert(kDecodeTables.nv_hi[(0 << 4) | 0x7] == 0x40 && kDecodeTables.nv_lo[(0 << 4) | 0x7] == 0xC0, "6");
-static_assert(kDecodeTables.nv_hi[(7 << 4) | 0xF] == 0xC1 && kDecodeTables.nv_lo[(7 << 4) | 0xF] == 0x34,
-              "-6 * 1.875 = -11.25");
-static_assert(kDecodeTables.nv_hi[(3 << 4) | 0x8] == 0x80 && kDecodeTables.nv_lo[(3 << 4) | 0x8] == 0x00, "-0");
-static_assert(kDecodeTables.sc_m[0x7E] == (6 << 4) && kDecodeTables.sc_e_hi[0x7E] == 0x04 && kDecodeTables.sc_e_lo[0x7E] == 0x00,
+static_assert(kDecodeTables.nv_hi[(0 << 3) | 0x7] == 0x40 && kDecodeTables.nv_lo[(0 << 3) | 0x7] == 0xC0, "6");
+static_assert(kDecodeTables.nv_hi[(7 << 3) | 0x7] == 0x41 && kDecodeTables.nv_lo[(7 << 3) | 0x7] == 0x34,
+              "6 * 1.875 = 11.25");
+static_assert(kDecodeTables.nv_hi[(3 << 3) | 0x0] == 0x00 && kDecodeTables.nv_lo[(3 << 3) | 0x0] == 0x00, "0");
+static_assert(kDecodeTables.sc_m[0x7E] == (6 << 3) && kDecodeTables.sc_e_hi[0x7E] == 0x04 && kDecodeTables.sc_e_lo[0x7E] == 0x00,
               "448 = 1.75 * 2^8");
-static_assert(kDecodeTables.sc_m[0x03] == (4 << 4) && kDecodeTables.sc_e_hi[0x03] == 0xFC && kDecodeTables.sc_e_lo[0x03] == 0x00,
+static_assert(kDecodeTables.sc_m[0x03] == (4 << 3) && kDecodeTables.sc_e_hi[0x03] == 0xFC && kDecodeTables.sc_e_lo[0x03] == 0x00,
               "3 * 2^-9 = 1.5 * 2^-8");
 
 // vpermb / vpmultishiftqb controls that bring the record layouts into quad order. For quad byte Q = 16l + 8h + i:
@@ -180,7 +182,7 @@ inline constexpr GatherTables kGather;
 template <Layout L>
 class QuadDecoder {
   static constexpr bool kE4M3 = L == Layout::kQuadE4M3 || L == Layout::kRecordE4M3;
-  static constexpr bool kTable128 = kE4M3 || L == Layout::kRecordE2M1Nv;
+  static constexpr bool kTable128 = kE4M3;
 
  public:
   QuadDecoder() {
@@ -223,12 +225,14 @@ class QuadDecoder {
       a = _mm512_permutexvar_epi16(_mm512_srlv_epi16(_mm512_maskz_permutexvar_epi8(kEven, byte_a_, x), shift_a_), hi0_);
       b = _mm512_permutexvar_epi16(_mm512_srlv_epi16(_mm512_maskz_permutexvar_epi8(kEven, byte_b_, x), shift_b_), hi0_);
       return;
-    } else if constexpr (L == Layout::kRecordE2M1Nv) {  // index (scale mantissa << 4) | stored code
+    } else if constexpr (L == Layout::kRecordE2M1Nv) {  // index (scale mantissa << 3) | magnitude, then the sign
       const __m512i x = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
       const __m512i codes = _mm512_multishift_epi64_epi8(ld(kGather.e2m1_shift), _mm512_permutexvar_epi8(ld(kGather.e2m1_idx), x));
-      const __m512i idx = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), codes, nv_m_, 0xEA);  // (codes & 0xF) | m
-      hi = _mm512_permutex2var_epi8(hi0_, idx, hi1_);
-      lo = _mm512_permutex2var_epi8(lo0_, idx, lo1_);
+      const __m512i idx = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x07), codes, nv_m_, 0xEA);  // (codes & 7) | m
+      const __m512i sign = _mm512_slli_epi16(codes, 4);  // each byte's bit 3 (the code's sign) to its bit 7
+      hi = _mm512_ternarylogic_epi32(_mm512_permutexvar_epi8(idx, hi0_), sign, _mm512_set1_epi8(static_cast<char>(0x80)),
+                                     0xF8);  // | (sign & 0x80)
+      lo = _mm512_permutexvar_epi8(idx, lo0_);
     } else if constexpr (L == Layout::kRecordE2M3 || L == Layout::kRecordE3M2) {
       const __m512i x = _mm512_maskz_loadu_epi8(0x0000FFFFFFFFFFFFull, src);  // 48 bytes
       const __m512i nib =
@@ -288,7 +292,7 @@ class QuadDecoder {
   __m512i hi0_, hi1_ = _mm512_setzero_si512(), lo0_, lo1_ = _mm512_setzero_si512();
   __m512i byte_a_ = _mm512_setzero_si512(), byte_b_ = _mm512_setzero_si512();    // E2M1: word gathers
   __m512i shift_a_ = _mm512_setzero_si512(), shift_b_ = _mm512_setzero_si512();
-  __m512i nv_m_ = _mm512_setzero_si512();  // NVFP4: quad byte Q <- (mantissa bits of column c(Q)'s scale) << 4
+  __m512i nv_m_ = _mm512_setzero_si512();  // NVFP4: quad byte Q <- (mantissa bits of column c(Q)'s scale) << 3
 };
 
 // How far ahead of the quad being decoded the decode loops prefetch the weights (and 256 bytes ahead, their

@@ -7,8 +7,9 @@
 // Per thread, for each block of 2 panels (32 output columns) of its share:
 //   decode the block's codes to BF16 VNNI-2 rows (the B tile layout, amx_isa.hpp; amx_bf16_decode.hpp) in a
 //   per-thread scratch:
-//     one M block (M <= 32): K in chunks of 256 (16 KiB, L1), each chunk multiplied at once, the four f32
-//       accumulator tiles held across chunks;
+//     one M block (M <= 32): a software pipeline over 32-k steps, each step decoded into a ring (16 KiB, L1)
+//       and multiplied 2 steps later, the f32 accumulator tiles held across steps; up to 16 rows, two blocks
+//       (4 panels, 64 columns) at once;
 //     several M blocks: the whole K (64 * K bytes, L2), decoded once and reused by every 32-row block;
 //   per 32-row block: C0..C3 = 0, per 32-wide k step A0, A1, B0, B1 and 4 tdpbf16ps; the 32 x 32 f32 sums
 //   then get the per-row / per-column scales and bias and are rounded to the output type while in L1.
@@ -96,7 +97,8 @@ DecodePanel bf16_job_decoder(Layout l) {
 namespace {
 
 constexpr int64_t kBlock = 32;        // rows and columns of one output block
-constexpr int64_t kChunkK = 256;      // one-M-block path: k per decoded chunk
+constexpr int64_t kRingWords = 8192;  // one-M-block path: the ring of decoded 32-k steps (16 KiB: L1)
+constexpr int64_t kLagSteps = 2;      // one-M-block path: a step's tiles run this many steps after its decode
 constexpr int64_t kOuterChunkK = 1024;  // K-outer path: k per decoded chunk
 constexpr int64_t kActL2Bytes = int64_t{1} << 20;  // activation rows beyond this (half the L2): K outer
 
@@ -145,8 +147,54 @@ void load_tiles(const float* c, int64_t ldc) {
   _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
 }
 
+// The tiles of one 32-k step: activation rows a (stride lda elements), the panels' B rows at w (512 words each).
+// Four panels (rows <= 16): C0..C3 = tmm0..3, A = tmm4, B = tmm5..7, and tmm5 again for the fourth panel once C0's
+// tdpbf16ps has read it (the tile registers are not renamed: that load waits for it).
+template <int kPanels, bool kTwoRows>
+void step_tiles(const uint16_t* a, int64_t lda, const uint16_t* w) {
+  if constexpr (kPanels == 4) {
+    static_assert(!kTwoRows, "four panels use all four accumulators on one row tile");
+    _tile_loadd(4, a, lda * 2);
+    _tile_loadd(5, w, 64);
+    _tile_loadd(6, w + 512, 64);
+    _tile_loadd(7, w + 1024, 64);
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_loadd(5, w + 1536, 64);
+    _tile_dpbf16ps(3, 4, 5);
+  } else {
+    multiply<kTwoRows, kPanels == 2>(a, lda, w, w + 512, 32);
+  }
+}
+
+// One block of rows (a: its first activation row) x kPanels panels from p0, over the whole K, into tiles 0..3:
+// a software pipeline over 32-k steps. Step s is decoded into ring slot s % ring ([panel][16 pairs][32 words]),
+// then the tiles of step s - kLagSteps are issued. In program order the decode's AVX-512 work and its prefetches
+// sit between the tile instructions, so the out-of-order core overlaps the two and the weight streams keep their
+// loads in flight while the tiles run (decoding 256 k, then multiplying, left the memory idle during the tiles);
+// the lag keeps the tile loads off stores still in the store buffer. Four panels are four weight streams per core.
+template <int kPanels, bool kTwoRows>
+void pipelined_block(const Job& g, DecodePanel decode, uint16_t* ring, int64_t p0, const uint16_t* a) {
+  constexpr int64_t slot = kPanels * 512;
+  constexpr int64_t slots = kRingWords / slot;
+  static_assert(kLagSteps < slots, "a slot is decoded again only after its tiles were issued");
+  const int64_t steps = g.k_pad / 32;
+  zero_tiles();
+  for (int64_t s = 0; s < steps + kLagSteps; ++s) {
+    if (s < steps) {
+      uint16_t* w = ring + (s % slots) * slot;
+      for (int v = 0; v < kPanels; ++v) decode(g, p0 + v, s * 8, s * 8 + 8, w + v * 512);
+    }
+    if (s >= kLagSteps) {
+      const int64_t t = s - kLagSteps;
+      step_tiles<kPanels, kTwoRows>(a + t * 32, g.lda, ring + (t % slots) * slot);
+    }
+  }
+}
+
 // Rows [m_begin, m_end) (m_begin a multiple of 16) x column blocks [b_begin, b_end); scratch holds 2 panels
-// of K words (whole-K path) or of kChunkK (one-M-block path).
+// of K words (whole-K path) or the ring of decoded steps (one-M-block path).
 void run_range(const Job& g, uint16_t* scratch, float* c, int64_t m_begin, int64_t m_end, int64_t b_begin,
                int64_t b_end) {
   const DecodePanel decode = bf16_job_decoder(g.layout);
@@ -159,14 +207,21 @@ void run_range(const Job& g, uint16_t* scratch, float* c, int64_t m_begin, int64
     const int64_t cols = g.n - n0 < kBlock ? g.n - n0 : kBlock;
     if (one_block) {
       const int64_t rows = m_end - m_begin;
-      const Multiply mul = pick(rows > 16, two_cols);
-      uint16_t* w1 = scratch + kChunkK * 16;
-      zero_tiles();
-      for (int64_t q0 = 0; q0 < quads; q0 += kChunkK / 4) {
-        const int64_t q1 = q0 + kChunkK / 4 < quads ? q0 + kChunkK / 4 : quads;
-        decode(g, p0, q0, q1, scratch);
-        if (two_cols) decode(g, p0 + 1, q0, q1, w1);
-        mul(g.act + m_begin * g.lda + q0 * 4, g.lda, scratch, w1, (q1 - q0) * 4);
+      const uint16_t* a = g.act + m_begin * g.lda;
+      if (rows <= 16 && blk + 1 < b_end && p0 + 3 < panels) {  // two blocks at once: 64 columns
+        pipelined_block<4, false>(g, decode, scratch, p0, a);
+        _tile_stored(0, c, 64 * 4);  // 16 rows x 64 columns of f32 sums, row stride 64
+        _tile_stored(1, c + 16, 64 * 4);
+        _tile_stored(2, c + 32, 64 * 4);
+        _tile_stored(3, c + 48, 64 * 4);
+        bf16_job_epilogue(g, c, 64, m_begin, rows, n0, g.n - n0 < 64 ? g.n - n0 : 64);
+        ++blk;
+        continue;
+      }
+      if (two_cols) {
+        rows > 16 ? pipelined_block<2, true>(g, decode, scratch, p0, a) : pipelined_block<2, false>(g, decode, scratch, p0, a);
+      } else {
+        rows > 16 ? pipelined_block<1, true>(g, decode, scratch, p0, a) : pipelined_block<1, false>(g, decode, scratch, p0, a);
       }
       store_tiles(c, kBlock);
       bf16_job_epilogue(g, c, kBlock, m_begin, rows, n0, cols);
@@ -247,7 +302,7 @@ void run(const Job& g) {
     const int64_t m0 = sh.m0, m1 = sh.m1, b0 = sh.b0, b1 = sh.b1;
     if (!sh.empty()) {
       const bool k_outer = m1 - m0 > kBlock && (m1 - m0) * g.k_pad * 2 > kActL2Bytes;
-      const int64_t k_words = m1 - m0 <= kBlock ? kChunkK : k_outer ? kOuterChunkK : g.k_pad;
+      const int64_t k_words = m1 - m0 <= kBlock ? kRingWords / 32 : k_outer ? kOuterChunkK : g.k_pad;
       // The claiming thread's buffers (threads::scratch), kept across calls.
       uint16_t* scratch = static_cast<uint16_t*>(threads::scratch(0, 2 * k_words * 32));
       const int64_t c_floats = k_outer ? (m1 - m0 + kBlock - 1) / kBlock * kBlock * (b1 - b0) * kBlock : kBlock * kBlock;
