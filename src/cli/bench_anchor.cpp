@@ -61,12 +61,12 @@ class OnednnAnchor final : public BenchAnchor {
 class CudaAnchorAdapter final : public BenchAnchor {
  public:
   explicit CudaAnchorAdapter(std::unique_ptr<bench::DeviceTimer> timer) : timer_(std::move(timer)) {}
-  Status init(const std::string& kind, const Scheme& s, int64_t n, int64_t k) {
-    QL_ASSIGN_OR_RETURN(anchor_, kind == "read" ? bench::CudaAnchor::create_read_floor(stored_, k, *timer_)
+  // `stored_bytes`: the layer's bytes as stored, which the read anchor reads.
+  Status init(const std::string& kind, const Scheme& s, int64_t n, int64_t k, int64_t stored_bytes) {
+    QL_ASSIGN_OR_RETURN(anchor_, kind == "read" ? bench::CudaAnchor::create_read_floor(stored_bytes, k, *timer_)
                                                 : bench::CudaAnchor::create(kind, s, n, k, *timer_));
     return Status::ok();
   }
-  int64_t stored_ = 0;  // the read anchor's weight bytes
   std::string name() const override { return anchor_->name(); }
   Result<AnchorResult> measure(int64_t m, int reps) override {
     QL_ASSIGN_OR_RETURN(bench::Timing t, anchor_->time(m, reps));
@@ -132,8 +132,7 @@ Result<std::unique_ptr<BenchAnchor>> BenchAnchor::create(const std::string& kind
   if (platform.kind == PlatformKind::kCuda) {
     QL_ASSIGN_OR_RETURN(auto timer, bench::DeviceTimer::create(platform.cuda ? platform.cuda->index : 0));
     auto a = std::make_unique<CudaAnchorAdapter>(std::move(timer));
-    a->stored_ = stored_bytes(layer);
-    QL_RETURN_IF_ERROR(a->init(kind, scheme, n, k));
+    QL_RETURN_IF_ERROR(a->init(kind, scheme, n, k, stored_bytes(layer)));
     return std::unique_ptr<BenchAnchor>(std::move(a));
   }
   QL_RETURN_IF_ERROR(key_for(kind, scheme, layer, platform).status());
