@@ -234,11 +234,11 @@ __global__ void __launch_bounds__(512) fp8_rows_bf16_kernel(Fp8QuantParams p) {
   uint2* cr = reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.codes) + row * p.ld_codes);
   const int x_vectors = static_cast<int>(p.k / kVec), code_vectors = static_cast<int>(p.ld_codes / kVec);
   const int first = static_cast<int>(blockIdx.y * blockDim.x * V + threadIdx.x);
-  uint4 r[V];
+  Raw<__nv_bfloat16> r[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     const int v = first + j * static_cast<int>(blockDim.x);
-    r[j] = v < x_vectors ? __ldg(xr + v) : make_uint4(0, 0, 0, 0);
+    r[j].w[0] = v < x_vectors ? __ldg(xr + v) : make_uint4(0, 0, 0, 0);
   }
   double s = p.static_scale;
   if (p.mode == ActQuantMode::kDynamicTensor) {
@@ -249,16 +249,9 @@ __global__ void __launch_bounds__(512) fp8_rows_bf16_kernel(Fp8QuantParams p) {
     if (p.row_amax != nullptr) {
       amax = p.row_amax[row];
     } else {
-      float a = 0.0f;  // fmaxf, as fp8_quant_kernel: NaN elements do not set the scale
+      float a = 0.0f;
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const uint32_t w[4] = {r[j].x, r[j].y, r[j].z, r[j].w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          a = fmaxf(a, fabsf(__uint_as_float(w[i] << 16)));
-          a = fmaxf(a, fabsf(__uint_as_float(w[i] & 0xFFFF0000u)));
-        }
-      }
+      for (int j = 0; j < V; ++j) a = fmaxf(a, actvec::abs_max(r[j]));
       amax = actvec::block_max(a);
     }
     if (p.scale_ub > 0) amax = fmin(amax, static_cast<double>(p.scale_ub));
@@ -273,12 +266,7 @@ __global__ void __launch_bounds__(512) fp8_rows_bf16_kernel(Fp8QuantParams p) {
     const int v = first + j * static_cast<int>(blockDim.x);
     if (v >= code_vectors) break;
     float f[kVec];
-    const uint32_t w[4] = {r[j].x, r[j].y, r[j].z, r[j].w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      f[2 * i] = __uint_as_float(w[i] << 16);
-      f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-    }
+    actvec::to_floats(r[j], f);
     cr[v] = encode8_div(f, rcp, s);
   }
 }
