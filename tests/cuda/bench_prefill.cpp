@@ -135,9 +135,13 @@ TEST(CudaPrefillBench, DISABLED_ActQuant) {
         a.zero_points = static_cast<int32_t*>(zps.raw());
         const double old_us = median_us(timer, [&] { return cuda::launch_int8_act_quant_simple(a, s); });
         const double new_us = median_us(timer, [&] { return cuda::launch_int8_act_quant(a, s); });
+        cuda::act_quant_allow_rows_kernel(false);
+        const double general_us = median_us(timer, [&] { return cuda::launch_int8_act_quant(a, s); });
+        cuda::act_quant_allow_rows_kernel(true);
         const double bytes = static_cast<double>(m) * k * 3 + static_cast<double>(m) * 8;
-        std::printf("AQ %-14s %6lld %5lld %8.2f %8.2f %7.0f %7.0f\n", md.name, static_cast<long long>(k),
-                    static_cast<long long>(m), old_us, new_us, bytes / old_us / 1e3, bytes / new_us / 1e3);
+        std::printf("AQ %-14s %6lld %5lld %8.2f %8.2f %7.0f %7.0f  general %8.2f us %7.0f GB/s\n", md.name,
+                    static_cast<long long>(k), static_cast<long long>(m), old_us, new_us, bytes / old_us / 1e3,
+                    bytes / new_us / 1e3, general_us, bytes / general_us / 1e3);
       }
       std::fflush(stdout);
     }

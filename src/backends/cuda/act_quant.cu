@@ -382,6 +382,7 @@ Status launch_typed(const ActQuantArgs& a, Stream stream) {
 }  // namespace
 
 void act_quant_allow_rows_kernel(bool allow) { g_allow_rows_kernel = allow; }
+bool act_quant_rows_kernel_allowed() { return g_allow_rows_kernel; }
 
 Status launch_act_quant(const ActQuantArgs& a, Stream stream) {
   if (a.m == 0) return Status::ok();

@@ -49,9 +49,11 @@ struct ActQuantArgs {
 };
 
 Status launch_act_quant(const ActQuantArgs& args, Stream stream);
-// Benchmarks: whether launch_act_quant may take its row kernel for aligned BF16 rows (default: yes), so that
-// one process times it beside the general vector kernel it replaces there. Not thread-safe against launches.
+// Benchmarks: whether launch_act_quant and launch_int8_act_quant may take their row kernels for aligned BF16
+// rows (default: yes), so that one process times them beside the general vector kernels they replace there.
+// Not thread-safe against launches.
 void act_quant_allow_rows_kernel(bool allow);
+bool act_quant_rows_kernel_allowed();
 
 // out[m] = max |x[m, :k]| (f32): a slice's per-token amax, all-reduced across tensor-parallel ranks.
 Status launch_row_amax(const void* x, DType x_dtype, int64_t m, int64_t k, int64_t ld_x, float* out, Stream stream);

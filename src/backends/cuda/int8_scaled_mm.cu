@@ -230,6 +230,87 @@ __global__ void int8_epilogue_kernel(Int8EpilogueArgs a, bool vec) {
   }
 }
 
+// The same arithmetic for the layout nearly every call has (BF16 rows 16-byte aligned, K and the code rows
+// multiples of 8), without the general kernel's per-vector bounds and padding masks, dtype paths and 64-bit
+// indexing (that kernel is one body for every mode, type and layout: 5-10 k SASS instructions). Vectors at or
+// beyond K are padding: zero codes, not part of the row's range. Per-token rows must fit one pass.
+template <int V>
+__global__ void __launch_bounds__(512) int8_rows_bf16_kernel(Int8QuantParams p) {
+  const int64_t row = blockIdx.x;
+  const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.x) + row * p.ld_x);
+  uint2* cr = reinterpret_cast<uint2*>(p.codes + row * p.ld_codes);
+  const int x_vectors = static_cast<int>(p.k / kVec), code_vectors = static_cast<int>(p.ld_codes / kVec);
+  const int first = static_cast<int>(blockIdx.y * blockDim.x * V + threadIdx.x);
+  uint4 r[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int v = first + j * static_cast<int>(blockDim.x);
+    r[j] = v < x_vectors ? __ldg(xr + v) : make_uint4(0, 0, 0, 0);
+  }
+  const auto floats = [](const uint4& w4, float (&f)[kVec]) {
+    const uint32_t w[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+  };
+  const bool dynamic = p.mode == Int8ActMode::kDynamicTokenSym || p.mode == Int8ActMode::kDynamicTokenAsym;
+  const bool asym = p.mode == Int8ActMode::kDynamicTokenAsym;
+  double s = p.static_scale;
+  double z = p.mode == Int8ActMode::kStaticAsym ? static_cast<double>(p.static_zp) : 0.0;
+  if (dynamic) {  // as int8_quant_kernel
+    float lo = INFINITY, hi = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      if (first + j * static_cast<int>(blockDim.x) >= x_vectors) continue;
+      float f[kVec];
+      floats(r[j], f);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        lo = fminf(lo, asym ? f[i] : fabsf(f[i]));
+        hi = fmaxf(hi, asym ? f[i] : fabsf(f[i]));
+      }
+    }
+    hi = actvec::block_max(hi);
+    lo = asym ? actvec::block_min(lo) : hi;
+    double dlo = p.k > 0 ? lo : 0.0, dhi = p.k > 0 ? hi : 0.0;
+    if (p.row_amax != nullptr) dhi = p.row_amax[row];
+    if (asym) {
+      if (dhi == dlo) {
+        dlo = fmin(dlo, 0.0);
+        dhi = fmax(dhi, 0.0);
+      }
+      s = static_cast<double>(static_cast<float>((dhi - dlo) / 255.0));
+      if (s == 0) s = 1.0;
+      z = fmin(fmax(rint(-128.0 - dlo / s), -2147483648.0), 2147483647.0);
+      if (threadIdx.x == 0) p.zps[row] = static_cast<int32_t>(z);
+    } else {
+      s = static_cast<double>(static_cast<float>(dhi / 127.0));
+      if (!(s > 0)) s = 1.0;
+    }
+    if (threadIdx.x == 0) p.scales[row] = static_cast<float>(s);
+  }
+  float rcp = 1.0f / static_cast<float>(s);
+  if (!(rcp >= 0x1p-125f && rcp <= 0x1p125f)) rcp = __int_as_float(0x7FFFFFFF);
+  const int32_t zc = static_cast<int32_t>(fmin(fmax(z, -4194560.0), 4194560.0));
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int v = first + j * static_cast<int>(blockDim.x);
+    if (v >= code_vectors) break;
+    float f[kVec];
+    floats(r[j], f);
+    cr[v] = v < x_vectors ? int8_encode8(f, rcp, s, z, zc) : make_uint2(0, 0);
+  }
+}
+
+// Whether int8_rows_bf16_kernel runs a launch (its layout; per-token rows in one pass).
+bool int8_rows_kernel_fits(const Int8QuantParams& p, DType dtype, const actvec::RowPlan& plan, bool dynamic) {
+  if (dtype != DType::kBF16 || !p.aligned || p.k % kVec != 0 || p.ld_codes % kVec != 0) return false;
+  if (reinterpret_cast<uintptr_t>(p.codes) % 8 != 0 || p.ld_codes / kVec > (int64_t{1} << 30)) return false;
+  return !dynamic || int64_t{plan.threads} * plan.v * kVec >= p.ld_codes;
+}
+
 template <class T>
 Status launch_quant_typed(const Int8QuantArgs& a, Stream stream) {
   Int8QuantParams p{};
@@ -248,6 +329,15 @@ Status launch_quant_typed(const Int8QuantArgs& a, Stream stream) {
   const bool dynamic = a.mode == Int8ActMode::kDynamicTokenSym || a.mode == Int8ActMode::kDynamicTokenAsym;
   const actvec::RowPlan plan = actvec::plan_rows((a.ld_codes + kVec - 1) / kVec, dynamic);
   const dim3 grid(static_cast<unsigned>(a.m), plan.chunks);
+  if (act_quant_rows_kernel_allowed() && int8_rows_kernel_fits(p, a.x_dtype, plan, dynamic)) {
+    if (plan.v == 8) {
+      int8_rows_bf16_kernel<8><<<grid, plan.threads, 0, stream>>>(p);
+    } else {
+      int8_rows_bf16_kernel<4><<<grid, plan.threads, 0, stream>>>(p);
+    }
+    QL_CUDA_CHECK_LAUNCH("int8_rows_bf16_kernel");
+    return Status::ok();
+  }
   if (plan.v == 8) {
     int8_quant_kernel<T, 8><<<grid, plan.threads, 0, stream>>>(p);
   } else {
