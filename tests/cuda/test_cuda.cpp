@@ -285,11 +285,11 @@ TEST(CudaActQuant, Int8CodesScalesAndZeroPointsAreBitIdenticalToTheReference) {
   };
   for (const auto& [mode, key] : cases) {
     for (DType d : {DType::kBF16, DType::kF16, DType::kF32}) {
-      // {260, 9000}: per-token rows that the simple kernel takes (act_quant_simple.hpp); M > 64 with K a
-      // multiple of 8 otherwise: the row kernel of the aligned BF16 layout.
+      // M > 64 with K a multiple of 8: the row kernel of the aligned BF16 layout; {260, 9000} in F16 / F32
+      // and {256, 40000} (a per-token row longer than one pass): the simple kernel (act_quant_simple.hpp).
       for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 4096}, {7, 1000}, {17, 320}, {3, 33}, {6, 18016},
                           {2, 40000}, {8192, 136}, {300, 1000}, {260, 9000}, {257, 4096}, {65, 8192},
-                          {70, 20000}}) {
+                          {70, 20000}, {256, 40000}}) {
         if (d == DType::kF32 && m * k > 1000000) continue;
         check_int8_quant(mode, key, d, m, k);
       }

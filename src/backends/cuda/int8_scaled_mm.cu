@@ -338,6 +338,9 @@ Status launch_quant_typed(const Int8QuantArgs& a, Stream stream) {
     QL_CUDA_CHECK_LAUNCH("int8_rows_bf16_kernel");
     return Status::ok();
   }
+  // Long per-token rows: the simple kernel measured faster than this vector kernel (act_quant_simple.hpp);
+  // the row kernel above beats both where it fits.
+  if (dynamic && a.k > 8192 && a.m >= 256) return launch_int8_act_quant_simple(a, stream);
   if (plan.v == 8) {
     int8_quant_kernel<T, 8><<<grid, plan.threads, 0, stream>>>(p);
   } else {
@@ -357,8 +360,8 @@ Status launch_int8_act_quant(const Int8QuantArgs& a, Stream stream) {
   if (a.mode == Int8ActMode::kDynamicTokenAsym && a.zero_points == nullptr) {
     return Status::error("int8 act_quant: dynamic asymmetric mode needs a zero-point buffer");
   }
-  // Long per-token rows and decode sizes: the simple kernel measured faster (act_quant_simple.hpp).
-  if ((dynamic && a.k > 8192 && a.m >= 256) || a.m <= kActQuantSimpleMaxM) return launch_int8_act_quant_simple(a, stream);
+  // Decode sizes: the simple kernel measured faster (act_quant_simple.hpp).
+  if (a.m <= kActQuantSimpleMaxM) return launch_int8_act_quant_simple(a, stream);
   switch (a.x_dtype) {
     case DType::kF32: return launch_quant_typed<float>(a, stream);
     case DType::kBF16: return launch_quant_typed<__nv_bfloat16>(a, stream);
