@@ -217,6 +217,9 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
   using Sh = Shape<C, S, TN, NT, STAGES>;
   constexpr int kWords = CodeTraits<C>::kWords;
   extern __shared__ __align__(128) uint8_t smem[];
+  // With partial sums, the reduction after this grid is a programmatic dependent launch: it may start now
+  // and waits (griddepcontrol.wait) for this grid's completion before it reads them.
+  if (partial != nullptr) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wn = warp % kWarpsN, wk = warp / kWarpsN;
