@@ -92,6 +92,34 @@ TEST(X86Amx, Int8MatchesReferenceAndVnniBitForBit) {
   expect_bitwise_equal(k, x86::kAvx512VnniInt8, *find_scheme("w8a8-int8-dynamic"), {300, 40, 1000}, 72);
 }
 
+// Up to 16 rows the INT8 kernel takes two 32-column blocks at once (4 panels, accumulate4 in amx_int8_gemm.cpp)
+// and runs each block's epilogue between the next block's k steps: M around the row tile, N with a partial
+// 4-panel block (50), 4 + 2 + 1 panels (112), several 4-panel blocks and a lone panel (200), K below, off and
+// on the 64-wide k step (under 4 steps: the next-block prefetch starts late); against the reference and bit for
+// bit against the VNNI kernel; on two threads, whose column items may split a 4-panel pair.
+TEST(X86Amx, Int8FourPanelBlocksUpToSixteenRows) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAmxInt8);
+  const Scheme& s = *find_scheme("w8a8-int8-dynamic");
+  const int64_t ks[] = {61, 130, 1024};
+  uint64_t seed = 7800;
+  int i = 0;
+  for (const int64_t m : {1, 2, 8, 15, 16, 17, 31, 32, 33}) {
+    for (const int64_t n : {50, 112, 200}) {
+      const Case c{m, n, ks[i % 3], DType::kBF16, i % 2 == 0 ? DType::kF32 : DType::kBF16, n != 50};
+      ++i;
+      x86_test::expect_matches_reference(x86::kAmxInt8, s, c, seed += 7, kInt8Rel);
+      expect_bitwise_equal(x86::kAmxInt8, x86::kAvx512VnniInt8, s, c, seed += 7);
+    }
+  }
+  threads::set_min_ns_per_thread_for_testing(1.0);
+  for (const Case& c : {Case{16, 464, 512}, Case{12, 4200, 130, DType::kBF16, DType::kF32, true}}) {
+    x86_test::expect_matches_reference(x86::kAmxInt8, s, c, seed += 7, kInt8Rel);
+    expect_bitwise_equal(x86::kAmxInt8, x86::kAvx512VnniInt8, s, c, seed += 7);
+    x86_test::expect_thread_safe(x86::kAmxInt8, s, c, seed += 7);
+  }
+  threads::set_min_ns_per_thread_for_testing(0.0);
+}
+
 TEST(X86Amx, Int8ThreadsAndRoundTrip) {
   QL_SKIP_UNLESS_SUPPORTED(x86::kAmxInt8);
   x86_test::expect_thread_safe(x86::kAmxInt8, *find_scheme("w8a8-int8-dynamic"), {33, 130, 320}, 73);

@@ -1,7 +1,10 @@
 // x86_amx_int8: the INT8 GEMM on AMX-INT8 tiles (tdpbusd: 16 x 16 x 64 u8 x s8 -> s32 per instruction).
 //
-// Per item (a run of column blocks, or a thread's share of the rows), for each block of 2 panels (32 columns):
-//   for each 32-row block of activations:
+// Per item (a run of column blocks, or a thread's share of the rows):
+//   up to 16 rows (one row tile; decode-size M): 4 panels (64 columns) at a time, for each 64-wide k step:
+//     load A (16 rows x 64 codes), B0..B2, 3 tdpbusd, B3 into B0's tile, 1 tdpbusd (accumulate4); between the
+//     steps, one row of the previous 64 columns' epilogue; a lone 2-panel block at the end of an item as below;
+//   more rows: for each block of 2 panels (32 columns), for each 32-row block of activations:
 //     C0..C3 = 0; for each 64-wide k step: load A0, A1 (16 rows x 64 codes), B0, B1 (the two panels'
 //     16 groups of 4 k, 1 KiB each, straight from the VNNI panels, prefetched 2 KiB ahead), 4 tdpbusd
 //     store the 32 x 32 int32 sums, int8_epilogue_avx2 (scales, zero point, bias, rounding) while in L1.
@@ -75,6 +78,110 @@ void zero_tiles() {
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
+}
+
+// ---- Up to 16 rows: four panels per block ----
+// At M <= 16 the layer streams its weights from DRAM once and the tiles are nearly idle (4 tdpbusd per 4 KiB of
+// weights), so what counts is how close the stream gets to the AVX-512 VNNI kernel's at M = 1 (per-core bound: a
+// core keeps only so many lines in flight). Measured on a 2-core Xeon, 28672 x 4096, one thread, cold weights,
+// the calls of every variant interleaved (GB/s of weights; VNNI at M = 1: 16.0):
+//   2 panels per k step, 2 KiB prefetch (the path for more rows)                       14.0
+//   4 panels per k step, no software prefetch                                          14.3
+//     + the epilogue interleaved with the next block's steps                         14.3
+//     + the next block's first 2 KiB per panel prefetched in the last 4 steps          14.8
+//   and no better: 4 panels with 1-8 KiB prefetch (T0, T1 or T2; 13.5-14.3: it competes with the hardware
+//   prefetcher's streams), copying each step's weights with AVX-512 loads into an L1 ring, tiles 2 steps later
+//   (13.5-13.8), touching the lines 1-4 steps ahead with AVX-512 loads (14.2-14.6), 2 panels on two alternating
+//   sets of A / B tiles (no wait on the last step's tdpbusd; 13.0), K in 256-1024 chunks so that the activation
+//   chunk stays in L1 (11.6-13.4: shorter weight streams). What remains: the activation tile comes from L2 on
+//   every step (a fixed activation tile: 15.1-15.4, without tdpbusd 15.4) and the epilogue (~3%).
+// On 2 threads (qlinear bench, cold weights, best of 3 interleaved runs) M = 16 takes, of M = 1's time: 28672 x
+// 4096 1.19 -> 1.10x (4.39 -> 4.00 ms), N 4096 x K 14336 1.21 -> 1.10x, 4096 x 4096 1.17 -> 1.13x, 6144 x 4096
+// 1.11x both.
+constexpr int64_t kNextBlockPrefetchBytes = 2048;  // per panel of the next block
+constexpr int64_t kNextBlockPrefetchSteps = 4;     // spread over the block's last steps
+
+// A finished block's int32 sums whose epilogue runs one row at a time between the next block's k steps: the
+// AVX2 arithmetic then overlaps the weight loads instead of leaving the memory idle between blocks (16 rows x 64
+// columns is ~1500 instructions, more than the reorder window).
+struct PendingRows {
+  const int32_t* c = nullptr;  // [rows][ldc]
+  int64_t ldc = 0, m0 = 0, rows = 0, n0 = 0, cols = 0, done = 0;
+  void one(const Int8Epilogue& e) {
+    if (done < rows) {
+      int8_epilogue_avx2(e, c + done * ldc, ldc, m0 + done, 1, n0, cols);
+      ++done;
+    }
+  }
+  void rest(const Int8Epilogue& e) {
+    if (done < rows) int8_epilogue_avx2(e, c + done * ldc, ldc, m0 + done, rows - done, n0, cols);
+    done = rows;
+  }
+};
+
+// Adds the whole K of one row tile (a: 16 activation rows, stride lda) x 4 panels (w, stride pstride) to tiles
+// 0..3. next: the following block's first panel (null: none); pending: rows to finish one per step.
+// Tiles: C0..C3 = tmm0..3, A = tmm4, B = tmm5..7, and tmm5 again for the fourth panel once C0's tdpbusd has read
+// it (the tile registers are not renamed: that load waits for it).
+void accumulate4(const uint8_t* a, int64_t lda, const int8_t* w, int64_t pstride, int64_t k_pad, const int8_t* next,
+                 PendingRows& pending, const Int8Epilogue& e) {
+  const int64_t steps = k_pad / 64;
+  for (int64_t t = 0; t < steps; ++t) {
+    // The next block's first bytes: its streams start on lines already on their way (the hardware prefetcher
+    // needs a few misses on a new stream before it runs ahead).
+    const int64_t q = t + kNextBlockPrefetchSteps - steps;
+    if (next != nullptr && q >= 0) {
+      constexpr int64_t kPart = kNextBlockPrefetchBytes / kNextBlockPrefetchSteps;
+      for (int v = 0; v < 4; ++v) {
+        for (int64_t l = q * kPart; l < (q + 1) * kPart; l += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(next + v * pstride + l), _MM_HINT_T0);
+        }
+      }
+    }
+    const int8_t* wt = w + t * 1024;  // group 16t of each panel
+    _tile_loadd(4, a + t * 64, lda);
+    _tile_loadd(5, wt, 64);
+    _tile_loadd(6, wt + pstride, 64);
+    _tile_loadd(7, wt + 2 * pstride, 64);
+    _tile_dpbusd(0, 4, 5);
+    _tile_dpbusd(1, 4, 6);
+    _tile_dpbusd(2, 4, 7);
+    _tile_loadd(5, wt + 3 * pstride, 64);
+    _tile_dpbusd(3, 4, 5);
+    pending.one(e);
+  }
+}
+
+// Rows [m_begin, m_end), at most 16 (m_begin a multiple of 16) x column blocks [b_begin, b_end): pairs of blocks
+// on accumulate4, a lone block (odd count, or N's last panel) on accumulate.
+void run_range_one_tile(const Int8Gemm& g, int64_t m_begin, int64_t m_end, int64_t b_begin, int64_t b_end) {
+  alignas(64) int32_t c[16 * 64];  // the sums of the block whose epilogue is pending
+  const int64_t panels = g.n_pad / 16, pstride = 16 * g.k_pad, rows = m_end - m_begin;
+  const uint8_t* a = g.act + m_begin * g.k_pad;
+  PendingRows pending;
+  for (int64_t b = b_begin; b < b_end;) {
+    const int64_t p0 = b * 2, n0 = p0 * 16;
+    const int8_t* w0 = g.packed + p0 * pstride;
+    const int64_t width = b + 1 < b_end && p0 + 3 < panels ? 64 : 32;
+    zero_tiles();
+    if (width == 64) {
+      const bool next = b + 3 < b_end && p0 + 7 < panels;
+      accumulate4(a, g.k_pad, w0, pstride, g.k_pad, next ? w0 + 4 * pstride : nullptr, pending, g.epi);
+    } else {
+      const bool two_cols = p0 + 1 < panels;
+      pick(false, two_cols)(a, g.k_pad, w0, two_cols ? w0 + pstride : w0, 0, g.k_pad);
+    }
+    pending.rest(g.epi);  // c is free again
+    _tile_stored(0, c, 64 * 4);
+    _tile_stored(1, c + 16, 64 * 4);
+    if (width == 64) {
+      _tile_stored(2, c + 32, 64 * 4);
+      _tile_stored(3, c + 48, 64 * 4);
+    }
+    pending = PendingRows{c, 64, m_begin, rows, n0, g.epi.n - n0 < width ? g.epi.n - n0 : width};
+    b += width / 32;
+  }
+  pending.rest(g.epi);
 }
 
 constexpr int64_t kMinItemBlocks = 4;
@@ -161,6 +268,8 @@ void int8_gemm_amx(const Int8Gemm& g) {
       if (m1 - m0 > kBlockRows && (m1 - m0) * g.k_pad > kActL2Bytes) {
         const int64_t count = (m1 - m0 + kBlockRows - 1) / kBlockRows * kBlockRows * (b1 - b0) * kBlockCols;
         run_k_outer(g, static_cast<int32_t*>(threads::scratch(0, count * 4)), m0, m1, b0, b1);
+      } else if (m1 - m0 <= 16) {
+        run_range_one_tile(g, m0, m1, b0, b1);
       } else {
         run_range(g, m0, m1, b0, b1);
       }
