@@ -56,7 +56,8 @@ const Int8Kernel kAmxInt8("x86_amx_int8", Isa::kAmxInt8);
 
 std::string_view Int8Kernel::summary() const {
   if (isa_ == Isa::kAmxInt8) {
-    return "INT8 W8A8, AMX-INT8 tdpbusd 32x32 blocks for M >= 8 (smaller M: the AVX-512 VNNI kernel) on prepacked "
+    return "INT8 W8A8, AMX-INT8 tdpbusd 32x32 blocks for M >= 8 (16x64 up to 16 rows; smaller M: the AVX-512 VNNI "
+           "kernel) on prepacked "
            "[N/16][K/4][16][4] weights, exact int32 sums";
   }
   return isa_ == Isa::kAvx512Vnni
