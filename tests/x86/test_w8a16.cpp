@@ -46,6 +46,11 @@ TEST(X86W8A16, Fp8WeightOnlyMatchesReference) {
                                      f32_sum_rel(64));
   x86_test::expect_matches_reference(k, kFp8Block, {3, 300, 1000, DType::kBF16, DType::kF32, true}, 6,
                                      f32_sum_rel(1000));
+  // M = 1 over two items of the weight stream (amx_bf16_stream.cpp: 32 panels, the last group 3), K past its
+  // 2 KiB prefetch distance and off the 128-wide blocks: the prefetches into the next group's panels.
+  for (const Scheme* s : {find_scheme("w8a16-fp8"), &kFp8Block}) {
+    x86_test::expect_matches_reference(k, *s, {1, 1000, 4128, DType::kBF16, DType::kBF16, true}, 7, f32_sum_rel(4128));
+  }
 }
 
 TEST(X86W8A16, Mxfp8WeightOnlyMatchesReference) {
@@ -55,6 +60,8 @@ TEST(X86W8A16, Mxfp8WeightOnlyMatchesReference) {
   for (const Case& c : sweep(true)) {
     x86_test::expect_matches_reference(k, *find_scheme("w8a16-mxfp8"), c, seed += 7, f32_sum_rel(c.k));
   }
+  // M = 1 over two items of the weight stream, K past its prefetch distance (as in the FP8 test above).
+  x86_test::expect_matches_reference(k, *find_scheme("w8a16-mxfp8"), {1, 1000, 4128}, seed += 7, f32_sum_rel(4128));
 }
 
 TEST(X86W8A16, Mxfp4WeightOnlyMatchesReference) {
@@ -64,6 +71,8 @@ TEST(X86W8A16, Mxfp4WeightOnlyMatchesReference) {
   for (const Case& c : sweep(true)) {
     x86_test::expect_matches_reference(k, *find_scheme("w4a16-mxfp4"), c, seed += 7, f32_sum_rel(c.k));
   }
+  // M = 1 over two items of the weight stream, K past its prefetch distance (as in the FP8 test above).
+  x86_test::expect_matches_reference(k, *find_scheme("w4a16-mxfp4"), {1, 1000, 4128}, seed += 7, f32_sum_rel(4128));
 }
 
 TEST(X86W8A16, MxScalesOutOfBf16RangeTakeTheExactPath) {

@@ -141,39 +141,71 @@ __m512i dword_codes(const uint8_t* src) {
   }
 }
 
-constexpr int64_t kPanelsPerItem = 8;  // amx_bf16_stream.cpp's split
+// The memory side. At M = 1 the decode takes ~40% of a core's time per byte (35 GB/s over L2, one thread), so the
+// stream is bound by how many weight lines a core keeps in flight: the reorder window holds ~2 KiB of this
+// loop's loads (INT8's VNNI loop ~13 KiB), and a stripped loop (load + vpdpbusd, nothing decoded) streamed only
+// 14.1 GB/s where INT8 streams 16.3 (one thread, 4096 x 14336, cold weights): the prefetches are the lever, not the
+// decode. So: one prefetch per 64-byte line of each panel (a step of kLineQuads quads covers whole lines) instead
+// of one per quad; the block scales prefetched too (their 4 streams cross a page every 256 blocks and a demand miss
+// there stalls the loop); and prefetches that run past a panel's end go to the start of the same panel of the next
+// group, so a group starts on warm lines (every 64 KiB of weights at K = 4096). Items of 32 panels (8 groups) keep
+// that hand-over inside an item. Measured on the 2-core Xeon, W4A4 MXFP4, M = 1, 2 threads, best of 3 interleaved
+// rounds against INT8 in the same run (GB/s of weights): 4096 x 4096 21.8 -> 28.0 (INT8 32.6), 4096 x 14336
+// 26.5 -> 28.5-29.0 (32.1), 28672 x 4096 25.4 -> 28.5 (31.4). Tried, no better within the noise: NV = 2, 6, 8;
+// prefetch 1, 3 or 4 KiB ahead; T1 / T2 hints (NTA: 1.7x slower); each thread one contiguous range of panels.
+constexpr int64_t kPanelsPerItem = 32;
 constexpr int kNv = 4;
+constexpr int64_t kScalePrefetchBytes = 256;  // 16 blocks of 16 columns' scales
 
 // Panels p0 .. p0 + NV - 1 -> c[v * 16 ..] (row 0), each scale block's integer sums scaled as the BF16 stream does.
+// next_group: prefetch past the panels' ends into panels p0 + NV .. (the caller's next group), else not at all.
 template <Layout L, int NV>
-void int_panels(const Bf16Job& g, const IntRow& a, int64_t p0, float* c) {
+void int_panels(const Bf16Job& g, const IntRow& a, int64_t p0, bool next_group, float* c) {
   constexpr int64_t bpk = layout_bytes_per_k(L);
+  constexpr int64_t kLineQuads = 64 % (4 * bpk) == 0 ? 64 / (4 * bpk) : 4;  // E2M1: 2 quads = 1 line; E2M3: 4 = 3
+  constexpr int kLines = static_cast<int>(kLineQuads * 4 * bpk / 64);
   const bool nv = g.nv_scale != nullptr;
-  const int64_t quads = g.k_pad / 4, qb = nv ? 4 : 8;
+  const int64_t quads = g.k_pad / 4, qb = nv ? 4 : 8;  // a block: 16 / 32 k; a multiple of kLineQuads
+  const int64_t panel_bytes = bpk * g.k_pad, scale_bytes = quads / qb * 16;
+  // Past a panel's end, panel v's prefetch lands in panel v + 1; the next group's panel v is NV - 1 further.
+  const int64_t skip = next_group ? (NV - 1) * panel_bytes : 0, scale_skip = next_group ? (NV - 1) * scale_bytes : 0;
+  const int64_t pf_end = next_group ? INT64_MAX : panel_bytes, spf_end = next_group ? INT64_MAX : scale_bytes;
   const __m512i lut = _mm512_load_si512(L == Layout::kRecordE2M3 ? kInt.e2m3_int : kInt.e2m1_int);
   const uint8_t* src[NV];
+  const uint8_t* scales[NV];
   __m512 acc[NV];
   for (int v = 0; v < NV; ++v) {
-    src[v] = g.packed + (p0 + v) * bpk * g.k_pad;
+    src[v] = g.packed + (p0 + v) * panel_bytes;
+    scales[v] = (nv ? g.nv_scale : g.mx_scale) + (p0 + v) * scale_bytes;
     acc[v] = _mm512_setzero_ps();
   }
   for (int64_t q0 = 0; q0 < quads; q0 += qb) {
     __m512i s[NV];
     for (int v = 0; v < NV; ++v) s[v] = _mm512_setzero_si512();
-    for (int64_t q = q0; q < q0 + qb; ++q) {
-      const __m512i am = _mm512_set1_epi32(static_cast<int>(a.mag[q]));
-      const __m512i sg = _mm512_set1_epi32(static_cast<int>(a.sign[q]));
-      for (int v = 0; v < NV; ++v) {
-        _mm_prefetch(reinterpret_cast<const char*>(src[v] + q * 4 * bpk + kDecodePrefetchBytes), _MM_HINT_T0);
-        const __m512i w = _mm512_permutexvar_epi8(_mm512_xor_si512(dword_codes<L>(src[v] + q * 4 * bpk), sg), lut);
-        s[v] = _mm512_dpbusd_epi32(s[v], am, w);
+    for (int64_t q = q0; q < q0 + qb; q += kLineQuads) {
+      for (int l = 0; l < kLines; ++l) {
+        const int64_t at = q * 4 * bpk + kDecodePrefetchBytes + 64 * l;
+        if (at < pf_end) {
+          const int64_t off = at < panel_bytes ? at : at + skip;
+          for (int v = 0; v < NV; ++v) _mm_prefetch(reinterpret_cast<const char*>(src[v] + off), _MM_HINT_T0);
+        }
+      }
+      for (int64_t u = q; u < q + kLineQuads; ++u) {
+        const __m512i am = _mm512_set1_epi32(static_cast<int>(a.mag[u]));
+        const __m512i sg = _mm512_set1_epi32(static_cast<int>(a.sign[u]));
+        for (int v = 0; v < NV; ++v) {
+          const __m512i w = _mm512_permutexvar_epi8(_mm512_xor_si512(dword_codes<L>(src[v] + u * 4 * bpk), sg), lut);
+          s[v] = _mm512_dpbusd_epi32(s[v], am, w);
+        }
       }
     }
     const __m512 step = _mm512_set1_ps(a.step[q0 / qb]);
+    const int64_t so = q0 / qb * 16, spf = so + kScalePrefetchBytes;
     for (int v = 0; v < NV; ++v) {
-      const uint8_t* codes = nv ? g.nv_scale + ((p0 + v) * (g.k_pad / 16) + q0 / 4) * 16
-                                : g.mx_scale + ((p0 + v) * (g.k_pad / 32) + q0 / 8) * 16;
-      const __m512 scale = nv ? e4m3_scale_f32(codes) : mx_scale_f32(codes);
+      if (spf < spf_end) {
+        _mm_prefetch(reinterpret_cast<const char*>(scales[v] + (spf < scale_bytes ? spf : spf + scale_skip)), _MM_HINT_T0);
+      }
+      const __m512 scale = nv ? e4m3_scale_f32(scales[v] + so) : mx_scale_f32(scales[v] + so);
       acc[v] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s[v]), step), scale, acc[v]);
     }
   }
@@ -187,11 +219,12 @@ void int_item(const Bf16Job& g, const IntRow& a, int64_t item) {
   const int64_t p_end = (item + 1) * kPanelsPerItem < panels ? (item + 1) * kPanelsPerItem : panels;
   for (int64_t p = item * kPanelsPerItem; p < p_end; p += kNv) {
     const int nv = static_cast<int>(p_end - p < kNv ? p_end - p : kNv);
+    const bool next = p + kNv < p_end;
     switch (nv) {
-      case 1: int_panels<L, 1>(g, a, p, c); break;
-      case 2: int_panels<L, 2>(g, a, p, c); break;
-      case 3: int_panels<L, 3>(g, a, p, c); break;
-      default: int_panels<L, 4>(g, a, p, c); break;
+      case 1: int_panels<L, 1>(g, a, p, next, c); break;
+      case 2: int_panels<L, 2>(g, a, p, next, c); break;
+      case 3: int_panels<L, 3>(g, a, p, next, c); break;
+      default: int_panels<L, 4>(g, a, p, next, c); break;
     }
     const int64_t n0 = p * 16;
     bf16_job_epilogue(g, c, kNv * 16, 0, 1, n0, g.n - n0 < nv * 16 ? g.n - n0 : nv * 16);

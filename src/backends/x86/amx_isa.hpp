@@ -64,7 +64,8 @@ bool fp_records_gemm_bf16(const FpGemm& g, Bf16Mma mma);
 // The same with the activations already BF16 (act: [round_up(g.m, 16), g.k_pad], zeros past k and m; g.act unused).
 void fp_records_gemm_bf16_rows(const FpGemm& g, const uint16_t* act, Bf16Mma mma);
 
-// q's activations as the BF16 rows fp_records_gemm_bf16_rows takes (act: [round_up(q.m, 16), q.k_pad]): dense BF16
+// q's activations as the BF16 rows fp_records_gemm_bf16_rows takes (act: [round_up(q.m, 16), q.k_pad], the rows past
+// q.m zeroed; below kAmxBf16MinM [q.m, q.k_pad], the stream's one row): dense BF16
 // rows, or quantized bit-identically to the reference (amx_act_bf16.cpp: MX, NVFP4, FP8 per tensor / per token /
 // per 1x128 group, the group scales to q.block_scale). False when q is another mode or
 // input dtype, holds Inf / NaN, or a folded value is not exactly a normal BF16: then act is garbage and the
