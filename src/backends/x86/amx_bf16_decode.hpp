@@ -302,6 +302,29 @@ class QuadDecoder {
 // one thread: 17.5 ms per call without, 9 ms with (1-4 KiB ahead within the noise of a shared machine).
 constexpr int64_t kDecodePrefetchBytes = 2048;
 
+// The M = 1 streams' weight prefetches (amx_bf16_stream.cpp, amx_int_stream.cpp, where the numbers are): NV
+// panels of `bytes` each, walked in steps of kLineQuads quads that cover whole 64-byte lines, one prefetch per
+// line kDecodePrefetchBytes ahead. With next_group, prefetches past a panel's end go to the same panel of the
+// next group (panel v's overrun lands in panel v + 1, the next group's panel v is NV - 1 further); without it,
+// none go past the end.
+template <int64_t kBytesPerK, int NV>
+struct PanelLinePrefetch {
+  static constexpr int64_t kLineQuads = 64 % (4 * kBytesPerK) == 0 ? 64 / (4 * kBytesPerK) : 4;  // E2M1 2, FP6 4
+  static constexpr int kLines = static_cast<int>(kLineQuads * 4 * kBytesPerK / 64);
+  int64_t bytes, skip, end;
+  PanelLinePrefetch(int64_t panel_bytes, bool next_group)
+      : bytes(panel_bytes), skip(next_group ? (NV - 1) * panel_bytes : 0), end(next_group ? INT64_MAX : panel_bytes) {}
+  // The lines of the step that starts at quad q.
+  void step(const uint8_t* const (&src)[NV], int64_t q) const {
+    for (int l = 0; l < kLines; ++l) {
+      const int64_t at = q * 4 * kBytesPerK + kDecodePrefetchBytes + 64 * l;
+      if (at >= end) continue;
+      const int64_t off = at < bytes ? at : at + skip;
+      for (int v = 0; v < NV; ++v) _mm_prefetch(reinterpret_cast<const char*>(src[v] + off), _MM_HINT_T0);
+    }
+  }
+};
+
 // MX: word offsets (e - 127) << 7 of the 16 columns of one block (E8M0 codes e16), each repeated for the two k
 // of a pair; add_exponent adds them to every nonzero word (exact: process keeps the folded values normal).
 inline __m512i mx_offsets(const uint8_t* e16) {

@@ -54,12 +54,11 @@ template <Layout L, int NV>
 void stream_panels(const Bf16Job& g, QuadDecoder<L>& dec, int64_t p0, bool next_group, float* c) {
   constexpr int64_t bpk = layout_bytes_per_k(L);
   // Quads per step, whole 64-byte lines of each panel: E2M1 2 (1 line), FP6 4 (3), E4M3 1 (1).
-  constexpr int64_t kLineQuads = 64 % (4 * bpk) == 0 ? 64 / (4 * bpk) : 4;
-  constexpr int kLines = static_cast<int>(kLineQuads * 4 * bpk / 64);
+  using Prefetch = PanelLinePrefetch<bpk, NV>;
+  constexpr int64_t kLineQuads = Prefetch::kLineQuads;
   const int64_t quads = g.k_pad / 4;  // k_pad % 32 == 0: whole MX blocks, every block a multiple of kLineQuads
   const int64_t panel_bytes = bpk * g.k_pad;
-  // Past a panel's end, panel v's prefetch lands in panel v + 1; the next group's panel v is NV - 1 further.
-  const int64_t skip = next_group ? (NV - 1) * panel_bytes : 0, pf_end = next_group ? INT64_MAX : panel_bytes;
+  const Prefetch prefetch(panel_bytes, next_group);
   const uint8_t* src[NV];
   __m512 acc[NV];
   for (int v = 0; v < NV; ++v) {
@@ -69,13 +68,7 @@ void stream_panels(const Bf16Job& g, QuadDecoder<L>& dec, int64_t p0, bool next_
   // s[v] += the products of quads [q0, q1) of panel v with row 0.
   auto dot = [&](int64_t q0, int64_t q1, __m512* s) {
     for (int64_t q = q0; q < q1; q += kLineQuads) {
-      for (int l = 0; l < kLines; ++l) {
-        const int64_t at = q * 4 * bpk + kDecodePrefetchBytes + 64 * l;
-        if (at < pf_end) {
-          const int64_t off = at < panel_bytes ? at : at + skip;
-          for (int v = 0; v < NV; ++v) _mm_prefetch(reinterpret_cast<const char*>(src[v] + off), _MM_HINT_T0);
-        }
-      }
+      prefetch.step(src, q);
       for (int64_t u = q; u < q + kLineQuads; ++u) {
         const __m512i x01 = _mm512_set1_epi32(load_pair(g.act + 4 * u));
         const __m512i x23 = _mm512_set1_epi32(load_pair(g.act + 4 * u + 2));

@@ -162,14 +162,14 @@ constexpr int64_t kScalePrefetchBytes = 256;  // 16 blocks of 16 columns' scales
 template <Layout L, int NV>
 void int_panels(const Bf16Job& g, const IntRow& a, int64_t p0, bool next_group, float* c) {
   constexpr int64_t bpk = layout_bytes_per_k(L);
-  constexpr int64_t kLineQuads = 64 % (4 * bpk) == 0 ? 64 / (4 * bpk) : 4;  // E2M1: 2 quads = 1 line; E2M3: 4 = 3
-  constexpr int kLines = static_cast<int>(kLineQuads * 4 * bpk / 64);
+  using Prefetch = PanelLinePrefetch<bpk, NV>;
+  constexpr int64_t kLineQuads = Prefetch::kLineQuads;  // E2M1: 2 quads = 1 line; E2M3: 4 = 3
   const bool nv = g.nv_scale != nullptr;
   const int64_t quads = g.k_pad / 4, qb = nv ? 4 : 8;  // a block: 16 / 32 k; a multiple of kLineQuads
   const int64_t panel_bytes = bpk * g.k_pad, scale_bytes = quads / qb * 16;
-  // Past a panel's end, panel v's prefetch lands in panel v + 1; the next group's panel v is NV - 1 further.
-  const int64_t skip = next_group ? (NV - 1) * panel_bytes : 0, scale_skip = next_group ? (NV - 1) * scale_bytes : 0;
-  const int64_t pf_end = next_group ? INT64_MAX : panel_bytes, spf_end = next_group ? INT64_MAX : scale_bytes;
+  // The scale prefetches past a panel's end go to the next group as the weights' do (PanelLinePrefetch).
+  const Prefetch prefetch(panel_bytes, next_group);
+  const int64_t scale_skip = next_group ? (NV - 1) * scale_bytes : 0, spf_end = next_group ? INT64_MAX : scale_bytes;
   const __m512i lut = _mm512_load_si512(L == Layout::kRecordE2M3 ? kInt.e2m3_int : kInt.e2m1_int);
   const uint8_t* src[NV];
   const uint8_t* scales[NV];
@@ -183,13 +183,7 @@ void int_panels(const Bf16Job& g, const IntRow& a, int64_t p0, bool next_group, 
     __m512i s[NV];
     for (int v = 0; v < NV; ++v) s[v] = _mm512_setzero_si512();
     for (int64_t q = q0; q < q0 + qb; q += kLineQuads) {
-      for (int l = 0; l < kLines; ++l) {
-        const int64_t at = q * 4 * bpk + kDecodePrefetchBytes + 64 * l;
-        if (at < pf_end) {
-          const int64_t off = at < panel_bytes ? at : at + skip;
-          for (int v = 0; v < NV; ++v) _mm_prefetch(reinterpret_cast<const char*>(src[v] + off), _MM_HINT_T0);
-        }
-      }
+      prefetch.step(src, q);
       for (int64_t u = q; u < q + kLineQuads; ++u) {
         const __m512i am = _mm512_set1_epi32(static_cast<int>(a.mag[u]));
         const __m512i sg = _mm512_set1_epi32(static_cast<int>(a.sign[u]));
