@@ -60,6 +60,44 @@ struct Int8QuantParams {
   const float* row_amax;
 };
 
+// A dynamic row's scale s and zero point z from this thread's part of its range (lo, hi: min and max of x,
+// or max |x| in both for the symmetric mode), reduced over the block here; p.row_amax, where given, replaces
+// the max (tensor parallelism). Thread 0 writes them to the row's scale / zero-point slots.
+__device__ __forceinline__ void int8_dynamic_row_scale(const Int8QuantParams& p, int64_t row, bool asym, float lo,
+                                                       float hi, double& s, double& z) {
+  hi = actvec::block_max(hi);
+  lo = asym ? actvec::block_min(lo) : hi;
+  double dlo = p.k > 0 ? lo : 0.0, dhi = p.k > 0 ? hi : 0.0;
+  if (p.row_amax != nullptr) dhi = p.row_amax[row];
+  if (asym) {
+    if (dhi == dlo) {
+      dlo = fmin(dlo, 0.0);
+      dhi = fmax(dhi, 0.0);
+    }
+    s = static_cast<double>(static_cast<float>((dhi - dlo) / 255.0));
+    if (s == 0) s = 1.0;
+    // (hi - lo) / 255 of finite inputs is below FLT_MAX, so the reference's overflow refusal cannot trigger.
+    z = fmin(fmax(rint(-128.0 - dlo / s), -2147483648.0), 2147483647.0);
+    if (threadIdx.x == 0) p.zps[row] = static_cast<int32_t>(z);
+  } else {
+    s = static_cast<double>(static_cast<float>(dhi / 127.0));
+    if (!(s > 0)) s = 1.0;
+  }
+  if (threadIdx.x == 0) p.scales[row] = static_cast<float>(s);
+}
+
+// int8_encode8's constants for scale s and zero point z: r = f32(1/s) (NaN outside the normal range: the exact
+// path for every element) and zc = z clamped to +-(2^22 + 256).
+struct Int8EncodeConstants {
+  float rcp;
+  int32_t zc;
+};
+__device__ __forceinline__ Int8EncodeConstants int8_encode_constants(double s, double z) {
+  float rcp = 1.0f / static_cast<float>(s);
+  if (!(rcp >= 0x1p-125f && rcp <= 0x1p125f)) rcp = __int_as_float(0x7FFFFFFF);
+  return {rcp, static_cast<int32_t>(fmin(fmax(z, -4194560.0), 4194560.0))};
+}
+
 // Grid (rows, chunks); thread t takes vectors t + j * blockDim.x (j < V) of its chunk (act_vec.cuh).
 template <class T, int V>
 __global__ void __launch_bounds__(512) int8_quant_kernel(Int8QuantParams p) {
@@ -105,29 +143,9 @@ __global__ void __launch_bounds__(512) int8_quant_kernel(Int8QuantParams p) {
         reduce_pass(base);
       }
     }
-    hi = actvec::block_max(hi);
-    lo = asym ? actvec::block_min(lo) : hi;
-    double dlo = p.k > 0 ? lo : 0.0, dhi = p.k > 0 ? hi : 0.0;
-    if (p.row_amax != nullptr) dhi = p.row_amax[row];
-    if (asym) {
-      if (dhi == dlo) {
-        dlo = fmin(dlo, 0.0);
-        dhi = fmax(dhi, 0.0);
-      }
-      s = static_cast<double>(static_cast<float>((dhi - dlo) / 255.0));
-      if (s == 0) s = 1.0;
-      // (hi - lo) / 255 of finite inputs is below FLT_MAX, so the reference's overflow refusal cannot trigger.
-      z = fmin(fmax(rint(-128.0 - dlo / s), -2147483648.0), 2147483647.0);
-      if (threadIdx.x == 0) p.zps[row] = static_cast<int32_t>(z);
-    } else {
-      s = static_cast<double>(static_cast<float>(dhi / 127.0));
-      if (!(s > 0)) s = 1.0;
-    }
-    if (threadIdx.x == 0) p.scales[row] = static_cast<float>(s);
+    int8_dynamic_row_scale(p, row, asym, lo, hi, s, z);
   }
-  float rcp = 1.0f / static_cast<float>(s);
-  if (!(rcp >= 0x1p-125f && rcp <= 0x1p125f)) rcp = __int_as_float(0x7FFFFFFF);
-  const int32_t zc = static_cast<int32_t>(fmin(fmax(z, -4194560.0), 4194560.0));
+  const Int8EncodeConstants ec = int8_encode_constants(s, z);
   const auto quantize_pass = [&](int64_t base) {
 #pragma unroll
     for (int j = 0; j < V; ++j) {
@@ -135,7 +153,7 @@ __global__ void __launch_bounds__(512) int8_quant_kernel(Int8QuantParams p) {
       if (col >= p.ld_codes) continue;
       float f[kVec];
       actvec::to_floats(r[j], f);
-      uint2 q = int8_encode8(f, rcp, s, z, zc);
+      uint2 q = int8_encode8(f, ec.rcp, s, z, ec.zc);
       if (col + kVec > p.k) {  // the padding columns are zero codes
         for (int i = 0; i < kVec; ++i) {
           if (col + i >= p.k) (i < 4 ? q.x : q.y) &= ~(0xFFu << (8 * (i % 4)));
@@ -241,20 +259,12 @@ __global__ void __launch_bounds__(512) int8_rows_bf16_kernel(Int8QuantParams p) 
   uint2* cr = reinterpret_cast<uint2*>(p.codes + row * p.ld_codes);
   const int x_vectors = static_cast<int>(p.k / kVec), code_vectors = static_cast<int>(p.ld_codes / kVec);
   const int first = static_cast<int>(blockIdx.y * blockDim.x * V + threadIdx.x);
-  uint4 r[V];
+  Raw<__nv_bfloat16> r[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     const int v = first + j * static_cast<int>(blockDim.x);
-    r[j] = v < x_vectors ? __ldg(xr + v) : make_uint4(0, 0, 0, 0);
+    r[j].w[0] = v < x_vectors ? __ldg(xr + v) : make_uint4(0, 0, 0, 0);
   }
-  const auto floats = [](const uint4& w4, float (&f)[kVec]) {
-    const uint32_t w[4] = {w4.x, w4.y, w4.z, w4.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      f[2 * i] = __uint_as_float(w[i] << 16);
-      f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-    }
-  };
   const bool dynamic = p.mode == Int8ActMode::kDynamicTokenSym || p.mode == Int8ActMode::kDynamicTokenAsym;
   const bool asym = p.mode == Int8ActMode::kDynamicTokenAsym;
   double s = p.static_scale;
@@ -265,42 +275,23 @@ __global__ void __launch_bounds__(512) int8_rows_bf16_kernel(Int8QuantParams p) 
     for (int j = 0; j < V; ++j) {
       if (first + j * static_cast<int>(blockDim.x) >= x_vectors) continue;
       float f[kVec];
-      floats(r[j], f);
+      actvec::to_floats(r[j], f);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
         lo = fminf(lo, asym ? f[i] : fabsf(f[i]));
         hi = fmaxf(hi, asym ? f[i] : fabsf(f[i]));
       }
     }
-    hi = actvec::block_max(hi);
-    lo = asym ? actvec::block_min(lo) : hi;
-    double dlo = p.k > 0 ? lo : 0.0, dhi = p.k > 0 ? hi : 0.0;
-    if (p.row_amax != nullptr) dhi = p.row_amax[row];
-    if (asym) {
-      if (dhi == dlo) {
-        dlo = fmin(dlo, 0.0);
-        dhi = fmax(dhi, 0.0);
-      }
-      s = static_cast<double>(static_cast<float>((dhi - dlo) / 255.0));
-      if (s == 0) s = 1.0;
-      z = fmin(fmax(rint(-128.0 - dlo / s), -2147483648.0), 2147483647.0);
-      if (threadIdx.x == 0) p.zps[row] = static_cast<int32_t>(z);
-    } else {
-      s = static_cast<double>(static_cast<float>(dhi / 127.0));
-      if (!(s > 0)) s = 1.0;
-    }
-    if (threadIdx.x == 0) p.scales[row] = static_cast<float>(s);
+    int8_dynamic_row_scale(p, row, asym, lo, hi, s, z);
   }
-  float rcp = 1.0f / static_cast<float>(s);
-  if (!(rcp >= 0x1p-125f && rcp <= 0x1p125f)) rcp = __int_as_float(0x7FFFFFFF);
-  const int32_t zc = static_cast<int32_t>(fmin(fmax(z, -4194560.0), 4194560.0));
+  const Int8EncodeConstants ec = int8_encode_constants(s, z);
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     const int v = first + j * static_cast<int>(blockDim.x);
     if (v >= code_vectors) break;
     float f[kVec];
-    floats(r[j], f);
-    cr[v] = v < x_vectors ? int8_encode8(f, rcp, s, z, zc) : make_uint2(0, 0);
+    actvec::to_floats(r[j], f);
+    cr[v] = v < x_vectors ? int8_encode8(f, ec.rcp, s, z, ec.zc) : make_uint2(0, 0);
   }
 }
 
