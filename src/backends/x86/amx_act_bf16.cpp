@@ -287,7 +287,7 @@ bool amx_prepare_bf16_activations(const FpActQuant& q, uint16_t* act) {
   });
   // The tiles read whole 16-row blocks; the stream below kAmxBf16MinM reads its one row (at M = 1 the zeroing
   // of 15 rows, 430 KB at K = 14336, took ~5 us of the call's ~20 us serial part).
-  const int64_t m_rows = q.m < kAmxBf16MinM ? q.m : (q.m + 15) / 16 * 16;
+  const int64_t m_rows = amx_bf16_act_rows(q.m);
   std::memset(act + q.m * q.k_pad, 0, static_cast<size_t>((m_rows - q.m) * q.k_pad * 2));
   return failed == 0;
 }

@@ -35,6 +35,9 @@ namespace qlinear::x86 {
 // path is faster than the AVX-512 kernels from M = 2 (1.1-1.3x at M = 2, 2-3x at M = 8), slower at M = 1.
 constexpr int64_t kAmxInt8MinM = 8;
 constexpr int64_t kAmxBf16MinM = 2;
+// Rows of the BF16 activation buffer the BF16 GEMMs read: whole 16-row tiles from kAmxBf16MinM, the stream's
+// one row below it.
+constexpr int64_t amx_bf16_act_rows(int64_t m) { return m < kAmxBf16MinM ? m : (m + 15) / 16 * 16; }
 
 // INT8 W8A8 on AMX-INT8. g.packed: VNNI panels with k_pad % 64 == 0; g.act: [round_up(m, 16), k_pad] u8
 // codes (offset 128); g.epi.offset must be 128.

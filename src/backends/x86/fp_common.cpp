@@ -643,7 +643,7 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
                     (isa_ == Isa::kAvx512Bf16Vbmi || (isa_ == Isa::kAmxBf16 && amx_tile_permission_refusal().empty()));
   const Bf16Mma mma = isa_ == Isa::kAmxBf16 ? Bf16Mma::kAmxTiles : Bf16Mma::kAvx512Registers;
   if (bf16 && !x.is_quantized()) {  // BF16 rows or quantized activations made straight into the tiles' BF16 rows
-    AlignedBytes act16 = aligned_bytes((m < kAmxBf16MinM ? m : round_up(m, 16)) * st.k_pad * 2);  // the stream: 1 row
+    AlignedBytes act16 = aligned_bytes(amx_bf16_act_rows(m) * st.k_pad * 2);
     uint16_t* a16 = reinterpret_cast<uint16_t*>(act16.get());
     if (amx_prepare_bf16_activations(q, a16)) {
       if (!act_block.empty() && !block_scale_products_normal(st, act_block)) return reference_apply(layer, x, bias, out);

@@ -333,7 +333,7 @@ Status W8A16Kernel::apply_impl(const LinearLayer& layer, const Activation& x, co
   // AMX reads whole 16-row tiles: rows past m are zeros whose sums are never stored.
   // The OS grant is asked here too (cached): a kernel applied without is_supported must not fault.
   const bool amx = isa_ == Isa::kAmxBf16 && !st.exact_path && amx_tile_permission_refusal().empty();
-  const int64_t m_rows = amx && m >= kAmxBf16MinM ? round_up(m, 16) : m;
+  const int64_t m_rows = amx ? amx_bf16_act_rows(m) : m;
   if (st.k_pad != st.k || m_rows != m) {
     padded = aligned_bytes(m_rows * st.k_pad * 2);
     uint16_t* p = reinterpret_cast<uint16_t*>(padded.get());
