@@ -120,7 +120,7 @@ TEST_P(AmxFp, MatchesReferenceAcrossSchemesAndShapes) {
     const int64_t k = fc.k_step == KStep::kBlock128 ? 256 : 128;  // 128x128: more than one scale block
     if (s->activation_key) expect_amx_matches(*fc.kernel, *s, {20, 40, k, DType::kF32, DType::kBF16, true}, seed += 7);
     // M = 1 over two items of the streams (amx_int_stream.cpp: 32 panels, the last group 3 panels), K past the
-    // streams' 2 KiB prefetch distance: the prefetches that run into the next group's panels.
+    // streams' 2 KiB prefetch distance (prefetches cannot change a result; the item and group split can).
     expect_amx_matches(*fc.kernel, *s, {1, 1000, 4128}, seed += 7);
     if (fc.k_step == KStep::kBlock128) {  // f16 input, K on and off the SIMD quantizer's 16-element steps
       expect_amx_matches(*fc.kernel, *s, {7, 40, 208, DType::kF16, DType::kF16, false}, seed += 7);
@@ -459,7 +459,8 @@ TEST(X86AmxFp, IntegerStreamEqualsTheBf16Stream) {
                       {&x86::kAvx512Bf16Nvfp4, "w4a4-nvfp4", true, 1.0},
                       {&x86::kAvx512Bf16Mxfp6, "w6a6-mxfp6-e2m3", true, 1.0}};
   // 1000 x 4128: two items of the integer stream (32 panels, the second 31: a group of 3 last), K past the 2 KiB
-  // prefetch distance and not a multiple of 128, so the prefetches into the next group's panels run.
+  // prefetch distance and not a multiple of 128 (the prefetches into the next group's panels run; what can
+  // fail is the item and group split).
   const x86_test::Case shapes[] = {{1, 67, 96}, {1, 129, 544, DType::kBF16, DType::kF32, true}, {1, 16, 32},
                                    {1, 200, 1024, DType::kF32, DType::kBF16, true}, {1, 1000, 4128}};
   uint64_t seed = 4400;

@@ -47,7 +47,8 @@ TEST(X86W8A16, Fp8WeightOnlyMatchesReference) {
   x86_test::expect_matches_reference(k, kFp8Block, {3, 300, 1000, DType::kBF16, DType::kF32, true}, 6,
                                      f32_sum_rel(1000));
   // M = 1 over two items of the weight stream (amx_bf16_stream.cpp: 32 panels, the last group 3), K past its
-  // 2 KiB prefetch distance and off the 128-wide blocks: the prefetches into the next group's panels.
+  // 2 KiB prefetch distance and off the 128-wide blocks (prefetches cannot change a result; the item and group
+  // split can).
   for (const Scheme* s : {find_scheme("w8a16-fp8"), &kFp8Block}) {
     x86_test::expect_matches_reference(k, *s, {1, 1000, 4128, DType::kBF16, DType::kBF16, true}, 7, f32_sum_rel(4128));
   }
