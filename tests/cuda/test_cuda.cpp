@@ -297,6 +297,71 @@ TEST(CudaActQuant, Int8CodesScalesAndZeroPointsAreBitIdenticalToTheReference) {
   }
 }
 
+// The INT8 GEMM epilogue's vector kernel (N and the output stride multiples of 8: 8 outputs per thread) against
+// its general kernel (taken when the output stride is not a multiple of 8) on the same INT32 sums: the same
+// outputs bit for bit, for every output dtype, with and without zero-point correction, per-row or one
+// activation scale and zero point, and a bias. Fresh random sums across the INT32 range (beyond 2^24, where
+// their conversion matters), outputs poisoned.
+TEST(CudaKernels, Int8EpilogueVectorKernelEqualsTheGeneralOne) {
+  QL_REQUIRE_SM90();
+  const uint64_t seed = cuda_test::fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int64_t m = 37, n = 1048;
+  Tensor acc = Tensor::empty(DType::kI32, {m, n});
+  for (int64_t i = 0; i < m * n; ++i) {
+    acc.data<int32_t>()[i] = static_cast<int32_t>(rng() >> (i % 3 == 0 ? 32 : 40)) * (i % 2 ? 1 : -1);
+  }
+  Tensor ws = random_normal(DType::kF32, {n}, seed + 1, 0.01);
+  Tensor xs = random_normal(DType::kF32, {m}, seed + 2, 0.02);
+  for (int64_t i = 0; i < m; ++i) xs.data<float>()[i] = std::fabs(xs.data<float>()[i]) + 1e-3f;
+  Tensor colsum = Tensor::empty(DType::kI64, {n});
+  for (int64_t i = 0; i < n; ++i) colsum.data<int64_t>()[i] = static_cast<int64_t>(rng() % 200000) - 100000;
+  Tensor zps = Tensor::empty(DType::kI32, {m});
+  for (int64_t i = 0; i < m; ++i) zps.data<int32_t>()[i] = static_cast<int32_t>(rng() % 255) - 128;
+  Tensor bias = cuda_test::to_dtype(random_normal(DType::kF32, {n}, seed + 3, 0.5), DType::kBF16);
+  auto acc_d = cuda::to_device(acc).value(), ws_d = cuda::to_device(ws).value(), xs_d = cuda::to_device(xs).value();
+  auto colsum_d = cuda::to_device(colsum).value(), zps_d = cuda::to_device(zps).value();
+  auto bias_d = cuda::to_device(bias).value();
+  for (DType out : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      SCOPED_TRACE(std::string(name(out)) + " variant " + std::to_string(variant));
+      cuda::Int8EpilogueArgs e;
+      e.acc = acc_d.data<int32_t>();
+      e.m = m;
+      e.n = n;
+      e.w_scale = ws_d.data<float>();
+      e.out_dtype = out;
+      if (variant % 2 == 0) {  // per-token scales and zero points, zero-point correction
+        e.x_scale = xs_d.data<float>();
+        e.x_scale_per_row = true;
+        e.x_zero_point = zps_d.data<int32_t>();
+        e.x_zero_point_per_row = true;
+        e.w_colsum = colsum_d.data<int64_t>();
+      } else {  // one scale, one zero point given by value
+        e.x_scale_value = 0.0173f;
+        e.x_zero_point_value = -7;
+        e.w_colsum = variant == 1 ? colsum_d.data<int64_t>() : nullptr;
+      }
+      if (variant >= 2) {
+        e.bias = bias_d.raw();
+        e.bias_dtype = DType::kBF16;
+      }
+      Tensor got[2];
+      for (int general = 0; general < 2; ++general) {
+        const int64_t ld = general ? n + 4 : n + 8;  // + 4: not a multiple of 8, the general kernel
+        auto o = cuda::empty(out, {m, ld}).value();
+        ASSERT_TRUE(cuda::fill_bytes(o, 0xFF).is_ok());
+        e.out = o.raw();
+        e.ld_out = ld;
+        ASSERT_TRUE(cuda::launch_int8_epilogue(e, cuda::current_stream()).is_ok());
+        got[general] = cuda::to_host(o).value().narrow(1, 0, n).value().contiguous();
+      }
+      EXPECT_EQ(std::memcmp(got[0].raw(), got[1].raw(), static_cast<size_t>(got[0].nbytes())), 0);
+    }
+  }
+}
+
 // ---- Kernels vs the reference ---------------------------------------------------------------------------
 
 struct KernelCase {

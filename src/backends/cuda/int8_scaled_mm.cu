@@ -5,7 +5,9 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <type_traits>
 
+#include "backends/cuda/act_int8_encode_math.hpp"
 #include "backends/cuda/act_quant_simple.hpp"
 #include "backends/cuda/act_vec.cuh"
 #include "backends/cuda/int8_scaled_mm.hpp"
@@ -24,24 +26,23 @@ __device__ __noinline__ uint32_t int8_code_exact(float x, double s, double z) {
   return static_cast<uint8_t>(sat8(rint(static_cast<double>(x) / s) + z));
 }
 
-// sat8(rne(x[i] / s) + z) for 8 elements, r = f32(1/s) (NaN when it is not a normal float, which sends
-// every element to the exact path), zc = z clamped to +-(2^22 + 256) (the same results, no overflow):
-// q = x * r is within 2 ulps of the exact quotient; where |q| < 2^22 and q is more than 4 ulps from a
-// half-integer, rne(q) is the rounding of the quotient (and of its double). The rest: the exact path.
-__device__ __forceinline__ uint2 int8_encode8(const float (&x)[kVec], float r, double s, double z, int32_t zc) {
+// sat8(rne(x[i] / s) + z) for 8 elements in f32 (act_int8_encode_math.hpp): r = f32(1/s), NaN where s is
+// outside int8_scale_in_range (every element then takes the exact path), s32 = s (an f32 value), zc the
+// clamped zero point. One branch per 8 elements: where any of them leaves the f32 path (|x / s| >= 2^20, not
+// finite), the 8 take the exact one.
+__device__ __forceinline__ uint2 int8_encode8(const float (&x)[kVec], float r, float s32, double s, double z,
+                                              int32_t zc) {
   uint32_t b[kVec];
+  bool fast = true;
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
     const float q = x[i] * r;
-    const float t = fabsf(q);
-    const float tol = __uint_as_float(__float_as_uint(t) & 0x7F800000u) * 0x1p-21f;  // 4 ulps of t
-    const float d = fabsf(t - floorf(t) - 0.5f);
-    if (t < 0x1p22f && d > tol) {
-      const int32_t v = __float2int_rn(q) + zc;
-      b[i] = static_cast<uint8_t>(static_cast<int8_t>(v < -128 ? -128 : (v > 127 ? 127 : v)));
-    } else {
-      b[i] = int8_code_exact(x[i], s, z);
-    }
+    fast &= actenc::int8_fast_quotient(q);
+    b[i] = actenc::int8_code_byte(actenc::int8_rne_quotient(x[i], q, s32), zc);
+  }
+  if (!fast) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) b[i] = int8_code_exact(x[i], s, z);
   }
   return make_uint2(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24, b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24);
 }
@@ -86,16 +87,16 @@ __device__ __forceinline__ void int8_dynamic_row_scale(const Int8QuantParams& p,
   if (threadIdx.x == 0) p.scales[row] = static_cast<float>(s);
 }
 
-// int8_encode8's constants for scale s and zero point z: r = f32(1/s) (NaN outside the normal range: the exact
-// path for every element) and zc = z clamped to +-(2^22 + 256).
+// int8_encode8's constants for scale s (an f32 value) and zero point z: r = f32(1/s) (NaN outside
+// int8_scale_in_range: the exact path for every element), s as f32, zc = z clamped to +-(2^22 + 256).
 struct Int8EncodeConstants {
-  float rcp;
+  float rcp, s32;
   int32_t zc;
 };
 __device__ __forceinline__ Int8EncodeConstants int8_encode_constants(double s, double z) {
-  float rcp = 1.0f / static_cast<float>(s);
-  if (!(rcp >= 0x1p-125f && rcp <= 0x1p125f)) rcp = __int_as_float(0x7FFFFFFF);
-  return {rcp, static_cast<int32_t>(fmin(fmax(z, -4194560.0), 4194560.0))};
+  const float s32 = static_cast<float>(s);
+  const float rcp = actenc::int8_scale_in_range(s32) ? 1.0f / s32 : __int_as_float(0x7FFFFFFF);
+  return {rcp, s32, actenc::int8_clamped_zero_point(z)};
 }
 
 // Grid (rows, chunks); thread t takes vectors t + j * blockDim.x (j < V) of its chunk (act_vec.cuh).
@@ -153,7 +154,7 @@ __global__ void __launch_bounds__(512) int8_quant_kernel(Int8QuantParams p) {
       if (col >= p.ld_codes) continue;
       float f[kVec];
       actvec::to_floats(r[j], f);
-      uint2 q = int8_encode8(f, ec.rcp, s, z, ec.zc);
+      uint2 q = int8_encode8(f, ec.rcp, ec.s32, s, z, ec.zc);
       if (col + kVec > p.k) {  // the padding columns are zero codes
         for (int i = 0; i < kVec; ++i) {
           if (col + i >= p.k) (i < 4 ? q.x : q.y) &= ~(0xFFu << (8 * (i % 4)));
@@ -248,6 +249,82 @@ __global__ void int8_epilogue_kernel(Int8EpilogueArgs a, bool vec) {
   }
 }
 
+// Bias elements n0 .. n0 + 7 (16-byte aligned) with 16-byte loads, as load_bias converts them.
+__device__ __forceinline__ void load_bias8(const void* bias, DType d, int64_t n0, double (&b)[8]) {
+  if (d == DType::kF32) {
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(bias) + n0);
+    const float4 u = __ldg(p), v = __ldg(p + 1);
+    const float f[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) b[i] = f[i];
+    return;
+  }
+  const uint4 u = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(bias) + n0));
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint16_t h = static_cast<uint16_t>(w[i / 2] >> (16 * (i % 2)));
+    b[i] = d == DType::kBF16 ? __bfloat162float(__ushort_as_bfloat16(h)) : __half2float(__ushort_as_half(h));
+  }
+}
+
+// The epilogue for the layout nearly every call has (N and the output row stride multiples of 8; the INT32
+// sums, outputs, per-column vectors and bias 16-byte aligned): 8 consecutive outputs per thread, every load and
+// store 16 bytes wide, the output dtype a template argument. The general kernel's arithmetic, operation for
+// operation (the same outputs bit for bit), without its per-element bounds, scalar scale loads and dtype
+// switch.
+template <class OutT>
+__global__ void __launch_bounds__(256) int8_epilogue_vec8_kernel(Int8EpilogueArgs a) {
+  const int64_t m = blockIdx.x;
+  const int64_t n0 = (int64_t{blockIdx.y} * blockDim.x + threadIdx.x) * 8;
+  if (n0 >= a.n) return;
+  const int64_t z = a.w_colsum == nullptr ? 0
+                    : a.x_zero_point == nullptr ? a.x_zero_point_value
+                                                : a.x_zero_point[a.x_zero_point_per_row ? m : 0];
+  const double sx = a.x_scale == nullptr ? a.x_scale_value : a.x_scale[a.x_scale_per_row ? m : 0];
+  const int4* ap = reinterpret_cast<const int4*>(a.acc + m * a.n + n0);
+  const int4 a0 = ap[0], a1 = ap[1];
+  const float4* wp = reinterpret_cast<const float4*>(a.w_scale + n0);
+  const float4 w0 = __ldg(wp), w1 = __ldg(wp + 1);
+  const int32_t acc[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+  const float ws[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+  int64_t colsum[8] = {};
+  if (z != 0) {  // 16-byte loads: the scalar ones of neighbouring threads 64 bytes apart cost more than the pass
+    const longlong2* cp = reinterpret_cast<const longlong2*>(a.w_colsum + n0);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const longlong2 c = __ldg(cp + j);
+      colsum[2 * j] = c.x;
+      colsum[2 * j + 1] = c.y;
+    }
+  }
+  double bias[8] = {};
+  if (a.bias != nullptr) load_bias8(a.bias, a.bias_dtype, n0, bias);
+  double y[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    int64_t v = acc[i];
+    if (z != 0) v -= z * colsum[i];
+    y[i] = static_cast<double>(v) * (sx * static_cast<double>(ws[i]));
+    if (a.bias != nullptr) y[i] += bias[i];
+  }
+  OutT* out = static_cast<OutT*>(a.out) + m * (a.ld_out > 0 ? a.ld_out : a.n) + n0;
+  if constexpr (std::is_same_v<OutT, float>) {
+    reinterpret_cast<float4*>(out)[0] = make_float4(static_cast<float>(y[0]), static_cast<float>(y[1]),
+                                                    static_cast<float>(y[2]), static_cast<float>(y[3]));
+    reinterpret_cast<float4*>(out)[1] = make_float4(static_cast<float>(y[4]), static_cast<float>(y[5]),
+                                                    static_cast<float>(y[6]), static_cast<float>(y[7]));
+  } else {
+    uint32_t h[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      h[i] = std::is_same_v<OutT, __nv_bfloat16> ? __bfloat16_as_ushort(__double2bfloat16(y[i]))
+                                                 : __half_as_ushort(__double2half(y[i]));
+    }
+    *reinterpret_cast<uint4*>(out) = make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
+  }
+}
+
 // The same arithmetic for the layout nearly every call has (BF16 rows 16-byte aligned, K and the code rows
 // multiples of 8), without the general kernel's per-vector bounds and padding masks, dtype paths and 64-bit
 // indexing (that kernel is one body for every mode, type and layout: 5-10 k SASS instructions). Vectors at or
@@ -291,7 +368,7 @@ __global__ void __launch_bounds__(512) int8_rows_bf16_kernel(Int8QuantParams p) 
     if (v >= code_vectors) break;
     float f[kVec];
     actvec::to_floats(r[j], f);
-    cr[v] = v < x_vectors ? int8_encode8(f, ec.rcp, s, z, ec.zc) : make_uint2(0, 0);
+    cr[v] = v < x_vectors ? int8_encode8(f, ec.rcp, ec.s32, s, z, ec.zc) : make_uint2(0, 0);
   }
 }
 
@@ -368,6 +445,18 @@ Status launch_int8_epilogue(const Int8EpilogueArgs& a, Stream stream) {
   const int64_t ld_out = a.ld_out > 0 ? a.ld_out : a.n;
   const bool vec = a.n % 4 == 0 && ld_out % 4 == 0 && reinterpret_cast<uintptr_t>(a.acc) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+  auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (a.n % 8 == 0 && ld_out % 8 == 0 && aligned16(a.acc) && aligned16(a.out) && aligned16(a.w_scale) &&
+      (a.w_colsum == nullptr || aligned16(a.w_colsum)) && (a.bias == nullptr || aligned16(a.bias))) {
+    const dim3 grid8(static_cast<unsigned>(a.m), static_cast<unsigned>((a.n + 8 * kThreads - 1) / (8 * kThreads)));
+    switch (a.out_dtype) {
+      case DType::kBF16: int8_epilogue_vec8_kernel<__nv_bfloat16><<<grid8, kThreads, 0, stream>>>(a); break;
+      case DType::kF16: int8_epilogue_vec8_kernel<__half><<<grid8, kThreads, 0, stream>>>(a); break;
+      default: int8_epilogue_vec8_kernel<float><<<grid8, kThreads, 0, stream>>>(a); break;
+    }
+    QL_CUDA_CHECK_LAUNCH("int8_epilogue_vec8_kernel");
+    return Status::ok();
+  }
   const dim3 grid(static_cast<unsigned>(a.m), static_cast<unsigned>((a.n + 4 * kThreads - 1) / (4 * kThreads)));
   int8_epilogue_kernel<<<grid, kThreads, 0, stream>>>(a, vec);
   QL_CUDA_CHECK_LAUNCH("int8_epilogue_kernel");
