@@ -1,6 +1,7 @@
 // INT8 activation quantization and the INT8 GEMM epilogue (int8_scaled_mm.hpp). Both memory-bound: the
 // quantizer reads rows with 16-byte vectors (act_vec.cuh; a dynamic row that fits one pass is read once and
-// quantized from registers), the epilogue takes 4 consecutive outputs per thread (16-byte INT32 loads).
+// quantized from registers; each code decided in f32, act_int8_encode_math.hpp), the epilogue takes 8
+// consecutive outputs per thread (16-byte loads of every operand; 4 in the general kernel for other layouts).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
