@@ -189,15 +189,36 @@ __device__ __forceinline__ double load_bias(const void* bias, DType d, int64_t n
   }
 }
 
+// Output row m's activation zero point (0 without column sums: the symmetric modes) and scale.
+struct Int8EpilogueRow {
+  int64_t z;
+  double sx;
+};
+__device__ __forceinline__ Int8EpilogueRow int8_epilogue_row(const Int8EpilogueArgs& a, int64_t m) {
+  const int64_t z = a.w_colsum == nullptr ? 0
+                    : a.x_zero_point == nullptr ? a.x_zero_point_value
+                                                : a.x_zero_point[a.x_zero_point_per_row ? m : 0];
+  return {z, a.x_scale == nullptr ? a.x_scale_value : a.x_scale[a.x_scale_per_row ? m : 0]};
+}
+
+// One output before its rounding, in f64: (acc - z colsum) sx ws (+ bias), each operation rounded on its own.
+// The intrinsics keep nvcc from contracting the product and the bias into one FMA, which it did in some of
+// the kernels' paths and not in others: with them the two kernels here and the wgmma GEMM's fused epilogue
+// (wgmma_epilogue.cuh) give the same outputs bit for bit by construction.
+__device__ __forceinline__ double int8_epilogue_value(int32_t acc, const Int8EpilogueRow& r, int64_t colsum, float ws,
+                                                      bool has_bias, double bias) {
+  int64_t v = acc;
+  if (r.z != 0) v -= r.z * colsum;
+  const double y = __dmul_rn(static_cast<double>(v), __dmul_rn(r.sx, static_cast<double>(ws)));
+  return has_bias ? __dadd_rn(y, bias) : y;
+}
+
 // Grid (rows, column chunks of 4 * blockDim.x): 4 consecutive outputs per thread.
 __global__ void int8_epilogue_kernel(Int8EpilogueArgs a, bool vec) {
   const int64_t m = blockIdx.x;
   const int64_t n0 = (int64_t{blockIdx.y} * blockDim.x + threadIdx.x) * 4;
   if (n0 >= a.n) return;
-  const int64_t z = a.w_colsum == nullptr ? 0
-                    : a.x_zero_point == nullptr ? a.x_zero_point_value
-                                                : a.x_zero_point[a.x_zero_point_per_row ? m : 0];
-  const double sx = a.x_scale == nullptr ? a.x_scale_value : a.x_scale[a.x_scale_per_row ? m : 0];
+  const Int8EpilogueRow row = int8_epilogue_row(a, m);
   int32_t acc[4];
   const int32_t* arow = a.acc + m * a.n;
   const bool full = vec && n0 + 4 <= a.n;
@@ -214,10 +235,8 @@ __global__ void int8_epilogue_kernel(Int8EpilogueArgs a, bool vec) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int64_t n = n0 + i < a.n ? n0 + i : a.n - 1;
-    int64_t v = acc[i];
-    if (z != 0) v -= z * a.w_colsum[n];
-    y[i] = static_cast<double>(v) * (sx * static_cast<double>(a.w_scale[n]));
-    if (a.bias != nullptr) y[i] += load_bias(a.bias, a.bias_dtype, n);
+    y[i] = int8_epilogue_value(acc[i], row, row.z != 0 ? a.w_colsum[n] : 0, a.w_scale[n], a.bias != nullptr,
+                               a.bias != nullptr ? load_bias(a.bias, a.bias_dtype, n) : 0.0);
   }
   const int64_t at = m * (a.ld_out > 0 ? a.ld_out : a.n) + n0;
   switch (a.out_dtype) {
@@ -279,10 +298,7 @@ __global__ void __launch_bounds__(256) int8_epilogue_vec8_kernel(Int8EpilogueArg
   const int64_t m = blockIdx.x;
   const int64_t n0 = (int64_t{blockIdx.y} * blockDim.x + threadIdx.x) * 8;
   if (n0 >= a.n) return;
-  const int64_t z = a.w_colsum == nullptr ? 0
-                    : a.x_zero_point == nullptr ? a.x_zero_point_value
-                                                : a.x_zero_point[a.x_zero_point_per_row ? m : 0];
-  const double sx = a.x_scale == nullptr ? a.x_scale_value : a.x_scale[a.x_scale_per_row ? m : 0];
+  const Int8EpilogueRow row = int8_epilogue_row(a, m);
   const int4* ap = reinterpret_cast<const int4*>(a.acc + m * a.n + n0);
   const int4 a0 = ap[0], a1 = ap[1];
   const float4* wp = reinterpret_cast<const float4*>(a.w_scale + n0);
@@ -290,7 +306,7 @@ __global__ void __launch_bounds__(256) int8_epilogue_vec8_kernel(Int8EpilogueArg
   const int32_t acc[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
   const float ws[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
   int64_t colsum[8] = {};
-  if (z != 0) {  // 16-byte loads: the scalar ones of neighbouring threads 64 bytes apart cost more than the pass
+  if (row.z != 0) {  // 16-byte loads: the scalar ones of neighbouring threads 64 bytes apart cost more than the pass
     const longlong2* cp = reinterpret_cast<const longlong2*>(a.w_colsum + n0);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -303,12 +319,7 @@ __global__ void __launch_bounds__(256) int8_epilogue_vec8_kernel(Int8EpilogueArg
   if (a.bias != nullptr) load_bias8(a.bias, a.bias_dtype, n0, bias);
   double y[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    int64_t v = acc[i];
-    if (z != 0) v -= z * colsum[i];
-    y[i] = static_cast<double>(v) * (sx * static_cast<double>(ws[i]));
-    if (a.bias != nullptr) y[i] += bias[i];
-  }
+  for (int i = 0; i < 8; ++i) y[i] = int8_epilogue_value(acc[i], row, colsum[i], ws[i], a.bias != nullptr, bias[i]);
   OutT* out = static_cast<OutT*>(a.out) + m * (a.ld_out > 0 ? a.ld_out : a.n) + n0;
   if constexpr (std::is_same_v<OutT, float>) {
     reinterpret_cast<float4*>(out)[0] = make_float4(static_cast<float>(y[0]), static_cast<float>(y[1]),

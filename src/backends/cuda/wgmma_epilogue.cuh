@@ -154,8 +154,9 @@ __device__ __forceinline__ void finish_int8_chunk(const Params& p, const int32_t
                                                      : __ldg(p.x_zero_point + (p.x_zp_per_row ? row : 0));
     int64_t v = buf[e];
     if (z != 0) v -= z * __ldg(p.w_colsum + col);
-    double y = static_cast<double>(v) * (sx * static_cast<double>(__ldg(p.w_scale + col)));
-    if (p.bias_kind != kBiasNone) y += static_cast<double>(load_bias(p, col));
+    // Rounded operation by operation as the route's epilogue (int8_epilogue_value): no FMA contraction.
+    double y = __dmul_rn(static_cast<double>(v), __dmul_rn(sx, static_cast<double>(__ldg(p.w_scale + col))));
+    if (p.bias_kind != kBiasNone) y = __dadd_rn(y, static_cast<double>(load_bias(p, col)));
     const int64_t at = static_cast<int64_t>(row) * p.ld_out + col;
     if (p.out_kind == kOutBf16) {
       static_cast<__nv_bfloat16*>(p.out)[at] = __double2bfloat16(y);
