@@ -111,7 +111,10 @@ RowParams row_params(const Int8ActQuant& q, const void* row) {
 void quantize_row(const Int8ActQuant& q, int64_t r) {
   const size_t esize = q.x_kind == FloatKind::kF32 ? 4 : 2;
   const void* row = static_cast<const char*>(q.x) + static_cast<size_t>(r * q.ldx) * esize;
-  uint8_t* out = q.codes + r * q.k_pad;
+  // Codes k .. k + 63 at out + (k / 64) * chunk: the row order (chunk 64), or the AMX tile order.
+  uint8_t* out = q.amx_tiles ? q.codes + r / 16 * 16 * q.k_pad + r % 16 * 64 : q.codes + r * q.k_pad;
+  const int64_t chunk = q.amx_tiles ? 1024 : 64;
+  const auto at = [&](int64_t k) { return out + (k >> 6) * chunk + (k & 63); };
   const RowParams p = row_params(q, row);
   if (!p.finite) q.bad_row[r] = 1;
   q.scale[r] = static_cast<float>(p.s);
@@ -158,11 +161,11 @@ void quantize_row(const Int8ActQuant& q, int64_t r) {
       __m256i b = _mm256_packs_epi16(w01, w23);
       b = _mm256_permutevar8x32_epi32(b, fix_order);
       b = _mm256_xor_si256(b, _mm256_set1_epi8(static_cast<char>(flip)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), b);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(at(i)), b);  // i % 32 == 0: inside one chunk
     }
   }
-  for (; i < q.k; ++i) out[i] = static_cast<uint8_t>(exact_code(load1(row, q.x_kind, i), p.s, p.zp)) ^ flip;
-  for (int64_t j = q.k; j < q.k_pad; ++j) out[j] = flip;  // code 0: the padded weights are 0 anyway
+  for (; i < q.k; ++i) *at(i) = static_cast<uint8_t>(exact_code(load1(row, q.x_kind, i), p.s, p.zp)) ^ flip;
+  for (int64_t j = q.k; j < q.k_pad; ++j) *at(j) = flip;  // code 0: the padded weights are 0 anyway
 }
 
 uint16_t f32_to_bf16_rne(float y) {
