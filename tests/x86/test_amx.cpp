@@ -167,12 +167,14 @@ TEST(X86Amx, Int8ThreadsAndRoundTrip) {
   x86_test::expect_round_trip(x86::kAmxInt8, *find_scheme("w8a8-int8-static"), {1, 35, 130}, 74);
 }
 
-// Enough column blocks for the INT8 kernel's claimed items (runs of >= 4 blocks, up to 8 per thread), on 4
+// Enough column blocks for the INT8 kernel's claimed items (runs of >= 4 blocks, up to 8 per thread; up to 16 rows
+// items that shrink towards the end, here also 4 blocks at least at K = 4100, and an odd panel count), on 4
 // threads forced for these small layers: the same bits as the VNNI kernel and one AMX thread.
 TEST(X86Amx, Int8ColumnItemsOnManyThreads) {
   QL_SKIP_UNLESS_SUPPORTED(x86::kAmxInt8);
   const Scheme& s = *find_scheme("w8a8-int8-dynamic");
-  for (const Case& c : {Case{16, 4200, 130}, Case{33, 1100, 256, DType::kBF16, DType::kF32, true}, Case{9, 700, 64}}) {
+  for (const Case& c : {Case{16, 4200, 130}, Case{33, 1100, 256, DType::kBF16, DType::kF32, true}, Case{9, 700, 64},
+                        Case{15, 1200, 4100, DType::kBF16, DType::kBF16, true}}) {
     LinearLayer layer = x86_test::make_layer(s, c, 91);
     ASSERT_TRUE(x86::kAmxInt8.process_weights_after_loading(layer));
     const Tensor x = random_normal(c.in, {c.m, c.k}, 92, 1.0);
