@@ -80,7 +80,7 @@ Status Int8Kernel::process_impl(LinearLayer& layer) const {
   auto st = std::make_shared<Int8State>(planned_sizes<Int8State>(c, k_align()));
   const Tensor w = layer.params.at("weight").contiguous();
   const int8_t* wp = w.data<int8_t>();
-  st->packed = aligned_bytes(st->n_pad * st->k_pad);
+  st->packed = weight_bytes(st->n_pad * st->k_pad);
   int8_t* dst = reinterpret_cast<int8_t*>(st->packed.get());
   std::memset(dst, 0, static_cast<size_t>(st->n_pad * st->k_pad));
   st->colsum.assign(static_cast<size_t>(st->n_pad), 0);
