@@ -297,6 +297,24 @@ TEST(X86Int8, ActivationRangeSeenAtEveryPosition) {
   }
 }
 
+// Prepacked weights from kHugePageWeightBytes on sit in whole, aligned 2 MiB pages (the huge-page advice is the
+// OS's to take); smaller ones in 64-byte aligned buffers. Every byte is writable, and a layer that large computes
+// what the reference does.
+TEST(X86Int8, LargeWeightsInHugePageBuffers) {
+  for (const int64_t bytes : {int64_t{100}, x86::kHugePageWeightBytes - 1, x86::kHugePageWeightBytes + 12345}) {
+    x86::AlignedBytes b = x86::weight_bytes(bytes);
+    ASSERT_NE(b.get(), nullptr);
+    const uintptr_t align = bytes >= x86::kHugePageWeightBytes ? uintptr_t{1} << 21 : 64;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.get()) % align, 0u) << bytes << " bytes";
+    std::memset(b.get(), 0x5A, static_cast<size_t>(bytes));
+    EXPECT_EQ(b.get()[bytes - 1], 0x5A);
+  }
+  const LinearKernel& k = x86::kAmxInt8.is_supported(Platform::host_cpu()).ok ? x86::kAmxInt8 : x86::kAvx512VnniInt8;
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  // N 2064 x K 2100: 4.3 MB of panels.
+  x86_test::expect_matches_reference(k, *find_scheme("w8a8-int8-dynamic"), {16, 2064, 2100}, 61, kInt8Rel);
+}
+
 TEST(X86Int8, SelectedOnThisCpu) {
   const Scheme& s = *find_scheme("w8a8-int8-dynamic");
   auto k = select_kernel(make_config(s, 4096, 4096), Platform::host_cpu());
