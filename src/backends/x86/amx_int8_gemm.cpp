@@ -96,8 +96,8 @@ void zero_tiles() {
 //   K in 256-1024 chunks so that the activation chunk stays in L1 (11.6-13.4: shorter weight streams).
 // Those prefetches likely lost to the activation tile in row order: its 16 rows lie K bytes apart, so at K = 4096
 // every tile load puts 16 lines into one set of the 12-way 48 KiB L1, evicting what was prefetched there. In tile order
-// (Int8ActQuant::amx_tiles: each 16 x 64 tile one contiguous KiB) a prefetch per 64-byte line of each panel, 1 KiB
-// ahead and on into the next block's panels, pays. 2 threads (qlinear bench, cold weights, best median of 5
+// (Int8ActQuant::amx_tiles: each 16 x 64 tile one contiguous KiB) a prefetch per 64-byte line of each panel,
+// kLinePrefetchBytes ahead and on into the next block's panels, pays (at 1 KiB:) 2 threads (qlinear bench, cold weights, best median of 5
 // interleaved runs): 28672 x 4096 4.11 -> 3.94 ms, 6144 x 4096 0.97 -> 0.92, N 4096 x K 14336 2.07 -> 2.03
 // (the tile order alone or the prefetch alone: 1-2% each in the same runs); a standalone loop of the same tile steps
 // streams 14.4 GB/s on one core, 15.0-15.2 with a 1-2 KiB line prefetch (4 KiB 15.0, 8 KiB 14.6), against 15.6-16.2
@@ -105,7 +105,10 @@ void zero_tiles() {
 // Before this, on 2 threads M = 16 took, of M = 1's time: 28672 x 4096 1.19 -> 1.10x (4.39 -> 4.00 ms), N 4096 x
 // K 14336 1.21 -> 1.10x, 4096 x 4096 1.17 -> 1.13x, 6144 x 4096 1.11x both (the next block's first 2 KiB per
 // panel prefetched in its last 4 steps, now the line prefetch's run past the panels' ends).
-constexpr int64_t kLinePrefetchBytes = 1024;
+// With the weights on huge pages (weight_bytes), half a step ahead beats a whole step: 28672 x 4096, 2 threads,
+// 8 interleaved runs, 512 bytes faster in 6, median of the runs' medians 3.84 -> 3.78 ms (256 or 768 bytes alike;
+// 2-3 KiB as 1 KiB).
+constexpr int64_t kLinePrefetchBytes = 512;
 
 // A finished block's int32 sums whose epilogue runs one row at a time between the next block's k steps: the
 // AVX2 arithmetic then overlaps the weight loads instead of leaving the memory idle between blocks (16 rows x 64
