@@ -95,13 +95,15 @@ void zero_tiles() {
 //   loads (14.2-14.6), 2 panels on two alternating sets of A / B tiles (no wait on the last step's tdpbusd; 13.0),
 //   K in 256-1024 chunks so that the activation chunk stays in L1 (11.6-13.4: shorter weight streams).
 // Those prefetches likely lost to the activation tile in row order: its 16 rows lie K bytes apart, so at K = 4096
-// every tile load puts 16 lines into one set of the 12-way 48 KiB L1, evicting what was prefetched there. In tile order
-// (Int8ActQuant::amx_tiles: each 16 x 64 tile one contiguous KiB) a prefetch per 64-byte line of each panel,
-// kLinePrefetchBytes ahead and on into the next block's panels, pays (at 1 KiB:) 2 threads (qlinear bench, cold weights, best median of 5
-// interleaved runs): 28672 x 4096 4.11 -> 3.94 ms, 6144 x 4096 0.97 -> 0.92, N 4096 x K 14336 2.07 -> 2.03
-// (the tile order alone or the prefetch alone: 1-2% each in the same runs); a standalone loop of the same tile steps
-// streams 14.4 GB/s on one core, 15.0-15.2 with a 1-2 KiB line prefetch (4 KiB 15.0, 8 KiB 14.6), against 15.6-16.2
-// for the VNNI loop's AVX-512 loads.
+// every tile load puts 16 lines into one set of the 12-way 48 KiB L1, evicting what was prefetched there. In
+// tile order (Int8ActQuant::amx_tiles: each 16 x 64 tile one contiguous KiB) a prefetch per 64-byte line of each
+// panel, kLinePrefetchBytes ahead and on into the next block's panels, pays. At 1 KiB, 2 threads (qlinear bench,
+// cold weights, best median of 5 interleaved runs): 28672 x 4096 4.11 -> 3.94 ms, 6144 x 4096 0.97 -> 0.92, N 4096
+// x K 14336 2.07 -> 2.03 (the tile order alone or the prefetch alone: 1-2% each in the same runs). A standalone
+// loop of the same tile steps streams 14.4 GB/s on one core, 15.0-15.2 with a 1-2 KiB line prefetch (4 KiB 15.0,
+// 8 KiB 14.6), against 15.6-16.2 for the VNNI loop's AVX-512 loads; no better there or here: 6 panels per step
+// (C0..C5, A, one B tile), non-temporal tile loads (tileloaddt1), the next page's first lines prefetched a page
+// ahead (5% slower), K in two halves on two A tiles (8 streams).
 // Before this, on 2 threads M = 16 took, of M = 1's time: 28672 x 4096 1.19 -> 1.10x (4.39 -> 4.00 ms), N 4096 x
 // K 14336 1.21 -> 1.10x, 4096 x 4096 1.17 -> 1.13x, 6144 x 4096 1.11x both (the next block's first 2 KiB per
 // panel prefetched in its last 4 steps, now the line prefetch's run past the panels' ends).
@@ -297,7 +299,8 @@ void int8_gemm_amx(const Int8Gemm& g) {
   const bool shrinking = g.m <= 16 && n_threads > 1 && blocks >= 2 * kMinItemBlocks * n_threads;
   if (shrinking) nt = shrinking_items(blocks, g.k_pad, n_threads, edges);
   threads::parallel_for(nt, n_threads, [&](int64_t t) {
-    const AmxShare sh = shrinking ? AmxShare{0, g.m, edges[t], edges[t + 1]} : amx_share(t, nt, g.m, blocks, kBlockRows);
+    const AmxShare sh =
+        shrinking ? AmxShare{0, g.m, edges[t], edges[t + 1]} : amx_share(t, nt, g.m, blocks, kBlockRows);
     const int64_t m0 = sh.m0, m1 = sh.m1, b0 = sh.b0, b1 = sh.b1;
     if (!sh.empty()) {
       configure_tiles();
