@@ -120,18 +120,61 @@ TEST(X86Amx, Int8FourPanelBlocksUpToSixteenRows) {
   threads::set_min_ns_per_thread_for_testing(0.0);
 }
 
+// Long panels at M around the row tile: K = 4100 (65 k steps of 64, the last one mostly padding; 64 KiB+ panels,
+// so the line prefetch runs across pages and on into the next 4-panel group's panels), N = 213 (three 4-panel
+// groups, a lone panel, 5 columns of it real); fresh random data per M. A k step dropped or taken twice, or an
+// activation tile read from the wrong place, changes the sums.
+TEST(X86Amx, Int8LongPanelsAroundTheRowTile) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAmxInt8);
+  const Scheme& s = *find_scheme("w8a8-int8-dynamic");
+  uint64_t seed = 7900;
+  for (const int64_t m : {15, 16, 17}) {
+    const Case c{m, 213, 4100, DType::kBF16, DType::kF32, m != 16};
+    x86_test::expect_matches_reference(x86::kAmxInt8, s, c, seed += 7, kInt8Rel);
+    expect_bitwise_equal(x86::kAmxInt8, x86::kAvx512VnniInt8, s, c, seed += 7);
+  }
+}
+
+// Pre-quantized activations go into the same tile order as the ones the kernel quantizes: M below, at and past
+// the 16-row tile, K off the 64-wide tile.
+TEST(X86Amx, Int8PreQuantizedActivationsMatchDense) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAmxInt8);
+  const LinearKernel& k = x86::kAmxInt8;
+  for (const char* name : {"w8a8-int8-dynamic", "w8a8-int8-static-asym"}) {
+    for (const int64_t m : {9, 16, 17, 33}) {
+      LinearLayer layer = x86_test::make_layer(*find_scheme(name), {m, 40, 130}, 80 + m);
+      ASSERT_TRUE(k.process_weights_after_loading(layer));
+      const Tensor x = random_normal(DType::kBF16, {m, 130}, 90 + m);
+      QuantizeOptions qo;
+      const QuantKey key = *k.input_quant_key(layer.config);
+      if (key.scale.is_static) {
+        qo.static_scale = Tensor::scalar_f32(layer.params.at("input_scale").data<float>()[0]).reshape({1}).value();
+      }
+      if (key.scale.is_static && !key.symmetric) qo.static_zero_point = layer.params.at("input_zero_point");
+      auto q = quantize(x, key, qo);
+      ASSERT_TRUE(q) << q.message();
+      auto a = k.apply(layer, Activation::dense(x));
+      auto b = k.apply(layer, Activation::quantized(*q, DType::kBF16));
+      ASSERT_TRUE(a && b);
+      EXPECT_EQ(std::memcmp(a->raw(), b->raw(), static_cast<size_t>(a->nbytes())), 0) << name << " M = " << m;
+    }
+  }
+}
+
 TEST(X86Amx, Int8ThreadsAndRoundTrip) {
   QL_SKIP_UNLESS_SUPPORTED(x86::kAmxInt8);
   x86_test::expect_thread_safe(x86::kAmxInt8, *find_scheme("w8a8-int8-dynamic"), {33, 130, 320}, 73);
   x86_test::expect_round_trip(x86::kAmxInt8, *find_scheme("w8a8-int8-static"), {1, 35, 130}, 74);
 }
 
-// Enough column blocks for the INT8 kernel's claimed items (runs of >= 4 blocks, up to 8 per thread), on 4
+// Enough column blocks for the INT8 kernel's claimed items (runs of >= 4 blocks, up to 8 per thread; up to 16 rows
+// items that shrink towards the end, here also 4 blocks at least at K = 4100, and an odd panel count), on 4
 // threads forced for these small layers: the same bits as the VNNI kernel and one AMX thread.
 TEST(X86Amx, Int8ColumnItemsOnManyThreads) {
   QL_SKIP_UNLESS_SUPPORTED(x86::kAmxInt8);
   const Scheme& s = *find_scheme("w8a8-int8-dynamic");
-  for (const Case& c : {Case{16, 4200, 130}, Case{33, 1100, 256, DType::kBF16, DType::kF32, true}, Case{9, 700, 64}}) {
+  for (const Case& c : {Case{16, 4200, 130}, Case{33, 1100, 256, DType::kBF16, DType::kF32, true}, Case{9, 700, 64},
+                        Case{15, 1200, 4100, DType::kBF16, DType::kBF16, true}}) {
     LinearLayer layer = x86_test::make_layer(s, c, 91);
     ASSERT_TRUE(x86::kAmxInt8.process_weights_after_loading(layer));
     const Tensor x = random_normal(c.in, {c.m, c.k}, 92, 1.0);

@@ -2,6 +2,8 @@
 // against the reference quantizer (bit for bit), threads, round trips and rejections.
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 #include "backends/x86/int8_isa.hpp"
 #include "backends/x86/x86_kernels.hpp"
@@ -227,6 +229,90 @@ TEST(X86Int8, ActivationQuantizerIsBitIdenticalToTheReference) {
       }
     }
   }
+}
+
+// The quantizer's fields for m rows of x (f32 [m, k]) into codes (k_pad per row, or the AMX tile order).
+x86::Int8ActQuant quantizer_for(const Tensor& x, int64_t k_pad, bool tiles, uint8_t* codes, float* scale, int32_t* zp,
+                                uint8_t* bad) {
+  x86::Int8ActQuant q;
+  q.x = x.raw();
+  q.x_kind = x86::FloatKind::kF32;
+  q.m = x.shape()[0];
+  q.k = x.shape()[1];
+  q.ldx = q.k;
+  q.symmetric = false;
+  q.codes = codes;
+  q.k_pad = k_pad;
+  q.amx_tiles = tiles;
+  q.scale = scale;
+  q.zp = zp;
+  q.bad_row = bad;
+  return q;
+}
+
+// The tile order (Int8ActQuant::amx_tiles) holds the same codes as the row order, padding columns included, at
+// (r / 16) * 16 * k_pad + (k / 64) * 1024 + (r % 16) * 64 + k % 64: two row blocks, K off the 32-wide vector step.
+TEST(X86Int8, ActivationTileOrderHoldsTheRowOrderCodes) {
+  const int64_t m = 19, k = 130, k_pad = 192;
+  const Tensor x = random_normal(DType::kF32, {m, k}, 31, 2.0);
+  std::vector<uint8_t> rows(m * k_pad), tiles(32 * k_pad, 0x55), bad(m, 0);
+  std::vector<float> scale(m);
+  std::vector<int32_t> zp(m);
+  x86::int8_quantize_activations_avx2(quantizer_for(x, k_pad, false, rows.data(), scale.data(), zp.data(), bad.data()));
+  x86::int8_quantize_activations_avx2(quantizer_for(x, k_pad, true, tiles.data(), scale.data(), zp.data(), bad.data()));
+  int mismatches = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < k_pad; ++c) {
+      const uint8_t got = tiles[r / 16 * 16 * k_pad + c / 64 * 1024 + r % 16 * 64 + c % 64];
+      if (got != rows[r * k_pad + c] && mismatches++ < 5) ADD_FAILURE() << "code (" << r << "," << c << ")";
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+// The amax pass keeps several max chains: a row's largest |x|, NaN or Inf is seen at every position (the chains'
+// lanes, the 8-wide remainder and the scalar tail of K = 77).
+TEST(X86Int8, ActivationRangeSeenAtEveryPosition) {
+  const int64_t k = 77, k_pad = 80;
+  for (const bool symmetric : {true, false}) {
+    for (int64_t c = 0; c < k; ++c) {
+      Tensor x = random_normal(DType::kF32, {3, k}, 40 + c, 1.0);
+      float* p = x.data<float>();
+      p[c] = -50.0f;                                           // row 0: the largest |x|, and the row's minimum
+      p[k + c] = std::numeric_limits<float>::quiet_NaN();      // row 1
+      p[2 * k + c] = std::numeric_limits<float>::infinity();   // row 2
+      std::vector<uint8_t> codes(3 * k_pad), bad(3, 0);
+      std::vector<float> scale(3);
+      std::vector<int32_t> zp(3);
+      x86::Int8ActQuant q = quantizer_for(x, k_pad, false, codes.data(), scale.data(), zp.data(), bad.data());
+      q.symmetric = symmetric;
+      x86::int8_quantize_activations_avx2(q);
+      EXPECT_EQ(bad[0], 0) << "position " << c;
+      EXPECT_EQ(bad[1], 1) << "NaN at " << c;
+      EXPECT_EQ(bad[2], 1) << "Inf at " << c;
+      const uint8_t lowest = symmetric ? 1 : 0;  // code -127 (symmetric) or -128, stored + 128
+      EXPECT_EQ(codes[c], static_cast<uint8_t>(lowest)) << "position " << c << (symmetric ? " symmetric" : "");
+      if (symmetric) EXPECT_EQ(scale[0], static_cast<float>(50.0 / 127.0)) << "position " << c;
+    }
+  }
+}
+
+// Prepacked weights from kHugePageWeightBytes on sit in whole, aligned 2 MiB pages (the huge-page advice is the
+// OS's to take); smaller ones in 64-byte aligned buffers. Every byte is writable, and a layer that large computes
+// what the reference does.
+TEST(X86Int8, LargeWeightsInHugePageBuffers) {
+  for (const int64_t bytes : {int64_t{100}, x86::kHugePageWeightBytes - 1, x86::kHugePageWeightBytes + 12345}) {
+    x86::AlignedBytes b = x86::weight_bytes(bytes);
+    ASSERT_NE(b.get(), nullptr);
+    const uintptr_t align = bytes >= x86::kHugePageWeightBytes ? uintptr_t{1} << 21 : 64;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.get()) % align, 0u) << bytes << " bytes";
+    std::memset(b.get(), 0x5A, static_cast<size_t>(bytes));
+    EXPECT_EQ(b.get()[bytes - 1], 0x5A);
+  }
+  const LinearKernel& k = x86::kAmxInt8.is_supported(Platform::host_cpu()).ok ? x86::kAmxInt8 : x86::kAvx512VnniInt8;
+  QL_SKIP_UNLESS_SUPPORTED(k);
+  // N 2064 x K 2100: 4.3 MB of panels.
+  x86_test::expect_matches_reference(k, *find_scheme("w8a8-int8-dynamic"), {16, 2064, 2100}, 61, kInt8Rel);
 }
 
 TEST(X86Int8, SelectedOnThisCpu) {

@@ -30,7 +30,8 @@ constexpr int64_t kBlockRows = 32;
 // with 2 KiB (1 KiB: 1.59; 4-8 KiB or into L2 only: 1.58-1.63); M = 32 / 128: 2.5 -> 2.0 / 4.8 -> 4.6 ms.
 constexpr int64_t kWeightPrefetchBytes = 2048;
 
-// Adds k in [k0, k1) of one 32 x 32 block (or 16-row / 16-column part of it) to tiles 0..3.
+// Adds k in [k0, k1) of one 32 x 32 block (or 16-row / 16-column part of it) to tiles 0..3. a: the first of
+// two 16-row blocks of activation tiles (Int8ActQuant::amx_tiles), the second 16 * lda bytes on (lda = k_pad).
 template <bool kTwoRows, bool kTwoCols>
 void accumulate(const uint8_t* a, int64_t lda, const int8_t* w0, const int8_t* w1, int64_t k0, int64_t k1) {
   for (int64_t k = k0; k < k1; k += 64) {
@@ -40,8 +41,8 @@ void accumulate(const uint8_t* a, int64_t lda, const int8_t* w0, const int8_t* w
       _mm_prefetch(reinterpret_cast<const char*>(w0 + k * 16 + kWeightPrefetchBytes + l), _MM_HINT_T0);
       if (kTwoCols) _mm_prefetch(reinterpret_cast<const char*>(w1 + k * 16 + kWeightPrefetchBytes + l), _MM_HINT_T0);
     }
-    _tile_loadd(4, a + k, lda);
-    if (kTwoRows) _tile_loadd(5, a + 16 * lda + k, lda);
+    _tile_loadd(4, a + k * 16, 64);  // chunk k/64 of the row block (Int8ActQuant::amx_tiles)
+    if (kTwoRows) _tile_loadd(5, a + 16 * lda + k * 16, 64);
     _tile_loadd(6, w0 + k * 16, 64);  // group k/4 of the panel at byte (k/4) * 64
     if (kTwoCols) _tile_loadd(7, w1 + k * 16, 64);
     _tile_dpbusd(0, 4, 6);
@@ -89,17 +90,27 @@ void zero_tiles() {
 //   4 panels per k step, no software prefetch                                          14.3
 //     + the epilogue interleaved with the next block's steps                         14.3
 //     + the next block's first 2 KiB per panel prefetched in the last 4 steps          14.8
-//   and no better: 4 panels with 1-8 KiB prefetch (T0, T1 or T2; 13.5-14.3: it competes with the hardware
-//   prefetcher's streams), copying each step's weights with AVX-512 loads into an L1 ring, tiles 2 steps later
-//   (13.5-13.8), touching the lines 1-4 steps ahead with AVX-512 loads (14.2-14.6), 2 panels on two alternating
-//   sets of A / B tiles (no wait on the last step's tdpbusd; 13.0), K in 256-1024 chunks so that the activation
-//   chunk stays in L1 (11.6-13.4: shorter weight streams). What remains: the activation tile comes from L2 on
-//   every step (a fixed activation tile: 15.1-15.4, without tdpbusd 15.4) and the epilogue (~3%).
-// On 2 threads (qlinear bench, cold weights, best of 3 interleaved runs) M = 16 takes, of M = 1's time: 28672 x
-// 4096 1.19 -> 1.10x (4.39 -> 4.00 ms), N 4096 x K 14336 1.21 -> 1.10x, 4096 x 4096 1.17 -> 1.13x, 6144 x 4096
-// 1.11x both.
-constexpr int64_t kNextBlockPrefetchBytes = 2048;  // per panel of the next block
-constexpr int64_t kNextBlockPrefetchSteps = 4;     // spread over the block's last steps
+//   and no better: 4 panels with 1-8 KiB prefetch (T0, T1 or T2; 13.5-14.3), copying each step's weights with
+//   AVX-512 loads into an L1 ring, tiles 2 steps later (13.5-13.8), touching the lines 1-4 steps ahead with AVX-512
+//   loads (14.2-14.6), 2 panels on two alternating sets of A / B tiles (no wait on the last step's tdpbusd; 13.0),
+//   K in 256-1024 chunks so that the activation chunk stays in L1 (11.6-13.4: shorter weight streams).
+// Those prefetches likely lost to the activation tile in row order: its 16 rows lie K bytes apart, so at K = 4096
+// every tile load puts 16 lines into one set of the 12-way 48 KiB L1, evicting what was prefetched there. In
+// tile order (Int8ActQuant::amx_tiles: each 16 x 64 tile one contiguous KiB) a prefetch per 64-byte line of each
+// panel, kLinePrefetchBytes ahead and on into the next block's panels, pays. At 1 KiB, 2 threads (qlinear bench,
+// cold weights, best median of 5 interleaved runs): 28672 x 4096 4.11 -> 3.94 ms, 6144 x 4096 0.97 -> 0.92, N 4096
+// x K 14336 2.07 -> 2.03 (the tile order alone or the prefetch alone: 1-2% each in the same runs). A standalone
+// loop of the same tile steps streams 14.4 GB/s on one core, 15.0-15.2 with a 1-2 KiB line prefetch (4 KiB 15.0,
+// 8 KiB 14.6), against 15.6-16.2 for the VNNI loop's AVX-512 loads; no better there or here: 6 panels per step
+// (C0..C5, A, one B tile), non-temporal tile loads (tileloaddt1), the next page's first lines prefetched a page
+// ahead (5% slower), K in two halves on two A tiles (8 streams).
+// Before this, on 2 threads M = 16 took, of M = 1's time: 28672 x 4096 1.19 -> 1.10x (4.39 -> 4.00 ms), N 4096 x
+// K 14336 1.21 -> 1.10x, 4096 x 4096 1.17 -> 1.13x, 6144 x 4096 1.11x both (the next block's first 2 KiB per
+// panel prefetched in its last 4 steps, now the line prefetch's run past the panels' ends).
+// With the weights on huge pages (weight_bytes), half a step ahead beats a whole step: 28672 x 4096, 2 threads,
+// 8 interleaved runs, 512 bytes faster in 6, median of the runs' medians 3.84 -> 3.78 ms (256 or 768 bytes alike;
+// 2-3 KiB as 1 KiB).
+constexpr int64_t kLinePrefetchBytes = 512;
 
 // A finished block's int32 sums whose epilogue runs one row at a time between the next block's k steps: the
 // AVX2 arithmetic then overlaps the weight loads instead of leaving the memory idle between blocks (16 rows x 64
@@ -119,27 +130,24 @@ struct PendingRows {
   }
 };
 
-// Adds the whole K of one row tile (a: 16 activation rows, stride lda) x 4 panels (w, stride pstride) to tiles
+// Adds the whole K of one row tile (a: 16 activation rows in tile order) x 4 panels (w, stride pstride) to tiles
 // 0..3. next: the following block's first panel (null: none); pending: rows to finish one per step.
 // Tiles: C0..C3 = tmm0..3, A = tmm4, B = tmm5..7, and tmm5 again for the fourth panel once C0's tdpbusd has read
 // it (the tile registers are not renamed: that load waits for it).
-void accumulate4(const uint8_t* a, int64_t lda, const int8_t* w, int64_t pstride, int64_t k_pad, const int8_t* next,
+void accumulate4(const uint8_t* a, const int8_t* w, int64_t pstride, int64_t k_pad, const int8_t* next,
                  PendingRows& pending, const Int8Epilogue& e) {
-  const int64_t steps = k_pad / 64;
+  const int64_t steps = k_pad / 64, panel_bytes = 16 * k_pad;
   for (int64_t t = 0; t < steps; ++t) {
-    // The next block's first bytes: its streams start on lines already on their way (the hardware prefetcher
-    // needs a few misses on a new stream before it runs ahead).
-    const int64_t q = t + kNextBlockPrefetchSteps - steps;
-    if (next != nullptr && q >= 0) {
-      constexpr int64_t kPart = kNextBlockPrefetchBytes / kNextBlockPrefetchSteps;
-      for (int v = 0; v < 4; ++v) {
-        for (int64_t l = q * kPart; l < (q + 1) * kPart; l += 64) {
-          _mm_prefetch(reinterpret_cast<const char*>(next + v * pstride + l), _MM_HINT_T0);
-        }
-      }
+    // One prefetch per line of each panel, kLinePrefetchBytes ahead; past the panels' ends into the next
+    // block's, so that its streams start on lines already on their way.
+    for (int64_t l = 0; l < 1024; l += 64) {
+      const int64_t at = t * 1024 + kLinePrefetchBytes + l;
+      const int8_t* base = at < panel_bytes ? w + at : next != nullptr ? next + (at - panel_bytes) : nullptr;
+      if (base == nullptr) break;
+      for (int v = 0; v < 4; ++v) _mm_prefetch(reinterpret_cast<const char*>(base + v * pstride), _MM_HINT_T0);
     }
     const int8_t* wt = w + t * 1024;  // group 16t of each panel
-    _tile_loadd(4, a + t * 64, lda);
+    _tile_loadd(4, a + t * 1024, 64);
     _tile_loadd(5, wt, 64);
     _tile_loadd(6, wt + pstride, 64);
     _tile_loadd(7, wt + 2 * pstride, 64);
@@ -166,7 +174,7 @@ void run_range_one_tile(const Int8Gemm& g, int64_t m_begin, int64_t m_end, int64
     zero_tiles();
     if (width == 64) {
       const bool next = b + 3 < b_end && p0 + 7 < panels;
-      accumulate4(a, g.k_pad, w0, pstride, g.k_pad, next ? w0 + 4 * pstride : nullptr, pending, g.epi);
+      accumulate4(a, w0, pstride, g.k_pad, next ? w0 + 4 * pstride : nullptr, pending, g.epi);
     } else {
       const bool two_cols = p0 + 1 < panels;
       pick(false, two_cols)(a, g.k_pad, w0, two_cols ? w0 + pstride : w0, 0, g.k_pad);
@@ -186,6 +194,32 @@ void run_range_one_tile(const Int8Gemm& g, int64_t m_begin, int64_t m_end, int64
 
 constexpr int64_t kMinItemBlocks = 4;
 constexpr int64_t kItemsPerThread = 8;
+
+// Up to 16 rows on several threads: items that shrink towards the end, each 1 / (2 * threads) of the blocks not
+// yet handed out, in whole 4-panel groups (2 blocks), at least kMinTailItemBytes of weights. With equal items (8
+// per thread) the thread that finishes first waited for the other's last item: measured on the 2-core Xeon,
+// 28672 x 4096, M = 16, 2 threads, 41 calls of qlinear bench, 3 interleaved runs: the first thread idle for
+// 101 / 311 / 131 us of a 3.93 / 4.30 / 4.05 ms call, shrinking items 38 / 78 / 36 us of 3.92 / 3.97 / 3.99 ms
+// (6144 x 4096 and N 4096 x K 14336: 18-65 us idle either way). Best median of 6 interleaved runs: 28672 x 4096
+// 3.96 -> 3.91 ms, 6144 x 4096 0.94 -> 0.90, N 4096 x K 14336 2.03 -> 2.01. A 256 KiB minimum was no better.
+constexpr int64_t kMinTailItemBytes = 512 << 10;
+constexpr int kMaxShrinkingItems = 256;
+
+// Fills edges[0 .. items] (items of column blocks [edges[i], edges[i + 1])) and returns the item count.
+int64_t shrinking_items(int64_t blocks, int64_t k_pad, int n_threads, int64_t (&edges)[kMaxShrinkingItems + 1]) {
+  int64_t min_blocks = (kMinTailItemBytes / (kBlockCols * k_pad) + 1) / 2 * 2;
+  min_blocks = min_blocks < 2 ? 2 : min_blocks;
+  int64_t items = 0;
+  edges[0] = 0;
+  while (edges[items] < blocks) {
+    const int64_t left = blocks - edges[items];
+    int64_t size = (left / (2 * n_threads) + 1) / 2 * 2;
+    size = size < min_blocks ? min_blocks : size;
+    ++items;
+    edges[items] = items == kMaxShrinkingItems || size >= left ? blocks : edges[items - 1] + size;
+  }
+  return items;
+}
 constexpr int64_t kOuterChunkK = 2048;             // K-outer path: k per chunk
 constexpr int64_t kActL2Bytes = int64_t{1} << 20;  // a thread's activation rows beyond this: K outer
 
@@ -251,17 +285,22 @@ void int8_gemm_amx(const Int8Gemm& g) {
   const int64_t blocks = (g.n_pad / 16 + 1) / 2;
   const int64_t work = g.m * g.n_pad * g.k_pad;
   const int n_threads = work < (int64_t{1} << 20) ? 1 : g.threads;
-  // Items of whole column blocks (at least kMinItemBlocks each, up to kItemsPerThread per thread), claimed by
-  // whichever thread is free: a thread the OS deschedules on a shared machine does not hold the others up.
+  // Items of whole column blocks (at least kMinItemBlocks each, up to kItemsPerThread per thread; up to 16 rows
+  // shrinking_items), claimed by whichever thread is free: a thread the OS deschedules on a shared machine does
+  // not hold the others up.
   // Few column blocks, or activations past L2 (each item reads all of them): one item per thread's share.
   // Each item configures its tiles.
   const bool small_act = g.m * g.k_pad <= kActL2Bytes;
-  const int64_t nt = !small_act ? n_threads
-                     : blocks >= kMinItemBlocks * kItemsPerThread * n_threads
-                         ? kItemsPerThread * n_threads
-                         : (blocks >= 2 * kMinItemBlocks * n_threads ? blocks / kMinItemBlocks : n_threads);
+  int64_t nt = !small_act ? n_threads
+               : blocks >= kMinItemBlocks * kItemsPerThread * n_threads
+                   ? kItemsPerThread * n_threads
+                   : (blocks >= 2 * kMinItemBlocks * n_threads ? blocks / kMinItemBlocks : n_threads);
+  int64_t edges[kMaxShrinkingItems + 1];
+  const bool shrinking = g.m <= 16 && n_threads > 1 && blocks >= 2 * kMinItemBlocks * n_threads;
+  if (shrinking) nt = shrinking_items(blocks, g.k_pad, n_threads, edges);
   threads::parallel_for(nt, n_threads, [&](int64_t t) {
-    const AmxShare sh = amx_share(t, nt, g.m, blocks, kBlockRows);
+    const AmxShare sh =
+        shrinking ? AmxShare{0, g.m, edges[t], edges[t + 1]} : amx_share(t, nt, g.m, blocks, kBlockRows);
     const int64_t m0 = sh.m0, m1 = sh.m1, b0 = sh.b0, b1 = sh.b1;
     if (!sh.empty()) {
       configure_tiles();

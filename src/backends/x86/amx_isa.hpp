@@ -11,9 +11,9 @@
 // INT8 (tdpbusd, u8 x s8 -> s32): the B tile of 16 columns x 64 k is 1 KiB of the VNNI panels int8_isa.hpp
 //   describes (panel p, groups g0 .. g0+15, row stride 64 bytes), so the AVX-512 VNNI kernel and the AMX
 //   kernel share the packed weights; only K is padded to 64 (a whole tile) instead of 4. Activations are the
-//   u8 = q + 128 codes of int8_quantize_activations_avx2, rows padded to a multiple of 16; the +128 shift and
-//   the zero point are removed exactly in int8_epilogue_avx2, so the int32 sums and every output equal the
-//   AVX-512 VNNI kernel's bit for bit.
+//   u8 = q + 128 codes of int8_quantize_activations_avx2 in tile order (Int8ActQuant::amx_tiles: each A tile one
+//   contiguous KiB), rows padded to a multiple of 16; the +128 shift and the zero point are removed exactly in
+//   int8_epilogue_avx2, so the int32 sums and every output equal the AVX-512 VNNI kernel's bit for bit.
 //
 // BF16 (tdpbf16ps, f32 accumulation): per block of 2 panels, the FP8 / FP4 codes of the whole K are decoded
 //   once into BF16 VNNI-2 rows (row = a k pair, word 2j + t = W[j][2r + t]: the B tile layout) in a per-thread
@@ -39,8 +39,8 @@ constexpr int64_t kAmxBf16MinM = 2;
 // one row below it.
 constexpr int64_t amx_bf16_act_rows(int64_t m) { return m < kAmxBf16MinM ? m : (m + 15) / 16 * 16; }
 
-// INT8 W8A8 on AMX-INT8. g.packed: VNNI panels with k_pad % 64 == 0; g.act: [round_up(m, 16), k_pad] u8
-// codes (offset 128); g.epi.offset must be 128.
+// INT8 W8A8 on AMX-INT8. g.packed: VNNI panels with k_pad % 64 == 0; g.act: round_up(m, 16) x k_pad u8 codes
+// (offset 128) in Int8ActQuant::amx_tiles order; g.epi.offset must be 128.
 void int8_gemm_amx(const Int8Gemm& g);
 
 // FP8 / FP4 weights x BF16 activations on AMX-BF16 (per-column or MX scales; not 128x128 blocks).

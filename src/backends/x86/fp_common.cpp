@@ -289,7 +289,7 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
     return packed_fmt ? unpack_code(st->wdtype, wp + n * row_bytes, k) : wp[n * c.k + k];
   };
   const int64_t bytes = packed_bytes(*st);
-  st->packed = aligned_bytes(bytes);
+  st->packed = weight_bytes(bytes);
   // Padding holds the code of +0.
   std::memset(st->packed.get(), 0, static_cast<size_t>(bytes));
   const bool e4m3 = st->elem == FpElem::kE4M3;

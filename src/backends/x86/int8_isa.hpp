@@ -43,8 +43,14 @@ struct Int8ActQuant {
   int32_t static_zp = 0;      // static asymmetric
   bool offset128 = true;      // store u = q + 128 (vpdpbusd) or q itself (AVX2 path)
   // Outputs.
-  uint8_t* codes = nullptr;  // [m, k_pad]; columns k..k_pad-1 are written with code 0 (u = 128)
+  uint8_t* codes = nullptr;  // [m, k_pad] rows, or tiles (below); columns k..k_pad-1 are written with code 0 (u = 128)
   int64_t k_pad = 0;
+  // Codes in the AMX tile order (k_pad a multiple of 64; the caller fills the rows past m of the last 16):
+  //   rows in blocks of 16; a block is k_pad / 64 chunks of 16 rows x 64 codes, 1 KiB each:
+  //   byte offset of (r, k) = (r / 16) * 16 * k_pad + (k / 64) * 1024 + (r % 16) * 64 + k % 64
+  // so that the tile of 16 rows x 64 k is one contiguous KiB, as the weights' B tile is (rows: row / 16
+  // blocks start where they start in the row order).
+  bool amx_tiles = false;
   float* scale = nullptr;    // [m]
   int32_t* zp = nullptr;     // [m] (0 when symmetric)
   uint8_t* bad_row = nullptr;  // [m], zero-initialized: set to 1 for a dynamic row holding Inf or NaN
@@ -73,7 +79,7 @@ void int8_epilogue_avx2(const Int8Epilogue& e, const int32_t* acc, int64_t ldacc
 struct Int8Gemm {
   const int8_t* packed = nullptr;  // VNNI panels (above)
   int64_t n_pad = 0, k_pad = 0;
-  const uint8_t* act = nullptr;    // [m, k_pad] codes from int8_quantize_activations_avx2
+  const uint8_t* act = nullptr;    // [m, k_pad] codes from int8_quantize_activations_avx2 (AMX: amx_tiles order)
   int64_t m = 0;
   int threads = 1;  // threads::threads_for(weight bytes, ops): small layers run on the calling thread
   Int8Epilogue epi;

@@ -1,4 +1,6 @@
 // x86 backend: what the kernels share at baseline flags (ISA checks, small conversions).
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +18,15 @@ AlignedBytes aligned_bytes(int64_t bytes) {
   return AlignedBytes(static_cast<uint8_t*>(std::aligned_alloc(64, size)));
 }
 
+AlignedBytes weight_bytes(int64_t bytes) {
+  if (bytes < kHugePageWeightBytes) return aligned_bytes(bytes);
+  constexpr size_t kHuge = size_t{1} << 21;
+  const size_t size = (static_cast<size_t>(bytes) + kHuge - 1) / kHuge * kHuge;
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(kHuge, size));
+  if (p != nullptr) (void)madvise(p, size, MADV_HUGEPAGE);  // advice only: 4 KiB pages where refused
+  return AlignedBytes(p);
+}
+
 Tensor aligned_bytes_tensor(const AlignedBytes& b, DType dtype, int64_t bytes) {
   Tensor t = Tensor::empty(dtype, {bytes});
   if (bytes > 0) std::memcpy(t.raw(), b.get(), static_cast<size_t>(bytes));
@@ -23,7 +34,7 @@ Tensor aligned_bytes_tensor(const AlignedBytes& b, DType dtype, int64_t bytes) {
 }
 
 AlignedBytes aligned_bytes_of(const Tensor& t) {
-  AlignedBytes b = aligned_bytes(t.nbytes());
+  AlignedBytes b = weight_bytes(t.nbytes());
   if (t.nbytes() > 0) std::memcpy(b.get(), t.raw(), static_cast<size_t>(t.nbytes()));
   return b;
 }

@@ -182,7 +182,7 @@ Status W8A16Kernel::process_impl(LinearLayer& layer) const {
     return fp4 ? static_cast<uint8_t>(unpack_code(DType::kF4E2M1, wp + n * row_bytes, k)) : wp[n * c.k + k];
   };
   const int64_t bytes = st->n_pad * st->k_pad / (fp4 ? 2 : 1);
-  st->packed = aligned_bytes(bytes);
+  st->packed = weight_bytes(bytes);
   std::memset(st->packed.get(), 0, static_cast<size_t>(bytes));
   std::atomic<bool> nan_code{false};
   // An item per 16 rows (FP4: a panel's 16 rows fill its bytes); ~5 ns per code.
