@@ -19,6 +19,7 @@
 
 #include "backends/cuda/act_int8_encode_math.hpp"
 #include "qlinear/quant_key.hpp"
+#include "qlinear/random.hpp"
 #include "qlinear/quantize.hpp"
 
 namespace qlinear {
@@ -147,6 +148,41 @@ TEST(ActInt8EncodeMath, RandomF32InputsMatchTheReferenceQuantizer) {
     }
   }
   EXPECT_EQ(bad, 0);
+}
+
+// The dynamic per-token scale and zero point from a row's range (what the CUDA quantizers compute after their
+// block reduction) against the reference quantizer's: random rows over many magnitudes, constant rows (the
+// range widened to include 0), all-zero rows, one-element rows.
+TEST(ActInt8EncodeMath, DynamicRowScalesMatchTheReferenceQuantizer) {
+  std::mt19937_64 rng(0xD1A);
+  const int64_t rows = 400, k = 33;
+  Tensor x = random_normal(DType::kF32, {rows, k}, 0xD1A, 1.0);
+  float* p = x.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 120) - 60);
+    for (int64_t c = 0; c < k; ++c) p[r * k + c] *= scale;
+    if (r % 7 == 3) std::fill(p + r * k, p + (r + 1) * k, p[r * k]);  // constant
+    if (r % 11 == 5) std::fill(p + r * k, p + (r + 1) * k, 0.0f);     // zeros
+    if (r % 13 == 6) std::fill(p + r * k + 1, p + (r + 1) * k, 0.0f);   // one nonzero element
+  }
+  for (const bool asym : {false, true}) {
+    auto q = quantize(x, asym ? kInt8DynamicTokenAsym : kInt8DynamicTokenSym, QuantizeOptions{});
+    ASSERT_TRUE(q) << q.message();
+    for (int64_t r = 0; r < rows; ++r) {
+      double lo = p[r * k], hi = lo, amax = 0.0;
+      for (int64_t c = 0; c < k; ++c) {
+        lo = std::fmin(lo, p[r * k + c]);
+        hi = std::fmax(hi, p[r * k + c]);
+        amax = std::fmax(amax, std::fabs(p[r * k + c]));
+      }
+      double s = 0, z = 0;
+      enc::int8_dynamic_scale(asym ? lo : amax, asym ? hi : amax, asym, s, z);
+      EXPECT_EQ(static_cast<float>(s), q->scale.data<float>()[r]) << "row " << r << (asym ? " asymmetric" : "");
+      if (asym) {
+        EXPECT_EQ(static_cast<int32_t>(z), q->zero_point.data<int32_t>()[r]) << "row " << r;
+      }
+    }
+  }
 }
 
 TEST(ActInt8EncodeMath, ScalesAndQuotientsOutsideTheF32PathAreRefused) {

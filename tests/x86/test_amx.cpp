@@ -139,24 +139,9 @@ TEST(X86Amx, Int8LongPanelsAroundTheRowTile) {
 // the 16-row tile, K off the 64-wide tile.
 TEST(X86Amx, Int8PreQuantizedActivationsMatchDense) {
   QL_SKIP_UNLESS_SUPPORTED(x86::kAmxInt8);
-  const LinearKernel& k = x86::kAmxInt8;
   for (const char* name : {"w8a8-int8-dynamic", "w8a8-int8-static-asym"}) {
     for (const int64_t m : {9, 16, 17, 33}) {
-      LinearLayer layer = x86_test::make_layer(*find_scheme(name), {m, 40, 130}, 80 + m);
-      ASSERT_TRUE(k.process_weights_after_loading(layer));
-      const Tensor x = random_normal(DType::kBF16, {m, 130}, 90 + m);
-      QuantizeOptions qo;
-      const QuantKey key = *k.input_quant_key(layer.config);
-      if (key.scale.is_static) {
-        qo.static_scale = Tensor::scalar_f32(layer.params.at("input_scale").data<float>()[0]).reshape({1}).value();
-      }
-      if (key.scale.is_static && !key.symmetric) qo.static_zero_point = layer.params.at("input_zero_point");
-      auto q = quantize(x, key, qo);
-      ASSERT_TRUE(q) << q.message();
-      auto a = k.apply(layer, Activation::dense(x));
-      auto b = k.apply(layer, Activation::quantized(*q, DType::kBF16));
-      ASSERT_TRUE(a && b);
-      EXPECT_EQ(std::memcmp(a->raw(), b->raw(), static_cast<size_t>(a->nbytes())), 0) << name << " M = " << m;
+      x86_test::expect_prequantized_matches_dense(x86::kAmxInt8, *find_scheme(name), {m, 40, 130}, 80 + m);
     }
   }
 }

@@ -98,21 +98,7 @@ TEST_P(Int8Kernels, RowsDoNotDependOnTheBatchAtExtremeCodes) {
 TEST_P(Int8Kernels, PreQuantizedActivationMatchesDense) {
   const LinearKernel& k = *GetParam();
   QL_SKIP_UNLESS_SUPPORTED(k);
-  for (const char* s : kInt8Schemes) {
-    LinearLayer layer = x86_test::make_layer(*find_scheme(s), {9, 40, 72}, 5);
-    ASSERT_TRUE(k.process_weights_after_loading(layer));
-    const Tensor x = random_normal(DType::kBF16, {9, 72}, 6);
-    QuantizeOptions qo;
-    const QuantKey key = *k.input_quant_key(layer.config);
-    if (key.scale.is_static) qo.static_scale = Tensor::scalar_f32(layer.params.at("input_scale").data<float>()[0]).reshape({1}).value();
-    if (key.scale.is_static && !key.symmetric) qo.static_zero_point = layer.params.at("input_zero_point");
-    auto q = quantize(x, key, qo);
-    ASSERT_TRUE(q) << q.message();
-    auto a = k.apply(layer, Activation::dense(x));
-    auto b = k.apply(layer, Activation::quantized(*q, DType::kBF16));
-    ASSERT_TRUE(a && b);
-    EXPECT_EQ(std::memcmp(a->raw(), b->raw(), static_cast<size_t>(a->nbytes())), 0) << s;
-  }
+  for (const char* s : kInt8Schemes) x86_test::expect_prequantized_matches_dense(k, *find_scheme(s), {9, 40, 72}, 5);
 }
 
 TEST_P(Int8Kernels, ManyThreadsGiveBitIdenticalResults) {
@@ -292,7 +278,9 @@ TEST(X86Int8, ActivationRangeSeenAtEveryPosition) {
       EXPECT_EQ(bad[2], 1) << "Inf at " << c;
       const uint8_t lowest = symmetric ? 1 : 0;  // code -127 (symmetric) or -128, stored + 128
       EXPECT_EQ(codes[c], static_cast<uint8_t>(lowest)) << "position " << c << (symmetric ? " symmetric" : "");
-      if (symmetric) EXPECT_EQ(scale[0], static_cast<float>(50.0 / 127.0)) << "position " << c;
+      if (symmetric) {
+        EXPECT_EQ(scale[0], static_cast<float>(50.0 / 127.0)) << "position " << c;
+      }
     }
   }
 }

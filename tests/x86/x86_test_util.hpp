@@ -201,6 +201,28 @@ inline void expect_round_trip(const LinearKernel& kernel, const Scheme& scheme, 
   EXPECT_EQ(std::memcmp(back->raw(), original.raw(), static_cast<size_t>(original.nbytes())), 0);
 }
 
+// Activations quantized by the caller (the reference quantizer, with the layer's static scale and zero point
+// where it has them) give the same output bit for bit as the same activations quantized by the kernel.
+inline void expect_prequantized_matches_dense(const LinearKernel& kernel, const Scheme& scheme, const Case& c,
+                                              uint64_t seed) {
+  SCOPED_TRACE(std::string(scheme.name) + " " + describe(c));
+  LinearLayer layer = make_layer(scheme, c, seed);
+  ASSERT_TRUE(kernel.process_weights_after_loading(layer));
+  const Tensor x = random_normal(c.in, {c.m, c.k}, seed + 1);
+  QuantizeOptions qo;
+  const QuantKey key = *kernel.input_quant_key(layer.config);
+  if (key.scale.is_static) {
+    qo.static_scale = Tensor::scalar_f32(layer.params.at("input_scale").data<float>()[0]).reshape({1}).value();
+  }
+  if (key.scale.is_static && !key.symmetric) qo.static_zero_point = layer.params.at("input_zero_point");
+  auto q = quantize(x, key, qo);
+  ASSERT_TRUE(q) << q.message();
+  auto a = kernel.apply(layer, Activation::dense(x));
+  auto b = kernel.apply(layer, Activation::quantized(*q, c.in));
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(std::memcmp(a->raw(), b->raw(), static_cast<size_t>(a->nbytes())), 0);
+}
+
 #define QL_SKIP_UNLESS_SUPPORTED(kernel)                                                          \
   do {                                                                                            \
     const Verdict v_ = (kernel).is_supported(Platform::host_cpu());                               \

@@ -28,6 +28,25 @@
 
 namespace qlinear::cuda::actenc {
 
+// A dynamic row's scale s and zero point z (src/quant/int8_quant.cpp) from its range: lo and hi the row's min
+// and max (asymmetric) or its max |x| in both (symmetric). s is an f32 value; z is 0 when symmetric.
+QL_I8ENC_HD void int8_dynamic_scale(double lo, double hi, bool asym, double& s, double& z) {
+  if (asym) {
+    if (hi == lo) {  // a constant row: its range widened to include 0
+      lo = fmin(lo, 0.0);
+      hi = fmax(hi, 0.0);
+    }
+    s = static_cast<double>(static_cast<float>((hi - lo) / 255.0));
+    if (s == 0) s = 1.0;
+    // (hi - lo) / 255 of finite inputs is below FLT_MAX, so the reference's overflow refusal cannot trigger.
+    z = fmin(fmax(rint(-128.0 - lo / s), -2147483648.0), 2147483647.0);
+  } else {
+    s = static_cast<double>(static_cast<float>(hi / 127.0));
+    if (!(s > 0)) s = 1.0;
+    z = 0.0;
+  }
+}
+
 // Scales for which the f32 path applies: r = f32(1/s) normal and the FMA's sign argument.
 QL_I8ENC_HD bool int8_scale_in_range(float s) { return s >= 0x1p-100f && s <= 0x1p100f; }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "backends/cuda/act_int8_encode_math.hpp"
 #include "backends/cuda/act_quant.hpp"
 #include "backends/cuda/act_quant_simple.hpp"
 #include "backends/cuda/act_vec.cuh"
@@ -317,20 +318,8 @@ __global__ void int8_quant_row_kernel(const T* __restrict__ x, int64_t k, int64_
     if (!asym) lo = hi;
     block_min_max(lo, hi);
     if (row_amax != nullptr) hi = row_amax[m];
-    if (asym) {
-      if (hi == lo) {
-        lo = fmin(lo, 0.0);
-        hi = fmax(hi, 0.0);
-      }
-      s = static_cast<double>(static_cast<float>((hi - lo) / 255.0));
-      if (s == 0) s = 1.0;
-      // (hi - lo) / 255 of finite inputs is below FLT_MAX, so the reference's overflow refusal cannot trigger.
-      z = fmin(fmax(rint(-128.0 - lo / s), -2147483648.0), 2147483647.0);
-      if (threadIdx.x == 0) zps[m] = static_cast<int32_t>(z);
-    } else {
-      s = static_cast<double>(static_cast<float>(hi / 127.0));
-      if (!(s > 0)) s = 1.0;
-    }
+    actenc::int8_dynamic_scale(lo, hi, asym, s, z);
+    if (threadIdx.x == 0 && asym) zps[m] = static_cast<int32_t>(z);
     if (threadIdx.x == 0) scales[m] = static_cast<float>(s);
   }
   for (int64_t c = threadIdx.x; c < ld_codes; c += kRowThreads) {
