@@ -10,9 +10,12 @@
 //   quad byte 16l + 8h + i  (lane l < 4, half h < 2, i < 8)  =  code of column 4l + i/2 at k = 4q + 2h + i%2
 //
 // then two byte lookups give each code's BF16 (hi, lo) bytes, and vpunpck{l,h}bw of (lo, hi) inside each
-// 128-bit lane yields a and b (lane l holds words 8l .. 8l + 7: columns 4l .. 4l + 3). E2M1 skips the byte
-// stage: each row's 32 words are gathered from the packed bytes by one vpermb (word w of a is quad byte
-// w + 8 (w / 8), of b that + 8), the nibble shifted down by vpsrlvw and looked up as a word by vpermw.
+// 128-bit lane yields a and b (lane l holds words 8l .. 8l + 7: columns 4l .. 4l + 3). kQuadE2M1 is quad order
+// a nibble per code: its 32 bytes broadcast to both halves of a register, the upper half shifted down a nibble,
+// give one code per byte, looked up by vpshufb (a 16-entry table per 128-bit lane: the whole code with its
+// sign). kRecordE2M1 skips the byte stage: each row's 32 words are gathered from the packed bytes by one vpermb
+// (word w of a is quad byte w + 8 (w / 8), of b that + 8), the nibble shifted down by vpsrlvw and looked up as
+// a word by vpermw.
 //
 // Layouts (the byte offset of quad q of panel p):
 //   kQuadE4M3   w8a16_isa.hpp's panels, already in quad order                     p * 16 * k_pad + q * 64
@@ -24,8 +27,9 @@
 //               the top two bits in bytes 32..47)                                   p * 12 * k_pad + q * 48
 // The record layouts are regathered into quad order by one vpermb per source field; vpmultishiftqb then moves
 // each code's bits to the bottom of its byte (a nibble's shift, or a 2-bit field's shift, differs by column).
-// Lookups: E4M3 -> two 128-entry vpermi2b tables (the sign OR-ed back); E2M1 -> one 32-word vpermw table (the
-// 16 values twice: bit 4 of the index may hold the other nibble's bit); FP6 codes -> 64-entry vpermb tables
+// Lookups: E4M3 -> two 128-entry vpermi2b tables (the sign OR-ed back); E2M1 -> two vpshufb tables (hi and lo
+// bytes of the 16 codes' BF16, repeated in each 128-bit lane), or one 32-word vpermw table (the 16 values twice:
+// bit 4 of the index may hold the other nibble's bit); FP6 codes -> 64-entry vpermb tables
 // (vpermb reads the low 6 bits, so bits 6..7 of an FP6 byte need not be cleared); NVFP4 (kRecordE2M1Nv, on
 // tiles) -> one 64-entry vpermb table by (the column's E4M3 block-scale mantissa, code magnitude), the code's
 // sign OR-ed in and the scale's exponent added after (the M = 1 stream decodes its codes as kRecordE2M1 and
@@ -73,6 +77,7 @@ constexpr uint16_t float_code_bf16(int code, int e_bits, int m_bits) {
 struct DecodeTables {
   alignas(64) uint8_t e4m3_hi[128], e4m3_lo[128];  // magnitude codes 0..127
   alignas(64) uint8_t e2m3_hi[64], e2m3_lo[64], e3m2_hi[64], e3m2_lo[64];
+  alignas(64) uint8_t e2m1_hi[64], e2m1_lo[64];  // BF16 bytes of E2M1 code i % 16 (vpshufb: per 128-bit lane)
   alignas(64) uint16_t e2m1_words[32];  // BF16 of E2M1 code i % 16 (vpermw reads 5 index bits)
   // NVFP4, by index (m << 3) | c (c: an E2M1 code's magnitude bits, m = a block scale's 3 mantissa bits): the
   // BF16 bytes of value(c) * (1 + m / 8) (exact: at most 6 significant bits, normal). One vpermb each.
@@ -81,7 +86,7 @@ struct DecodeTables {
   // two bytes) with s = (1 + m / 8) * 2^e (subnormal scales normalized; 0 for a zero scale, masked separately).
   alignas(64) uint8_t sc_m[128], sc_e_hi[128], sc_e_lo[128];
   constexpr DecodeTables()
-      : e4m3_hi(), e4m3_lo(), e2m3_hi(), e2m3_lo(), e3m2_hi(), e3m2_lo(), e2m1_words(), nv_hi(), nv_lo(), sc_m(), sc_e_hi(), sc_e_lo() {
+      : e4m3_hi(), e4m3_lo(), e2m3_hi(), e2m3_lo(), e3m2_hi(), e3m2_lo(), e2m1_hi(), e2m1_lo(), e2m1_words(), nv_hi(), nv_lo(), sc_m(), sc_e_hi(), sc_e_lo() {
     for (int c = 0; c < 128; ++c) {
       e4m3_hi[c] = static_cast<uint8_t>(float_code_bf16(c, 4, 3) >> 8);
       e4m3_lo[c] = static_cast<uint8_t>(float_code_bf16(c, 4, 3) & 0xFF);
@@ -106,6 +111,8 @@ struct DecodeTables {
     }
     for (int i = 0; i < 64; ++i) {
       const uint16_t f6a = float_code_bf16(i, 2, 3), f6b = float_code_bf16(i, 3, 2);
+      e2m1_hi[i] = static_cast<uint8_t>(float_code_bf16(i % 16, 2, 1) >> 8);
+      e2m1_lo[i] = static_cast<uint8_t>(float_code_bf16(i % 16, 2, 1) & 0xFF);
       if (i < 32) e2m1_words[i] = float_code_bf16(i % 16, 2, 1);
       e2m3_hi[i] = static_cast<uint8_t>(f6a >> 8);
       e2m3_lo[i] = static_cast<uint8_t>(f6a & 0xFF);
@@ -137,16 +144,16 @@ struct GatherTables {
   alignas(64) uint8_t fp6_nib_idx[64], fp6_nib_shift[64];  // the same for FP6's low nibbles
   alignas(64) uint8_t fp6_top_idx[64], fp6_top_shift[64];  // FP6's top two bits -> bits 4..5
   alignas(64) uint8_t e4m3_idx[64];                        // byte kk*16 + c
-  // E2M1 straight to words: for row r (0: a, 1: b) of layout kQuadE2M1 (quad) or kRecordE2M1 (rec), word w's
-  // source byte (at byte 2w of a vpermb index; odd bytes are zeroed by the mask) and the shift that brings its
-  // nibble to bits 0..3 (the other nibble may stay in bits 4..7: the word table repeats at 16).
-  alignas(64) uint8_t quad_byte[2][64], rec_byte[2][64];
-  alignas(64) uint16_t quad_shift[2][32], rec_shift[2][32];
+  // kRecordE2M1 straight to words: for row r (0: a, 1: b), word w's source byte (at byte 2w of a vpermb index;
+  // odd bytes are zeroed by the mask) and the shift that brings its nibble to bits 0..3 (the other nibble may
+  // stay in bits 4..7: the word table repeats at 16).
+  alignas(64) uint8_t rec_byte[2][64];
+  alignas(64) uint16_t rec_shift[2][32];
   alignas(64) uint16_t scale_idx[32];  // NVFP4 scales: word 2j + t <- column j (j < 8: word j, else 32 + j - 8)
   alignas(64) uint8_t column[64];      // NVFP4 scales: quad byte Q <- column c
   constexpr GatherTables()
       : e2m1_idx(), e2m1_shift(), fp6_nib_idx(), fp6_nib_shift(), fp6_top_idx(), fp6_top_shift(), e4m3_idx(),
-        quad_byte(), rec_byte(), quad_shift(), rec_shift(), scale_idx(), column() {
+        rec_byte(), rec_shift(), scale_idx(), column() {
     for (int q = 0; q < 64; ++q) {
       const int l = q / 16, h = (q / 8) % 2, i = q % 8;
       const int c = 4 * l + i / 2, kk = 2 * h + i % 2;
@@ -164,12 +171,10 @@ struct GatherTables {
     }
     for (int w = 0; w < 32; ++w) scale_idx[w] = static_cast<uint16_t>(w / 2 < 8 ? w / 2 : 32 + w / 2 - 8);
     // Row a's word w is quad byte Q = w + 8 (w / 8) (vpunpcklbw takes the low 8 bytes of each 16-byte lane),
-    // row b's Q + 8. kQuadE2M1: Q < 32 in the low nibble of byte Q, else the high nibble of byte Q - 32.
+    // row b's Q + 8.
     for (int r = 0; r < 2; ++r) {
       for (int w = 0; w < 32; ++w) {
         const int q = w + 8 * (w / 8) + 8 * r;
-        quad_byte[r][2 * w] = static_cast<uint8_t>(q % 32);
-        quad_shift[r][w] = static_cast<uint16_t>(q < 32 ? 0 : 4);
         rec_byte[r][2 * w] = e2m1_idx[q];
         rec_shift[r][w] = static_cast<uint16_t>(e2m1_shift[q] - 8 * (q % 8));
       }
@@ -188,14 +193,17 @@ class QuadDecoder {
   QuadDecoder() {
     const DecodeTables& t = kDecodeTables;
     if constexpr (L == Layout::kQuadE2M1 || L == Layout::kRecordE2M1) {
-      const GatherTables& gt = kGather;
-      const bool quad = L == Layout::kQuadE2M1;
-      hi0_ = _mm512_load_si512(t.e2m1_words);  // the word table (lo0_ unused)
-      lo0_ = _mm512_setzero_si512();
-      byte_a_ = _mm512_load_si512(quad ? gt.quad_byte[0] : gt.rec_byte[0]);
-      byte_b_ = _mm512_load_si512(quad ? gt.quad_byte[1] : gt.rec_byte[1]);
-      shift_a_ = _mm512_load_si512(quad ? gt.quad_shift[0] : gt.rec_shift[0]);
-      shift_b_ = _mm512_load_si512(quad ? gt.quad_shift[1] : gt.rec_shift[1]);
+      if constexpr (L == Layout::kQuadE2M1) {
+        hi0_ = _mm512_load_si512(t.e2m1_hi);
+        lo0_ = _mm512_load_si512(t.e2m1_lo);
+      } else {
+        hi0_ = _mm512_load_si512(t.e2m1_words);  // the word table (lo0_ unused)
+        lo0_ = _mm512_setzero_si512();
+        byte_a_ = _mm512_load_si512(kGather.rec_byte[0]);
+        byte_b_ = _mm512_load_si512(kGather.rec_byte[1]);
+        shift_a_ = _mm512_load_si512(kGather.rec_shift[0]);
+        shift_b_ = _mm512_load_si512(kGather.rec_shift[1]);
+      }
     } else {
       const uint8_t* hi = L == Layout::kRecordE2M3     ? t.e2m3_hi
                           : L == Layout::kRecordE3M2   ? t.e3m2_hi
@@ -217,7 +225,17 @@ class QuadDecoder {
   // Quad at `src` (the layout's bytes of 4 k) -> rows a (k pair 2q) and b (2q + 1).
   void quad(const uint8_t* src, __m512i& a, __m512i& b) const {
     __m512i hi, lo;
-    if constexpr (L == Layout::kQuadE2M1 || L == Layout::kRecordE2M1) {
+    if constexpr (L == Layout::kQuadE2M1) {
+      // Quad byte Q's code into the low nibble of byte Q (Q < 32: the low nibble of packed byte Q, else the high
+      // nibble of byte Q - 32; the high nibble cleared: vpshufb reads bits 0..3 and zeroes a byte whose bit 7 is
+      // set), then both BF16 bytes by vpshufb. On the 2-core Xeon, one thread over L2, the M = 1 stream's 64
+      // codes took 5.7-6.4 TSC cycles against 6.2-6.7 with the word gathers below (vpermw alone issues about
+      // one per 1.5 cycles there); kRecordE2M1's extra vpermb made the same decode slower than its gathers.
+      __m512i x = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+      x = _mm512_and_si512(_mm512_mask_srli_epi16(x, 0xFFFF0000u, x, 4), _mm512_set1_epi8(0x0F));
+      hi = _mm512_shuffle_epi8(hi0_, x);
+      lo = _mm512_shuffle_epi8(lo0_, x);
+    } else if constexpr (L == Layout::kRecordE2M1) {
       // Each row's words gathered straight from the 32 bytes (vpermb, odd bytes zeroed), the nibble shifted to
       // the bottom (vpsrlvw), looked up as a word (vpermw): 4 shuffles per 64 codes instead of 5-6.
       const __m512i x = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
@@ -290,7 +308,7 @@ class QuadDecoder {
   static __m512i ld(const void* table) { return _mm512_load_si512(table); }
 
   __m512i hi0_, hi1_ = _mm512_setzero_si512(), lo0_, lo1_ = _mm512_setzero_si512();
-  __m512i byte_a_ = _mm512_setzero_si512(), byte_b_ = _mm512_setzero_si512();    // E2M1: word gathers
+  __m512i byte_a_ = _mm512_setzero_si512(), byte_b_ = _mm512_setzero_si512();    // kRecordE2M1: word gathers
   __m512i shift_a_ = _mm512_setzero_si512(), shift_b_ = _mm512_setzero_si512();
   __m512i nv_m_ = _mm512_setzero_si512();  // NVFP4: quad byte Q <- (mantissa bits of column c(Q)'s scale) << 3
 };
