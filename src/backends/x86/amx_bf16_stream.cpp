@@ -19,9 +19,13 @@
 //   4096, best of 2 interleaved rounds: W4A16 MXFP4 0.458 -> 0.406 ms, W8A16 MXFP8 0.632 -> 0.590, W6A16 E2M3
 //   0.564 -> 0.573 (noise); 4096 x 14336 unchanged (1.44 / 1.91 / 2.01-2.10 ms): there the stream is bound by
 //   its decode and vdpbf16ps, not by the memory.
-// Cost per 64 codes at M = 1 (2-core Xeon, one thread, CPU time at the nominal 2.6 GHz): 2 vdpbf16ps alone
-// ~4.5 cycles (the instruction retires ~0.45 per cycle here), E2M1 decode + dp ~6 in a loop over L1, ~7 in
-// the kernel over L2; the tiles' decode plus tdpbf16ps on a mostly empty 16-row tile measured slower.
+// Cost per 64 codes at M = 1 (2-core Xeon, one thread, TSC cycles at the nominal 2.6 GHz, 4 panels over L2): 2
+// vdpbf16ps alone ~4.5 (the instruction retires ~0.45 per cycle here); with the decode E2M1 5.7-6.0, FP6 7.7-8.0,
+// so the decode's shuffles, not vdpbf16ps, set the pace. Two multiplies on the AMX tiles instead measured no
+// faster: the tile path's 16-row tiles, and a per-block tdpbf16ps with a one-row activation tile (C one row of 16
+// f32, stored and scaled per block) at 5.9-6.4 for E2M1. From memory the FP6 stream runs ~10 cycles per 64 codes
+// on one thread (12.6 GB/s, INT8 ~16): a decoding loop keeps fewer lines in flight, and prefetch distances of
+// 0.5-8 KiB or a second, L2-only prefetch further ahead did not change that.
 #include <immintrin.h>
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // amx_w8a16_gemm.cpp says why
