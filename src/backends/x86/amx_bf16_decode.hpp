@@ -25,8 +25,9 @@
 //                                                                                   p * 8 * k_pad + q * 32
 //   kRecordE2M3 / kRecordE3M2  fp_isa.hpp's FP6 quad records (48 bytes per 4 k: low nibbles in bytes 0..31,
 //               the top two bits in bytes 32..47)                                   p * 12 * k_pad + q * 48
-// The record layouts are regathered into quad order by one vpermb per source field; vpmultishiftqb then moves
-// each code's bits to the bottom of its byte (a nibble's shift, or a 2-bit field's shift, differs by column).
+// The record layouts are regathered into quad order by one vpermb per source field; shifts (FP6: a word shift
+// for the high nibbles, a dword rotation for the top bits) or vpmultishiftqb (NVFP4) then move each code's bits
+// into place (a nibble's shift, or a 2-bit field's shift, differs by column).
 // Lookups: E4M3 -> two 128-entry vpermi2b tables (the sign OR-ed back); E2M1 -> two vpshufb tables (hi and lo
 // bytes of the 16 codes' BF16, repeated in each 128-bit lane), or one 32-word vpermw table (the 16 values twice:
 // bit 4 of the index may hold the other nibble's bit); FP6 codes -> 64-entry vpermb tables
@@ -86,7 +87,8 @@ struct DecodeTables {
   // two bytes) with s = (1 + m / 8) * 2^e (subnormal scales normalized; 0 for a zero scale, masked separately).
   alignas(64) uint8_t sc_m[128], sc_e_hi[128], sc_e_lo[128];
   constexpr DecodeTables()
-      : e4m3_hi(), e4m3_lo(), e2m3_hi(), e2m3_lo(), e3m2_hi(), e3m2_lo(), e2m1_hi(), e2m1_lo(), e2m1_words(), nv_hi(), nv_lo(), sc_m(), sc_e_hi(), sc_e_lo() {
+      : e4m3_hi(), e4m3_lo(), e2m3_hi(), e2m3_lo(), e3m2_hi(), e3m2_lo(), e2m1_hi(), e2m1_lo(), e2m1_words(),
+        nv_hi(), nv_lo(), sc_m(), sc_e_hi(), sc_e_lo() {
     for (int c = 0; c < 128; ++c) {
       e4m3_hi[c] = static_cast<uint8_t>(float_code_bf16(c, 4, 3) >> 8);
       e4m3_lo[c] = static_cast<uint8_t>(float_code_bf16(c, 4, 3) & 0xFF);
@@ -155,9 +157,8 @@ struct GatherTables {
   alignas(64) uint16_t scale_idx[32];  // NVFP4 scales: word 2j + t <- column j (j < 8: word j, else 32 + j - 8)
   alignas(64) uint8_t column[64];      // NVFP4 scales: quad byte Q <- column c
   constexpr GatherTables()
-      : e2m1_idx(), e2m1_shift(), fp6_nib_idx(), fp6_top_idx(), fp6_top_rotate(),
-        e4m3_idx(),
-        rec_byte(), rec_shift(), scale_idx(), column() {
+      : e2m1_idx(), e2m1_shift(), fp6_nib_idx(), fp6_top_idx(), fp6_top_rotate(), e4m3_idx(), rec_byte(),
+        rec_shift(), scale_idx(), column() {
     for (int q = 0; q < 64; ++q) {
       const int l = q / 16, h = (q / 8) % 2, i = q % 8;
       const int c = 4 * l + i / 2, kk = 2 * h + i % 2;
@@ -261,7 +262,8 @@ class QuadDecoder {
       const __m512i x = _mm512_maskz_loadu_epi8(0x0000FFFFFFFFFFFFull, src);  // 48 bytes
       __m512i nib = _mm512_permutexvar_epi8(ld(kGather.fp6_nib_idx), x);
       nib = _mm512_mask_srli_epi16(nib, 0xF0F0F0F0u, nib, 4);
-      const __m512i top = _mm512_rolv_epi32(_mm512_permutexvar_epi8(ld(kGather.fp6_top_idx), x), ld(kGather.fp6_top_rotate));
+      const __m512i top =
+          _mm512_rolv_epi32(_mm512_permutexvar_epi8(ld(kGather.fp6_top_idx), x), ld(kGather.fp6_top_rotate));
       // nib : top; bits 6..7 keep whatever the rotation brought (vpermb reads the low 6 bits)
       const __m512i codes = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), nib, top, 0xCA);
       hi = _mm512_permutexvar_epi8(codes, hi0_);
