@@ -233,7 +233,7 @@ class QuadDecoder {
       // Quad byte Q's code into the low nibble of byte Q (Q < 32: the low nibble of packed byte Q, else the high
       // nibble of byte Q - 32; the high nibble cleared: vpshufb reads bits 0..3 and zeroes a byte whose bit 7 is
       // set), then both BF16 bytes by vpshufb. On the 2-core Xeon, one thread over L2, the M = 1 stream's 64
-      // codes took 5.7-6.4 TSC cycles against 6.2-6.7 with the word gathers below (vpermw alone issues about
+      // codes took 5.7-6.0 TSC cycles against 6.2-6.9 with the word gathers below (vpermw alone issues about
       // one per 1.5 cycles there); kRecordE2M1's extra vpermb made the same decode slower than its gathers.
       __m512i x = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
       x = _mm512_and_si512(_mm512_mask_srli_epi16(x, 0xFFFF0000u, x, 4), _mm512_set1_epi8(0x0F));
