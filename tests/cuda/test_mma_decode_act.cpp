@@ -73,6 +73,8 @@ struct Case {
   DType out = DType::kBF16;
   std::optional<DType> bias;
   bool wide_weights = false;  // weight magnitudes 2^-110 .. 2^90: E8M0 scales outside the fold range
+  bool narrow_activations = false;  // plain normal activations (every 128 block fits the FP8 block route)
+  std::optional<bool> fp8_route;    // whether apply must take the FP8 block route (mx_fp8_block.hpp)
 };
 
 const cuda::MmaDecodeLinearKernel& kernel_for(Family f) {
@@ -90,6 +92,7 @@ std::string describe(const Case& c, uint64_t seed) {
   return std::string(c.scheme.name) + " M=" + std::to_string(c.m) + " N=" + std::to_string(c.n) +
          " K=" + std::to_string(c.k) + " in=" + std::string(name(c.in)) + " out=" + std::string(name(c.out)) +
          (c.bias ? " bias=" + std::string(name(*c.bias)) : "") + (c.wide_weights ? " wide-weights" : "") +
+         (c.narrow_activations ? " narrow-x" : "") +
          " seed=" + std::to_string(seed);
 }
 
@@ -143,7 +146,12 @@ void check(const Case& c) {
   SCOPED_TRACE(what);
   auto p = prepare(c, seed);
   if (!p) return;
-  const Tensor x = wide_activations(c.m, c.k, seed + 1, c.in);
+  if (c.fp8_route) {
+    const std::string route = cuda::mma_decode_route_for(p->mine, c.m);
+    EXPECT_EQ(route.rfind("activations quantized per 32 and re-scaled per 128 block", 0) == 0, *c.fp8_route) << route;
+  }
+  const Tensor x = c.narrow_activations ? to_dtype(random_normal(DType::kF32, {c.m, c.k}, seed + 1, 1.0), c.in)
+                                        : wide_activations(c.m, c.k, seed + 1, c.in);
   const Tensor bias = c.bias ? to_dtype(random_normal(DType::kF32, {c.n}, seed + 2, 0.5), *c.bias) : Tensor();
   auto xd = cuda::to_device(x).value();
   Tensor bd = c.bias ? cuda::to_device(bias).value() : Tensor();
@@ -214,6 +222,77 @@ TEST(CudaMmaDecodeAct, WgmmaKernelMatchesTheReference) {
     for (int64_t m : {17, 64, 65, 256, 300}) check({s, m, 200, odd_k(s)});
     check({s, 40, 128, 8192});
     check({s, 130, 96, odd_k(s), DType::kF16, DType::kF32, DType::kBF16});
+  }
+}
+
+// The FP8 block route (mx_fp8_block.hpp) forced at every M on the schemes it takes: activations whose 128
+// blocks all fit E4M3 (the GEMM alone) and the wide ones (most rows recomputed by the repair kernel); input,
+// bias and output dtypes (a bias cuBLASLt's FP8 epilogue does not take goes through ours); N off the 128-row
+// blocks. Weights beyond the window keep the other routes, and say why.
+TEST(CudaMmaDecodeAct, Fp8BlockRouteMatchesTheReference) {
+  QL_REQUIRE_SM90();
+  cuda::MmaDecodeForce f;
+  f.mx_fp8_block = 1;
+  cuda_test::ForceScope force(f);
+  for (const char* scheme : {"w4a4-mxfp4", "w6a6-mxfp6-e2m3", "w6a6-mxfp6-e3m2", "w4a6-mxfp4-mxfp6-e2m3"}) {
+    const Scheme s = *find_scheme(scheme);
+    for (int64_t m : {1, 2, 3, 7, 17, 130, 257, 1024}) {
+      for (bool narrow : {true, false}) {
+        Case c{s, m, 200, 384};
+        c.narrow_activations = narrow;
+        c.fp8_route = true;
+        check(c);
+      }
+    }
+    for (Case c : {Case{s, 33, 256, 1024, DType::kF16, DType::kF32, DType::kBF16},
+                   Case{s, 64, 136, 512, DType::kF32, DType::kF16, DType::kF32},
+                   Case{s, 48, 128, 256, DType::kBF16, DType::kBF16, DType::kF16}}) {
+      c.narrow_activations = true;
+      c.fp8_route = true;
+      check(c);
+    }
+    Case wide{s, 40, 144, 1024, DType::kBF16, DType::kBF16, DType::kF32, true};
+    wide.fp8_route = false;
+    check(wide);
+    Case odd_k{s, 40, 144, 800};  // K off 128
+    odd_k.fp8_route = false;
+    check(odd_k);
+  }
+}
+
+// By default the route starts above kMmaWidenAboveM; export -> import keeps its plan (bit-identical output).
+TEST(CudaMmaDecodeAct, Fp8BlockRouteByDefaultAndThroughTheWeightCache) {
+  QL_REQUIRE_SM90();
+  const Scheme s = *find_scheme("w4a4-mxfp4");
+  Case below{s, cuda::kMmaWidenAboveM, 256, 512};
+  below.fp8_route = false;
+  check(below);
+  Case above{s, cuda::kMmaWidenAboveM + 1, 256, 512};
+  above.fp8_route = true;
+  above.narrow_activations = true;
+  check(above);
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(describe(above, seed));
+  auto p = prepare(above, seed);
+  ASSERT_TRUE(p);
+  const LinearKernel& k = kernel_for(s.family);
+  auto exported = k.export_processed(p->mine);
+  ASSERT_TRUE(exported) << exported.message();
+  LinearLayer imported = p->raw;
+  const Status is = k.import_processed(imported, *exported);
+  ASSERT_TRUE(is.is_ok()) << is.message();
+  EXPECT_EQ(cuda::mma_decode_route_for(imported, above.m), cuda::mma_decode_route_for(p->mine, above.m));
+  for (bool narrow : {true, false}) {
+    const Tensor x = narrow ? random_normal(DType::kBF16, {above.m, above.k}, seed + 1, 1.0)
+                            : wide_activations(above.m, above.k, seed + 1, DType::kBF16);
+    auto xd = cuda::to_device(x).value();
+    auto a = cuda::empty(DType::kBF16, {above.m, above.n}).value();
+    auto b = cuda::empty(DType::kBF16, {above.m, above.n}).value();
+    ASSERT_TRUE(k.apply(p->mine, Activation::dense(xd), nullptr, a).is_ok());
+    ASSERT_TRUE(k.apply(imported, Activation::dense(xd), nullptr, b).is_ok());
+    auto ha = cuda::to_host(a).value();
+    auto hb = cuda::to_host(b).value();
+    EXPECT_EQ(std::memcmp(ha.raw(), hb.raw(), static_cast<size_t>(ha.nbytes())), 0);
   }
 }
 

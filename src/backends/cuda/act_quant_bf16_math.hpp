@@ -125,8 +125,12 @@ QL_ACT_HD int act_mx_exponent(float amax, ActElem elem, ActMxRule rule) {
 
 // The dequantized MX value of x in a block with exponent e: round(x * 2^-e) * 2^e, in f32. x * 2^-e is exact
 // except where it underflows f32's normal range, and such values round to zero in every element format.
+// act_mx_code_value is the grid value round(x * 2^-e) alone.
+QL_ACT_HD float act_mx_code_value(float x, int e, const ActGrid& g) {
+  return act_round_f32(e == 127 ? x * act_e8m0_value(-127) : x * act_pow2f(-e), g);
+}
 QL_ACT_HD float act_mx_value(float x, int e, const ActGrid& g) {
-  const float r = act_round_f32(e == 127 ? x * act_e8m0_value(-127) : x * act_pow2f(-e), g);
+  const float r = act_mx_code_value(x, e, g);
   return e == -127 ? r * act_e8m0_value(-127) : r * act_pow2f(e);
 }
 

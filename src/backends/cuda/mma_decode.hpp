@@ -114,6 +114,8 @@ struct MmaDecodeForce {
   bool no_programmatic = false;                           // quantized activations: plain launch after the pass
   bool no_l2_streaming = false;                           // M <= 16: weights without the L2 streaming window
   bool no_tuned_table = false;                            // M > 16: the built-in rules, not the tuned table
+  int mx_fp8_block = 0;                                   // MX activations: 1 = the FP8 block route at every M
+                                                          // (layers whose plan fits), -1 = never
   bool operator==(const MmaDecodeForce&) const = default;
 };
 void mma_decode_force(const MmaDecodeForce& f);
@@ -158,6 +160,9 @@ Status launch_e2m1(const MmaDecodeArgs& a, const MmaTileConfig& t, int splits, f
 Status launch_regs_e4m3(const MmaDecodeArgs& a, int token_tiles, int depth, int splits, float* partial, Stream stream);
 Status launch_regs_fp6(const MmaDecodeArgs& a, int token_tiles, int depth, int splits, float* partial, Stream stream);
 Status launch_regs_e2m1(const MmaDecodeArgs& a, int token_tiles, int depth, int splits, float* partial, Stream stream);
+// MX E2M1 / E2M3 / E3M2 weights widened to row-major E4M3 [N, K] (K % 128 == 0), each 128 x 128 block
+// divided by 2^blk_exp[block] (mx_fp8_block_math.hpp: exact for a layer whose plan is ok) (mma_widen.cu).
+Status widen_fp8(const MmaDecodeArgs& a, const int32_t* blk_exp, uint8_t* out, Stream stream);
 }  // namespace mma_detail
 
 }  // namespace qlinear::cuda

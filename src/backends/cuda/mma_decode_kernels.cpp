@@ -12,6 +12,8 @@
 #include "backends/cuda/act_quant_bf16.hpp"
 #include "backends/cuda/mma_decode.hpp"
 #include "backends/cuda/mma_epilogue_math.hpp"
+#include "backends/cuda/mx_fp8_block.hpp"
+#include "backends/cuda/mx_fp8_block_math.hpp"
 #include "core/processed_io.hpp"
 #include "qlinear/quantize.hpp"
 
@@ -56,6 +58,12 @@ struct MmaLayerState {
   // Quantized activations: the layer's static input scale (FP8 per tensor) or input global scale (NVFP4).
   float in_scale = 1.0f;
   float in_global = 1.0f;
+  // The FP8 block route of large M (mx_fp8_block.hpp), for layers with MX activations whose weight blocks
+  // fit E4M3: the per-block exponents [ceil(N/128), K/128] (I32) and cuBLASLt's scale grid (F32).
+  bool fp8_block = false;
+  std::string fp8_block_why_not;
+  Tensor blk_exp, blk_scale;
+  int blk_exp_min = 0, blk_exp_max = 0;
 };
 
 // The name the tuned table (tuning/mma_decode_table.hpp) knows this device by, read once per device (the
@@ -120,6 +128,55 @@ Result<ActPlan> act_plan_of(const LinearConfig& c) {
   }
   return Status::error("activations " + key_name(a) + " on MX weights are not quantized on the GPU (dynamic MX "
                        "per 32, or static per-tensor FP8 on MXFP4 weights, are)");
+}
+
+// The FP8 block route's element formats: MX E2M1 / E2M3 / E3M2 weights with dynamic MX activations of
+// those formats (mx_fp8_block_math.hpp), or why not.
+Result<std::pair<ActElem, ActElem>> fp8_block_elems(const LinearConfig& c) {
+  if (!c.activation_key) return Status::error("BF16 activations");
+  QL_ASSIGN_OR_RETURN(const ActPlan plan, act_plan_of(c));
+  const std::optional<ActElem> w = act_elem_of(c.weight_key.dtype);
+  if (plan.mode != ActBf16Mode::kMx32 || plan.elem == ActElem::kE4M3 || c.family == Family::kMxfp8 || !w) {
+    return Status::error("only MXFP4 / MXFP6 weights with MXFP4 / MXFP6 activations take it");
+  }
+  if (c.k % 128 != 0) return Status::error("K=" + std::to_string(c.k) + " is not a multiple of 128");
+  return std::pair{*w, plan.elem};
+}
+
+const std::string kFp8BlockRoute =
+    "activations quantized per 32 and re-scaled per 128 block to exact E4M3 codes, weights widened per call to "
+    "exact E4M3 with a 128x128 block scale, cuBLASLt block-scaled FP8 GEMM (FP8 tensor-core sums promoted per 128 "
+    "K), rows whose blocks leave E4M3's window recomputed exactly in FP32";
+
+// Whether apply takes the FP8 block route at M (the layer's plan fits).
+// QLINEAR_MX_FP8_BLOCK=off keeps every M on the BF16 routes (to measure what the route gains).
+bool takes_fp8_block(int64_t m) {
+  static const bool off = [] {
+    const char* v = std::getenv("QLINEAR_MX_FP8_BLOCK");
+    return v != nullptr && std::string(v) == "off";
+  }();
+  const int forced = mma_decode_forced().mx_fp8_block;
+  if (off && forced == 0) return false;
+  return forced > 0 || (forced == 0 && m > kMmaWidenAboveM);
+}
+
+// Whether each 32-group of the checkpoint's codes [n, k] holds a nonzero code (row-major, packed rows).
+std::vector<bool> nonzero_groups(DType dtype, int64_t n, int64_t k, const uint8_t* codes) {
+  const int64_t groups = k / 32, row_bytes = storage_bytes(dtype, k);
+  std::vector<bool> nz(static_cast<size_t>(n * groups), false);
+  for (int64_t r = 0; r < n; ++r) {
+    const uint8_t* row = codes + r * row_bytes;
+    for (int64_t g = 0; g < groups; ++g) {
+      bool any = false;
+      if (dtype == DType::kF4E2M1) {  // two codes per byte, sign bits 0x88
+        for (int64_t b = g * 16; b < g * 16 + 16 && !any; ++b) any = (row[b] & 0x77) != 0;
+      } else {
+        for (int64_t c = g * 32; c < g * 32 + 32 && !any; ++c) any = decode(dtype, unpack_code(dtype, row, c)) != 0.0;
+      }
+      nz[static_cast<size_t>(r * groups + g)] = any;
+    }
+  }
+  return nz;
 }
 
 // What explain says about the activations.
@@ -194,6 +251,22 @@ std::vector<MmaFactor> per_row(const LinearConfig& c, const Tensor& t, bool per_
   return rows;
 }
 
+// The weight plan of the FP8 block route on the device.
+Status upload_fp8_plan(MmaLayerState& st, const MxFp8WeightPlan& plan, int64_t n, int64_t k) {
+  const int64_t rb = (n + 127) / 128, kb = k / 128, ld = (kb + 3) / 4 * 4;
+  if (plan.row_blocks != rb || plan.k_blocks != kb || static_cast<int64_t>(plan.exponent.size()) != rb * kb ||
+      static_cast<int64_t>(plan.scale.size()) != rb * ld) {
+    return Status::error("FP8 block plan of " + std::to_string(plan.row_blocks) + " x " + std::to_string(plan.k_blocks) +
+                         " blocks does not match N=" + std::to_string(n) + ", K=" + std::to_string(k));
+  }
+  QL_ASSIGN_OR_RETURN(st.blk_exp, upload(plan.exponent.data(), plan.exponent.size() * 4, DType::kI32, {rb * kb}, st.device));
+  QL_ASSIGN_OR_RETURN(st.blk_scale, upload(plan.scale.data(), plan.scale.size() * 4, DType::kF32, {rb, ld}, st.device));
+  st.blk_exp_min = plan.exp_min;
+  st.blk_exp_max = plan.exp_max;
+  st.fp8_block = true;
+  return Status::ok();
+}
+
 const char* const kMetaNames[] = {"code", "scale", "n", "k"};
 std::vector<int64_t> meta_of(const MmaLayout& l) {
   return {static_cast<int64_t>(l.code), static_cast<int64_t>(l.scale), l.n, l.k};
@@ -251,6 +324,10 @@ int mma_decode_splits_for(const LinearLayer& layer, int64_t m) {
 std::string mma_decode_route_for(const LinearLayer& layer, int64_t m) {
   const auto* st = static_cast<const MmaLayerState*>(layer.kernel_state.get());
   if (st == nullptr) return "not processed";
+  if (st->fp8_block && takes_fp8_block(m)) return kFp8BlockRoute;
+  const std::string not_fp8 = !st->fp8_block && fp8_block_elems(layer.config) && takes_fp8_block(m)
+                                  ? " (FP8 block route not taken: " + st->fp8_block_why_not + ")"
+                                  : "";
   MmaDecodeArgs a;
   a.layout = st->layout;
   a.fold = st->fold;
@@ -258,7 +335,7 @@ std::string mma_decode_route_for(const LinearLayer& layer, int64_t m) {
   a.sm_count = st->sm_count;
   a.device_name = st->device_name;
   a.programmatic = layer.config.activation_key.has_value();
-  return mma_route_description(a);
+  return mma_route_description(a) + not_fp8;
 }
 
 int64_t mma_decode_weight_bytes(const LinearLayer& layer) {
@@ -282,6 +359,7 @@ std::vector<MRoute> MmaDecodeLinearKernel::m_routes(const LinearConfig& config) 
   // The routes on the current GPU (its tuned table entries), when there is one.
   int device = 0;
   if (cudaGetDevice(&device) == cudaSuccess) a.device_name = table_device_name(device);
+  const bool fp8 = fp8_block_elems(config).is_ok();
   std::vector<MRoute> routes;
   int64_t lo = 1;
   const std::vector<int64_t> ends = mma_route_bucket_ends(a);
@@ -294,6 +372,10 @@ std::vector<MRoute> MmaDecodeLinearKernel::m_routes(const LinearConfig& config) 
     if (mx) {
       a.fold = false;
       why += "; MX layers whose scales do not fold: " + mma_route_description(a);
+    }
+    if (fp8 && takes_fp8_block(lo)) {
+      why = "layers whose 128x128 weight blocks fit E4M3 (planned at process; `explain` of the loaded layer says "
+            "which): " + kFp8BlockRoute + "; the others: " + why;
     }
     routes.push_back({lo, hi, self, why + act});
     lo = hi + 1;
@@ -346,6 +428,19 @@ Status MmaDecodeLinearKernel::process_impl(LinearLayer& layer) const {
     }
     const std::vector<uint8_t> ps = mma_pack_scales(l, sb);
     QL_ASSIGN_OR_RETURN(st->w_scale, upload(ps.data(), ps.size(), DType::kU8, {l.scale_bytes()}, st->device));
+    if (const auto elems = fp8_block_elems(c); !elems) {
+      st->fp8_block_why_not = elems.message();
+    } else if (!st->fold) {
+      st->fp8_block_why_not = "the weights' E8M0 scales leave the fold range";
+    } else {
+      const MxFp8WeightPlan plan = mx_fp8_plan_weights(
+          elems->first, c.n, c.k, sb, nonzero_groups(c.weight_key.dtype, c.n, c.k, static_cast<const uint8_t*>(wc.raw())));
+      if (plan.ok) {
+        QL_RETURN_IF_ERROR(upload_fp8_plan(*st, plan, c.n, c.k));
+      } else {
+        st->fp8_block_why_not = plan.why_not;
+      }
+    }
   }
   if (c.activation_key) {
     QL_ASSIGN_OR_RETURN(const ActPlan plan, act_plan_of(c));
@@ -366,10 +461,11 @@ Status MmaDecodeLinearKernel::process_impl(LinearLayer& layer) const {
   return Status::ok();
 }
 
-// Processed layout version 5 (mma_layout.hpp: E2M1 codes as selector fields, one scale record per row pair;
-// 4 had f32 row scales): meta I64 [code, scale, n, k] (checked against the config), flags I64 [fold],
-// act_scalars F32 [in_scale, in_global] (the static activation scales; 1 where none), w U8 [weight_bytes],
-// w_scale U8 [scale_bytes] (MX, NVFP4), row_factor F64 [N, 2] (FP8 per-channel, NVFP4: MmaFactor per row).
+// Processed layout version 6 (mma_layout.hpp: E2M1 codes as selector fields, one scale record per row pair;
+// 5 had no FP8 block plan, 4 f32 row scales): meta I64 [code, scale, n, k] (checked against the config),
+// flags I64 [fold, fp8_block, blk_exp_min, blk_exp_max], act_scalars F32 [in_scale, in_global] (the static
+// activation scales; 1 where none), w U8 [weight_bytes], w_scale U8 [scale_bytes] (MX, NVFP4), row_factor
+// F64 [N, 2] (FP8 per-channel, NVFP4: MmaFactor per row), blk_exp I32 [ceil(N/128) * K/128] (fp8_block).
 Result<ProcessedWeights> MmaDecodeLinearKernel::export_impl(const LinearLayer& layer) const {
   namespace io = processed_io;
   const auto* st = static_cast<const MmaLayerState*>(layer.kernel_state.get());
@@ -377,10 +473,10 @@ Result<ProcessedWeights> MmaDecodeLinearKernel::export_impl(const LinearLayer& l
   QL_RETURN_IF_ERROR(guard.set(st->device));
   ProcessedWeights w;
   w.tensors.emplace_back("meta", io::meta_tensor(meta_of(st->layout)));
-  w.tensors.emplace_back("flags", io::meta_tensor({st->fold ? 1 : 0}));
+  w.tensors.emplace_back("flags", io::meta_tensor({st->fold ? 1 : 0, st->fp8_block ? 1 : 0, st->blk_exp_min, st->blk_exp_max}));
   w.tensors.emplace_back("act_scalars", io::from_vector(std::vector<float>{st->in_scale, st->in_global}, DType::kF32));
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"w", &st->w}, {"w_scale", &st->w_scale},
-                                {"row_factor", &st->row_factor}}) {
+                                {"row_factor", &st->row_factor}, {"blk_exp", &st->blk_exp}}) {
     if (!t->defined()) continue;
     QL_ASSIGN_OR_RETURN(Tensor host, to_host(*t));
     w.tensors.emplace_back(name, std::move(host));
@@ -396,7 +492,7 @@ Status MmaDecodeLinearKernel::import_impl(LinearLayer& layer, const ProcessedWei
   const MmaLayout& l = st->layout;
   QL_RETURN_IF_ERROR(io::expect_meta(w, meta_of(l), {std::begin(kMetaNames), std::end(kMetaNames)}));
   std::vector<int64_t> flags;
-  QL_RETURN_IF_ERROR(io::to_vector(w, "flags", DType::kI64, 1, flags));
+  QL_RETURN_IF_ERROR(io::to_vector(w, "flags", DType::kI64, 4, flags));
   st->fold = flags[0] != 0;
   std::vector<float> act_scalars;
   QL_RETURN_IF_ERROR(io::to_vector(w, "act_scalars", DType::kF32, 2, act_scalars));
@@ -413,6 +509,19 @@ Status MmaDecodeLinearKernel::import_impl(LinearLayer& layer, const ProcessedWei
   QL_RETURN_IF_ERROR(load("w", DType::kU8, {l.weight_bytes()}, st->w));
   if (l.scale != MmaScale::kRow) QL_RETURN_IF_ERROR(load("w_scale", DType::kU8, {l.scale_bytes()}, st->w_scale));
   if (l.scale != MmaScale::kMx32) QL_RETURN_IF_ERROR(load("row_factor", DType::kF64, {c.n, 2}, st->row_factor));
+  if (flags[1] != 0) {
+    MxFp8WeightPlan plan;
+    plan.row_blocks = (c.n + 127) / 128;
+    plan.k_blocks = c.k / 128;
+    QL_ASSIGN_OR_RETURN(Tensor host, expect_processed_tensor(w, "blk_exp", DType::kI32, {plan.row_blocks * plan.k_blocks}));
+    plan.exponent.assign(host.data<int32_t>(), host.data<int32_t>() + host.numel());
+    plan.exp_min = static_cast<int>(flags[2]);
+    plan.exp_max = static_cast<int>(flags[3]);
+    mx_fp8_fill_scales(plan);
+    QL_RETURN_IF_ERROR(upload_fp8_plan(*st, plan, c.n, c.k));
+  } else if (auto elems = fp8_block_elems(c)) {
+    st->fp8_block_why_not = "the processed weights were planned without it";
+  }
   QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
   layer.kernel_state = std::move(st);
   return Status::ok();
@@ -437,6 +546,31 @@ Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activat
   const int64_t m = xt.size(0);
   const void* xb = xt.raw();
   int64_t ld = xt.strides()[0];
+  if (st.fp8_block && m > 0 && takes_fp8_block(m)) {
+    if (!out.is_contiguous()) return Status::error("layer " + layer.name + ": the output must be contiguous");
+    QL_ASSIGN_OR_RETURN(const ActPlan plan, act_plan_of(c));
+    MxFp8BlockArgs f;
+    f.gemm.layout = st.layout;
+    f.gemm.fold = st.fold;
+    f.gemm.w = static_cast<const uint8_t*>(st.w.raw());
+    f.gemm.w_scale = static_cast<const uint8_t*>(st.w_scale.raw());
+    f.gemm.x = xt.raw();
+    f.gemm.ld_x = xt.strides()[0];
+    f.gemm.m = m;
+    f.gemm.bias = bias ? bias->raw() : nullptr;
+    f.gemm.bias_dtype = bias ? bias->dtype() : DType::kF32;
+    f.gemm.out = out.raw();
+    f.gemm.out_dtype = out.dtype();
+    f.gemm.sm_count = st.sm_count;
+    f.x_dtype = xt.dtype();
+    f.act_elem = plan.elem;
+    f.act_rule = plan.rule;
+    f.blk_exp = static_cast<const int32_t*>(st.blk_exp.raw());
+    f.blk_scale = static_cast<const float*>(st.blk_scale.raw());
+    f.weight_exp_min = st.blk_exp_min;
+    f.weight_exp_max = st.blk_exp_max;
+    return launch_mx_fp8_block_gemm(f, stream);
+  }
   Scratch widened;
   MmaFactor* factor = nullptr;
   if (c.activation_key && m > 0) {

@@ -24,7 +24,7 @@ class MmaDecodeLinearKernel final : public LinearKernel {
   Verdict is_supported(const Platform& platform) const override;
   Verdict can_implement(const LinearConfig& config) const override;
   bool supports_pre_processed_weights() const override { return true; }
-  uint32_t processed_layout_version() const override { return 5; }  // 5: f64 row scales
+  uint32_t processed_layout_version() const override { return 6; }  // 6: the FP8 block plan
   // The M range this kernel's tile table covers (1 .. max_m); beyond it the kernel still runs, unprofiled.
   int64_t max_m() const;
   // The M buckets, each a route of this kernel: the tile configuration (the H200 table of mma_decode.cu)

@@ -14,6 +14,8 @@
 #include "backends/cuda/dequant_bf16.hpp"
 #include "backends/cuda/mma_decode.cuh"
 
+#include <cuda_fp8.h>
+
 namespace qlinear::cuda {
 
 namespace mma_detail {
@@ -55,9 +57,14 @@ constexpr int kWidenRowWords = 64 + 4;  // one unit row of 128 BF16 (64 words) +
 // One warp per unit: decode_group (mma_decode.cuh) makes the lane's A fragments with the MMA kernel's exact
 // factors (kRow 2^B: the code's value; kMx32 2^(B + s - 127): the weight's value; kNv16 e4m3 * 2^118: the
 // value times 2^-8); lane (g, t) holds rows g, g + 8 at K pairs 2t, 2t + 8 of each 16-wide tile.
-template <MmaCode C, MmaScale S>
+// FP8 (kMx32 only, mx_fp8_block.hpp): the factors are 2^(B + s - E - 8) with E the exponent of the unit's
+// 128 x 128 block (blk_exp [ceil(N/128), K/128]), so the BF16 values are w 2^(-E-8); the store multiplies by
+// 2^8 and converts to E4M3, exact for blocks the plan admitted (mx_fp8_block_math.hpp). All-zero groups'
+// factors are clamped into BF16's normal range: 0 times them is 0.
+template <MmaCode C, MmaScale S, bool kFp8 = false>
 __global__ void __launch_bounds__(32 * kWidenWarps)
-    mma_widen_fragments_kernel(const MmaDecodeArgs a, int64_t tile0, int64_t tiles, __nv_bfloat16* out, int64_t ld_out) {
+    mma_widen_fragments_kernel(const MmaDecodeArgs a, int64_t tile0, int64_t tiles, void* out_bytes, int64_t ld_out,
+                               const int32_t* blk_exp) {
   constexpr int kWords = CodeTraits<C>::kWords, kBias = CodeTraits<C>::kBias;
   constexpr int kRec = static_cast<int>(mma_scale_record_bytes(S));
   __shared__ __align__(16) uint32_t rows_smem[kWidenWarps][kMmaTileN][kWidenRowWords];
@@ -69,6 +76,11 @@ __global__ void __launch_bounds__(32 * kWidenWarps)
        u += static_cast<int64_t>(gridDim.x) * kWidenWarps) {
     const int64_t tile = tile0 + u / k_slabs, slab = u % k_slabs;
     const int64_t unit = tile * k_slabs + slab;
+    int shift = 0;  // added to the E8M0 byte: -(E + 8) in the FP8 variant
+    if constexpr (kFp8) {
+      const int64_t kb = a.layout.k / 128;  // the padding slabs past K hold zeros
+      shift = (slab < kb ? -blk_exp[(tile * kMmaTileN / 128) * kb + slab] : 0) - 8;
+    }
     uint32_t w[kWords];
 #pragma unroll
     for (int p = 0; p < kWords / 4; ++p) {
@@ -91,8 +103,10 @@ __global__ void __launch_bounds__(32 * kWidenWarps)
       if constexpr (S == MmaScale::kRow) {
         f[0][0] = f[0][1] = f[1][0] = f[1][1] = bf16_pow2_pair(kBias + 127);
       } else if constexpr (S == MmaScale::kMx32) {
-        f[0][0] = f[1][0] = bf16_pow2_pair(kBias + static_cast<int>((sc.x >> (8 * q)) & 0xFF));
-        f[0][1] = f[1][1] = bf16_pow2_pair(kBias + static_cast<int>((sc.y >> (8 * q)) & 0xFF));
+        const int e0 = kBias + shift + static_cast<int>((sc.x >> (8 * q)) & 0xFF);
+        const int e1 = kBias + shift + static_cast<int>((sc.y >> (8 * q)) & 0xFF);
+        f[0][0] = f[1][0] = bf16_pow2_pair(kFp8 ? min(max(e0, 1), 254) : e0);
+        f[0][1] = f[1][1] = bf16_pow2_pair(kFp8 ? min(max(e1, 1), 254) : e1);
       } else {
         const uint32_t words[4] = {sc.x, sc.y, sc.z, sc.w};
 #pragma unroll
@@ -121,7 +135,25 @@ __global__ void __launch_bounds__(32 * kWidenWarps)
       const int64_t n_row = tile * kMmaTileN + row, col = slab * kMmaSlabK + ch * 8;
       if (n_row < a.layout.n && col < a.layout.k) {
         const uint4 v = *reinterpret_cast<const uint4*>(&rs[row][4 * ch]);
-        *reinterpret_cast<uint4*>(out + (n_row - tile0 * kMmaTileN) * ld_out + col) = v;
+        const int64_t at = (n_row - tile0 * kMmaTileN) * ld_out + col;
+        if constexpr (kFp8) {
+          const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+          uint32_t packed[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            uint32_t pair[2];
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const uint32_t wd = words[2 * h + j];
+              const float2 xy = make_float2(__uint_as_float(wd << 16) * 256.0f, __uint_as_float(wd & 0xFFFF0000u) * 256.0f);
+              pair[j] = __nv_cvt_float2_to_fp8x2(xy, __NV_SATFINITE, __NV_E4M3);
+            }
+            packed[h] = pair[0] | pair[1] << 16;
+          }
+          *reinterpret_cast<uint2*>(static_cast<uint8_t*>(out_bytes) + at) = make_uint2(packed[0], packed[1]);
+        } else {
+          *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(out_bytes) + at) = v;
+        }
       }
     }
     __syncwarp();
@@ -135,8 +167,19 @@ Status launch_widen_fragments(const MmaDecodeArgs& a, int64_t row0, int64_t rows
   const int64_t units = tiles * a.layout.k_slabs();
   const unsigned blocks =
       static_cast<unsigned>(std::min<int64_t>((units + kWidenWarps - 1) / kWidenWarps, int64_t{a.sm_count} * 8));
-  mma_widen_fragments_kernel<C, S><<<blocks, 32 * kWidenWarps, 0, stream>>>(a, tile0, tiles, out, ld_out);
+  mma_widen_fragments_kernel<C, S><<<blocks, 32 * kWidenWarps, 0, stream>>>(a, tile0, tiles, out, ld_out, nullptr);
   QL_CUDA_CHECK_LAUNCH("mma_widen_fragments_kernel");
+  return Status::ok();
+}
+
+template <MmaCode C>
+Status launch_widen_fp8(const MmaDecodeArgs& a, const int32_t* blk_exp, uint8_t* out, Stream stream) {
+  const int64_t tiles = (a.layout.n + kMmaTileN - 1) / kMmaTileN, units = tiles * a.layout.k_slabs();
+  const unsigned blocks =
+      static_cast<unsigned>(std::min<int64_t>((units + kWidenWarps - 1) / kWidenWarps, int64_t{a.sm_count} * 8));
+  mma_widen_fragments_kernel<C, MmaScale::kMx32, true>
+      <<<blocks, 32 * kWidenWarps, 0, stream>>>(a, 0, tiles, out, a.layout.k, blk_exp);
+  QL_CUDA_CHECK_LAUNCH("mma_widen_fragments_kernel (E4M3)");
   return Status::ok();
 }
 
@@ -165,6 +208,18 @@ Status widen(const MmaDecodeArgs& a, int64_t row0, int64_t rows, __nv_bfloat16* 
       return launch_widen<MmaCode::kE2M1, MmaScale::kMx32>(a, row0, rows, out, ld_out, stream);
   }
   return Status::error("mma_widen: unknown weight code");
+}
+
+Status widen_fp8(const MmaDecodeArgs& a, const int32_t* blk_exp, uint8_t* out, Stream stream) {
+  if (a.layout.scale != MmaScale::kMx32 || a.layout.k % 128 != 0) {
+    return Status::error("mma_widen: the E4M3 widening takes MX weights with K a multiple of 128");
+  }
+  switch (a.layout.code) {
+    case MmaCode::kE2M3: return launch_widen_fp8<MmaCode::kE2M3>(a, blk_exp, out, stream);
+    case MmaCode::kE3M2: return launch_widen_fp8<MmaCode::kE3M2>(a, blk_exp, out, stream);
+    case MmaCode::kE2M1: return launch_widen_fp8<MmaCode::kE2M1>(a, blk_exp, out, stream);
+    default: return Status::error("mma_widen: E4M3 weights do not take the E4M3 widening");
+  }
 }
 
 }  // namespace mma_detail

@@ -1,0 +1,149 @@
+// Where the FP8 block route's time goes (disabled by default; run with --gtest_also_run_disabled_tests
+// --gtest_filter='CudaMxFp8BlockBench.*'), with the benchmark method of src/bench/timing.hpp (CUDA events, L2
+// flushed before every repetition, medians), per layer shape and M:
+//   bf16    cuBLAS BF16 on the unquantized weights (the anchor of the goals)
+//   route   a W4A4 MXFP4 layer's apply on the FP8 block route (pass, widening, GEMM, repair launch)
+//   bf16rt  the same layer on the BF16 routes (QLINEAR_MX_FP8_BLOCK's "off")
+//   gemm    cuBLASLt's block-scaled FP8 GEMM alone on operands already in E4M3 (the route's floor)
+//   rowwise cuBLASLt's FP8 GEMM with per-row x per-column scales (torch._scaled_mm) on the same operands
+// Knobs: QL_FB_MS (default 256,1024,4096), QL_FB_SHAPES (substrings of the shape names; default every
+// llama3-8b layer and 70b.qkv, 70b.o). Lines "FB <shape> M <name>=<us> ...".
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench/cuda_anchors.hpp"
+#include "bench/shapes.hpp"
+#include "bench/timing.hpp"
+#include "qlinear/make_layer.hpp"
+#include "qlinear/platform.hpp"
+#include "qlinear/random.hpp"
+#include "qlinear/registry.hpp"
+#include "qlinear/scheme.hpp"
+
+#if QLINEAR_WITH_CUDA
+#include "backends/cuda/cublaslt_gemm.hpp"
+#include "backends/cuda/mma_decode.hpp"
+#include "backends/cuda/mma_decode_kernels.hpp"
+#include "cuda/cuda_test_util.hpp"
+#include "cuda/mma_variants.hpp"
+#include "qlinear/cuda.hpp"
+
+namespace qlinear {
+namespace {
+
+Tensor filled(DType d, Shape shape, float v) {
+  Tensor t = Tensor::empty(DType::kF32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = v;
+  (void)d;
+  return t;
+}
+
+// E4M3 codes of small magnitudes (never NaN).
+Tensor small_codes(int64_t rows, int64_t cols, uint64_t seed) {
+  Tensor t = Tensor::empty(DType::kF8E4M3, {rows, cols});
+  uint64_t st = seed | 1;
+  auto* p = static_cast<uint8_t*>(t.raw());
+  for (int64_t i = 0; i < t.nbytes(); ++i) {
+    st ^= st << 13;
+    st ^= st >> 7;
+    st ^= st << 17;
+    p[i] = static_cast<uint8_t>(st & 0xBF);
+  }
+  return t;
+}
+
+TEST(CudaMxFp8BlockBench, DISABLED_Stages) {
+  auto platform = Platform::cuda_device(0);
+  if (!platform || platform->cuda->compute_capability != 90) GTEST_SKIP() << "needs an sm_90 GPU";
+  auto timer_or = bench::DeviceTimer::create(0);
+  ASSERT_TRUE(timer_or) << timer_or.message();
+  bench::DeviceTimer& timer = **timer_or;
+  std::printf("FBDEV %s\n", timer.describe().c_str());
+  const cuda::Stream s = cuda::current_stream();
+  const std::vector<int64_t> ms = cuda_test::env_ints("QL_FB_MS", "256,1024,4096");
+  const char* only_env = std::getenv("QL_FB_SHAPES");
+  const std::string only = only_env != nullptr ? only_env : "8b.,70b.qkv,70b.o";
+  auto wanted = [&](const std::string& name) {
+    size_t at = 0;
+    while (at <= only.size()) {
+      const size_t end = std::min(only.find(',', at), only.size());
+      if (name.find(only.substr(at, end - at)) != std::string::npos) return true;
+      at = end + 1;
+    }
+    return false;
+  };
+  const Scheme& scheme = *find_scheme("w4a4-mxfp4");
+  auto time_us = [&](const std::function<Status()>& fn) {
+    auto t = timer.time([&](int) { return fn(); }, 20);
+    return t ? t->median_ms * 1000.0 : NAN;
+  };
+  for (const char* set_name : {"llama3-8b", "llama3-70b"}) {
+    for (const bench::LayerShape& sh : bench::find_shape_set(set_name)->layers) {
+      if (!wanted(sh.name)) continue;
+      const int64_t n = sh.n, k = sh.k;
+      auto bf16 = bench::CudaAnchor::create("bf16", scheme, n, k, timer);
+      ASSERT_TRUE(bf16) << bf16.message();
+      auto layer = quantize_layer(sh.name, scheme, random_normal(DType::kF32, {n, k}, 3, 0.05), MakeLayerOptions{});
+      ASSERT_TRUE(layer) << layer.message();
+      ASSERT_TRUE(cuda::kSm90MmaDecodeMxfp4.process_weights_after_loading(*layer).is_ok());
+      auto w8 = cuda::to_device(small_codes(n, k, 5)).value();
+      const int64_t kb = k / 128, nb = (n + 127) / 128;
+      auto w_blk = cuda::to_device(filled(DType::kF32, {nb, (kb + 3) / 4 * 4}, 1.0f)).value();
+      auto w_col = cuda::to_device(filled(DType::kF32, {n}, 1.0f)).value();
+      for (int64_t m : ms) {
+        std::string line;
+        auto add = [&](const char* what, double us) {
+          char buf[64];
+          std::snprintf(buf, sizeof(buf), " %s=%.1f", what, us);
+          line += buf;
+        };
+        auto t = (*bf16)->time(m, 20);
+        add("bf16", t ? t->median_ms * 1000.0 : NAN);
+        auto xb = cuda::to_device(bench::random_rows(DType::kBF16, m, k, 5, 1.0)).value();
+        auto out = cuda::empty(DType::kBF16, {m, n}).value();
+        for (int route : {1, -1}) {
+          cuda::MmaDecodeForce f;
+          f.mx_fp8_block = route;
+          cuda_test::ForceScope force(f);
+          add(route > 0 ? "route" : "bf16rt", time_us([&] {
+                return cuda::kSm90MmaDecodeMxfp4.apply(*layer, Activation::dense(xb), nullptr, out);
+              }));
+        }
+        auto x8 = cuda::to_device(small_codes(m, k, 7)).value();
+        auto x_blk = cuda::to_device(filled(DType::kF32, {kb * m}, 1.0f)).value();
+        auto x_row = cuda::to_device(filled(DType::kF32, {m}, 1.0f)).value();
+        cuda::LtGemm g;
+        g.w = w8.raw();
+        g.ld_w = k;
+        g.x = x8.raw();
+        g.ld_x = k;
+        g.m = m;
+        g.n = n;
+        g.k = k;
+        g.out = out.raw();
+        g.scale_mode = cuda::LtScaleMode::kBlock;
+        g.w_scale = static_cast<const float*>(w_blk.raw());
+        g.x_scale = static_cast<const float*>(x_blk.raw());
+        add("gemm", time_us([&] { return cuda::lt_gemm(g, s); }));
+        g.scale_mode = cuda::LtScaleMode::kOuterVec;
+        g.w_scale = static_cast<const float*>(w_col.raw());
+        g.x_scale = static_cast<const float*>(x_row.raw());
+        g.use_table = false;
+        add("rowwise", time_us([&] { return cuda::lt_gemm(g, s); }));
+        std::printf("FB %s %lld%s\n", sh.name.c_str(), static_cast<long long>(m), line.c_str());
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qlinear
+
+#endif  // QLINEAR_WITH_CUDA
