@@ -4,6 +4,7 @@
 //   bf16    cuBLAS BF16 on the unquantized weights (the anchor of the goals)
 //   route   a W4A4 MXFP4 layer's apply on the FP8 block route (pass, widening, GEMM, repair launch)
 //   bf16rt  the same layer on the BF16 routes (QLINEAR_MX_FP8_BLOCK's "off")
+//   pass, widen, ingemm, repair   the route with every other stage skipped (probes; the memset included)
 //   gemm    cuBLASLt's block-scaled FP8 GEMM alone on operands already in E4M3 (the route's floor)
 //   rowwise cuBLASLt's FP8 GEMM with per-row x per-column scales (torch._scaled_mm) on the same operands
 // Knobs: QL_FB_MS (default 256,1024,4096), QL_FB_SHAPES (substrings of the shape names; default every
@@ -30,6 +31,7 @@
 #include "backends/cuda/cublaslt_gemm.hpp"
 #include "backends/cuda/mma_decode.hpp"
 #include "backends/cuda/mma_decode_kernels.hpp"
+#include "backends/cuda/mx_fp8_block.hpp"
 #include "cuda/cuda_test_util.hpp"
 #include "cuda/mma_variants.hpp"
 #include "qlinear/cuda.hpp"
@@ -107,13 +109,20 @@ TEST(CudaMxFp8BlockBench, DISABLED_Stages) {
         add("bf16", t ? t->median_ms * 1000.0 : NAN);
         auto xb = cuda::to_device(bench::random_rows(DType::kBF16, m, k, 5, 1.0)).value();
         auto out = cuda::empty(DType::kBF16, {m, n}).value();
-        for (int route : {1, -1}) {
+        struct Run {
+          const char* name;
+          int route, probe;
+        };
+        for (const Run& r : {Run{"route", 1, 0}, Run{"bf16rt", -1, 0},
+                             Run{"pass", 1, cuda::kProbeNoWiden | cuda::kProbeNoGemm | cuda::kProbeNoRepair},
+                             Run{"widen", 1, cuda::kProbeNoPass | cuda::kProbeNoGemm | cuda::kProbeNoRepair},
+                             Run{"ingemm", 1, cuda::kProbeNoPass | cuda::kProbeNoWiden | cuda::kProbeNoRepair},
+                             Run{"repair", 1, cuda::kProbeNoPass | cuda::kProbeNoWiden | cuda::kProbeNoGemm}}) {
           cuda::MmaDecodeForce f;
-          f.mx_fp8_block = route;
+          f.mx_fp8_block = r.route;
+          f.mx_fp8_probe = r.probe;
           cuda_test::ForceScope force(f);
-          add(route > 0 ? "route" : "bf16rt", time_us([&] {
-                return cuda::kSm90MmaDecodeMxfp4.apply(*layer, Activation::dense(xb), nullptr, out);
-              }));
+          add(r.name, time_us([&] { return cuda::kSm90MmaDecodeMxfp4.apply(*layer, Activation::dense(xb), nullptr, out); }));
         }
         auto x8 = cuda::to_device(small_codes(m, k, 7)).value();
         auto x_blk = cuda::to_device(filled(DType::kF32, {kb * m}, 1.0f)).value();

@@ -116,6 +116,8 @@ struct MmaDecodeForce {
   bool no_tuned_table = false;                            // M > 16: the built-in rules, not the tuned table
   int mx_fp8_block = 0;                                   // MX activations: 1 = the FP8 block route at every M
                                                           // (layers whose plan fits), -1 = never
+  int mx_fp8_probe = 0;                                   // its benchmark probes: stages skipped (wrong results;
+                                                          // mx_fp8_block.hpp kProbe*)
   bool operator==(const MmaDecodeForce&) const = default;
 };
 void mma_decode_force(const MmaDecodeForce& f);

@@ -64,6 +64,7 @@ struct MmaLayerState {
   std::string fp8_block_why_not;
   Tensor blk_exp, blk_scale;
   int blk_exp_min = 0, blk_exp_max = 0;
+  Tensor w_fp8;  // the weights widened once to E4M3 [N, K] (QLINEAR_MX_FP8_BLOCK=keep), else undefined
 };
 
 // The name the tuned table (tuning/mma_decode_table.hpp) knows this device by, read once per device (the
@@ -149,12 +150,19 @@ const std::string kFp8BlockRoute =
     "K), rows whose blocks leave E4M3's window recomputed exactly in FP32";
 
 // Whether apply takes the FP8 block route at M (the layer's plan fits).
-// QLINEAR_MX_FP8_BLOCK=off keeps every M on the BF16 routes (to measure what the route gains).
-bool takes_fp8_block(int64_t m) {
-  static const bool off = [] {
-    const char* v = std::getenv("QLINEAR_MX_FP8_BLOCK");
-    return v != nullptr && std::string(v) == "off";
+// QLINEAR_MX_FP8_BLOCK: "off" keeps every M on the BF16 routes (to measure what the route gains); "keep"
+// widens the weights to E4M3 once, at process / import, and keeps them (N x K bytes of device memory more
+// per layer) instead of widening them per call.
+const std::string& fp8_block_env() {
+  static const std::string v = [] {
+    const char* e = std::getenv("QLINEAR_MX_FP8_BLOCK");
+    return std::string(e != nullptr ? e : "");
   }();
+  return v;
+}
+
+bool takes_fp8_block(int64_t m) {
+  const bool off = fp8_block_env() == "off";
   const int forced = mma_decode_forced().mx_fp8_block;
   if (off && forced == 0) return false;
   return forced > 0 || (forced == 0 && m > kMmaWidenAboveM);
@@ -264,6 +272,16 @@ Status upload_fp8_plan(MmaLayerState& st, const MxFp8WeightPlan& plan, int64_t n
   st.blk_exp_min = plan.exp_min;
   st.blk_exp_max = plan.exp_max;
   st.fp8_block = true;
+  if (fp8_block_env() == "keep") {
+    QL_ASSIGN_OR_RETURN(st.w_fp8, empty(DType::kF8E4M3, {n, k}, st.device));
+    MmaDecodeArgs a;
+    a.layout = st.layout;
+    a.w = static_cast<const uint8_t*>(st.w.raw());
+    a.w_scale = static_cast<const uint8_t*>(st.w_scale.raw());
+    a.sm_count = st.sm_count;
+    QL_RETURN_IF_ERROR(mma_detail::widen_fp8(a, static_cast<const int32_t*>(st.blk_exp.raw()),
+                                             static_cast<uint8_t*>(st.w_fp8.raw()), current_stream()));
+  }
   return Status::ok();
 }
 
@@ -324,7 +342,9 @@ int mma_decode_splits_for(const LinearLayer& layer, int64_t m) {
 std::string mma_decode_route_for(const LinearLayer& layer, int64_t m) {
   const auto* st = static_cast<const MmaLayerState*>(layer.kernel_state.get());
   if (st == nullptr) return "not processed";
-  if (st->fp8_block && takes_fp8_block(m)) return kFp8BlockRoute;
+  if (st->fp8_block && takes_fp8_block(m)) {
+    return kFp8BlockRoute + (st->w_fp8.defined() ? "; the E4M3 weights kept since process (QLINEAR_MX_FP8_BLOCK=keep)" : "");
+  }
   const std::string not_fp8 = !st->fp8_block && fp8_block_elems(layer.config) && takes_fp8_block(m)
                                   ? " (FP8 block route not taken: " + st->fp8_block_why_not + ")"
                                   : "";
@@ -569,6 +589,7 @@ Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activat
     f.blk_scale = static_cast<const float*>(st.blk_scale.raw());
     f.weight_exp_min = st.blk_exp_min;
     f.weight_exp_max = st.blk_exp_max;
+    f.w_fp8 = st.w_fp8.defined() ? static_cast<const uint8_t*>(st.w_fp8.raw()) : nullptr;
     return launch_mx_fp8_block_gemm(f, stream);
   }
   Scratch widened;

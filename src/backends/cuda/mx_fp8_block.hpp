@@ -30,7 +30,13 @@ struct MxFp8BlockArgs {
   const int32_t* blk_exp = nullptr;   // device [ceil(N/128), K/128]
   const float* blk_scale = nullptr;   // device [ceil(N/128), round_up(K/128, 4)]: 2^blk_exp
   int weight_exp_min = 0, weight_exp_max = 0;
+  // The widened weights kept by the layer (E4M3 [N, K], QLINEAR_MX_FP8_BLOCK=keep): no widening per call.
+  const uint8_t* w_fp8 = nullptr;
 };
+
+// Benchmark probes (MmaDecodeForce::mx_fp8_probe, a bit per stage skipped; the results are then wrong): what
+// each stage costs inside the route, by difference.
+inline constexpr int kProbeNoPass = 1, kProbeNoWiden = 2, kProbeNoGemm = 4, kProbeNoRepair = 8;
 
 Status launch_mx_fp8_block_gemm(const MxFp8BlockArgs& args, Stream stream);
 
