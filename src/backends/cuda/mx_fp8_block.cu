@@ -100,30 +100,32 @@ struct RepairParams {
   DType out_dtype;
 };
 
-// A warp per (listed row, output column): the row's MX values (as the pass makes them) times the exact
-// weights (E4M3 x 2^E), summed by FP32 FMA, then the bias and one rounding. Exits at once with no row listed.
+// A warp per (up to kRepairRows listed rows, output column): the rows' MX values (as the pass makes them)
+// times the exact weights (E4M3 x 2^E, read once for the rows), summed by FP32 FMA, then the bias and one
+// rounding. Exits at once with no row listed. A listed row costs CUDA-core work over the whole weight: cheap
+// for the rare rows beyond the window, slow where most rows are.
+constexpr int kRepairRows = 4;
+
 template <class T>
 __global__ void __launch_bounds__(kThreads) mx_fp8_repair_kernel(const T* __restrict__ x, const RepairParams p) {
   const uint32_t count = p.flags[0];
   if (count == 0) return;
   const int lane = threadIdx.x % 32;
+  const int64_t groups = (int64_t{count} + kRepairRows - 1) / kRepairRows;
   const int64_t warps = int64_t{gridDim.x} * (kThreads / 32), kb = p.k / 128;
   const ActGrid g = act_grid(p.elem);
-  for (int64_t t = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32; t < int64_t{count} * p.n; t += warps) {
-    const int64_t r = p.list[t / p.n], n = t % p.n;
-    const T* xr = x + r * p.ld_x;
+  for (int64_t t = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32; t < groups * p.n; t += warps) {
+    const int64_t first = (t / p.n) * kRepairRows, n = t % p.n;
+    const int rows = static_cast<int>(std::min<int64_t>(kRepairRows, int64_t{count} - first));
+    int64_t r[kRepairRows];
+#pragma unroll
+    for (int j = 0; j < kRepairRows; ++j) r[j] = p.list[first + (j < rows ? j : 0)];
     const uint8_t* wr = p.w + n * p.k;
     const int32_t* er = p.blk_exp + (n / 128) * kb;
-    float acc = 0.0f;
+    float acc[kRepairRows] = {};
     for (int64_t k0 = 0; k0 < p.k; k0 += 32 * kVec) {
       const int64_t col = k0 + lane * kVec;
-      float v[kVec] = {};
-      if (col < p.k) load8(xr, col, p.vec, v);
-      float a = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) a = fmaxf(a, fabsf(v[i]));
-      a = actvec::lanes_max(a, 4);
-      const int e = act_mx_exponent(a, p.elem, p.rule);
+      float w[kVec] = {};
       if (col < p.k) {
         const uint2 wb = *reinterpret_cast<const uint2*>(wr + col);
         const float ws = act_pow2f(er[col / 128]);
@@ -133,16 +135,33 @@ __global__ void __launch_bounds__(kThreads) mx_fp8_repair_kernel(const T* __rest
           const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>(words[i / 4] >> (8 * (i % 4)));
           const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
           const float2 wf = __half22float2(*reinterpret_cast<const __half2*>(&hr));
-          acc = fmaf(act_mx_value(v[i], e, g), wf.x * ws, acc);
-          acc = fmaf(act_mx_value(v[i + 1], e, g), wf.y * ws, acc);
+          w[i] = wf.x * ws;
+          w[i + 1] = wf.y * ws;
         }
+      }
+#pragma unroll
+      for (int j = 0; j < kRepairRows; ++j) {
+        if (j >= rows) break;  // warp-uniform
+        float v[kVec] = {};
+        if (col < p.k) load8(x + r[j] * p.ld_x, col, p.vec, v);
+        float a = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) a = fmaxf(a, fabsf(v[i]));
+        a = actvec::lanes_max(a, 4);
+        const int e = act_mx_exponent(a, p.elem, p.rule);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) acc[j] = fmaf(act_mx_value(v[i], e, g), w[i], acc[j]);
       }
     }
 #pragma unroll
-    for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
-    if (lane == 0) {
-      const double b = p.bias != nullptr ? mma_detail::load_bias(p.bias, p.bias_dtype, n) : 0.0;
-      mma_detail::store_out(p.out, p.out_dtype, r * p.n + n, static_cast<double>(acc) + b);
+    for (int j = 0; j < kRepairRows; ++j) {
+      if (j >= rows) break;
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) acc[j] += __shfl_xor_sync(0xFFFFFFFFu, acc[j], o);
+      if (lane == 0) {
+        const double b = p.bias != nullptr ? mma_detail::load_bias(p.bias, p.bias_dtype, n) : 0.0;
+        mma_detail::store_out(p.out, p.out_dtype, r[j] * p.n + n, static_cast<double>(acc[j]) + b);
+      }
     }
   }
 }

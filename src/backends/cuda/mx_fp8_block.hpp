@@ -11,7 +11,9 @@
 //   2. the packed weights are widened to row-major E4M3 with the layer's per-block exponents (mma_widen.cu);
 //   3. cuBLASLt's FP8 GEMM with both scale grids, the bias in its epilogue (or ours), on M rounded up to 16;
 //   4. a repair kernel recomputes the listed rows exactly (MX values times the exact weights in FP32 FMA),
-//      bias and rounding included, over the GEMM's output; with no listed row it exits at once.
+//      bias and rounding included, over the GEMM's output; with no listed row it exits at once. Each four
+//      listed rows cost one CUDA-core pass over the E4M3 weights: fine for the rare row whose 128 blocks span
+//      more octaves than E4M3 holds, slow (correct) for inputs where most rows do.
 // Numerics: every operand value is exact; the tensor cores sum each 128-K block with FP8 accumulation
 // (about 2^-14 of sum |x w|) before cuBLASLt's FP32 promotion, within the decode kernels' bound (2^-10).
 #include <cstdint>
