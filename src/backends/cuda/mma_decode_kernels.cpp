@@ -32,12 +32,14 @@ const MmaDecodeLinearKernel kSm90MmaDecodeMxfp6(
     Family::kMxfp6, "sm90_mma_decode_mxfp6",
     "sm_90a MXFP6 (E2M3 / E3M2) W6A16 / W6A6 / W6A8: codes x E8M0 decoded exactly to BF16 in registers before "
     "mma.sync (quantized MX activations: quantized as the reference does in one pass that writes their exact "
-    "BF16 values); built for M <= 64");
+    "BF16 values; above M = 128 W6A6 runs on FP8 tensor cores, both operands re-scaled exactly to E4M3 per "
+    "128 block); built for M <= 64");
 const MmaDecodeLinearKernel kSm90MmaDecodeMxfp4(
     Family::kMxfp4, "sm90_mma_decode_mxfp4",
     "sm_90a MXFP4 W4A16 / W4A4 / W4A6 / W4A8: E2M1 x E8M0 decoded exactly to BF16 in registers before mma.sync "
     "(quantized MX or static FP8 activations: quantized as the reference does in one pass that writes their "
-    "exact BF16 values, the FP8 scale in the epilogue); built for M <= 64");
+    "exact BF16 values, the FP8 scale in the epilogue; above M = 128 W4A4 / W4A6 run on FP8 tensor cores, both "
+    "operands re-scaled exactly to E4M3 per 128 block); built for M <= 64");
 const MmaDecodeLinearKernel kSm90MmaDecodeNvfp4(
     Family::kNvfp4, "sm90_mma_decode_nvfp4",
     "sm_90a NVFP4 W4A16 / W4A4: E2M1 x E4M3 (per 16) decoded exactly to BF16 in registers before mma.sync (W4A4: "
@@ -394,8 +396,7 @@ std::vector<MRoute> MmaDecodeLinearKernel::m_routes(const LinearConfig& config) 
       why += "; MX layers whose scales do not fold: " + mma_route_description(a);
     }
     if (fp8 && takes_fp8_block(lo)) {
-      why = "layers whose 128x128 weight blocks fit E4M3 (planned at process; `explain` of the loaded layer says "
-            "which): " + kFp8BlockRoute + "; the others: " + why;
+      why = "layers whose 128x128 weight blocks fit E4M3 (checked at load): " + kFp8BlockRoute + "; the others: " + why;
     }
     routes.push_back({lo, hi, self, why + act});
     lo = hi + 1;
