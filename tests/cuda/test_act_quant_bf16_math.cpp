@@ -127,6 +127,41 @@ TEST(ActQuantBf16Math, MxMatchesTheReferenceQuantizerBitForBit) {
 }
 
 // act_mx_bf16_exact against every code value times every E8M0 scale.
+// The add-and-subtract rounding the passes use equals the reference-shaped act_round_f32 on every grid: every
+// finite BF16 input scaled by 2^-12 .. 2^12 (grid midpoints and binade edges among them), and 4M random f32s
+// (subnormals, near max, beyond it).
+TEST(ActQuantBf16Math, AddRoundingEqualsTheReferenceRounding) {
+  std::mt19937_64 rng(20261206);
+  int64_t checked = 0, bad = 0;
+  for (ActElem e : {ActElem::kE4M3, ActElem::kE2M3, ActElem::kE3M2, ActElem::kE2M1}) {
+    const cuda::ActGrid g = cuda::act_grid(e);
+    auto check = [&](float t) {
+      const float want = cuda::act_round_f32(t, g), got = cuda::act_round_f32_add(t, g);
+      ++checked;
+      if (std::memcmp(&want, &got, 4) != 0 && bad++ < 5) {
+        ADD_FAILURE() << name(dtype_of(e)) << " t=" << t << ": " << got << ", act_round_f32 " << want;
+      }
+    };
+    for (uint32_t b = 0; b < 0x10000u; ++b) {
+      const uint32_t u = b << 16;
+      float t;
+      std::memcpy(&t, &u, 4);
+      if (!std::isfinite(t)) continue;
+      for (int s = -12; s <= 12; s += 4) check(std::ldexp(t, s));
+    }
+    for (int i = 0; i < 1 << 20; ++i) {
+      uint32_t u = static_cast<uint32_t>(rng());
+      float t;
+      std::memcpy(&t, &u, 4);
+      if (!std::isfinite(t)) continue;
+      check(t);
+      check(std::ldexp(std::fabs(t) / std::ldexp(1.0f, std::ilogb(t)), static_cast<int>(rng() % 24) - 14));
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(checked, 4000000);
+}
+
 TEST(ActQuantBf16Math, Bf16ExactnessPredicateMatchesBruteForce) {
   for (ActElem elem : {ActElem::kE4M3, ActElem::kE2M3, ActElem::kE3M2, ActElem::kE2M1}) {
     const DType d = dtype_of(elem);

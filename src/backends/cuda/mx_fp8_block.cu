@@ -178,7 +178,8 @@ Status launch_passes(const MxFp8BlockArgs& args, const ActParams& ap, RepairPara
     QL_CUDA_CHECK_LAUNCH("mx_fp8_act_kernel");
     return Status::ok();
   }
-  mx_fp8_repair_kernel<T><<<static_cast<unsigned>(sm_count * 4), kThreads, 0, stream>>>(x, rp);
+  // Two blocks per SM: enough warps for the rare listed rows, and a quick launch and exit without any.
+  mx_fp8_repair_kernel<T><<<static_cast<unsigned>(sm_count * 2), kThreads, 0, stream>>>(x, rp);
   QL_CUDA_CHECK_LAUNCH("mx_fp8_repair_kernel");
   return Status::ok();
 }
@@ -209,7 +210,7 @@ Status launch_mx_fp8_block_gemm(const MxFp8BlockArgs& args, Stream stream) {
   QL_ASSIGN_OR_RETURN(Scratch buf, Scratch::make(w_bytes + codes_bytes + scales_bytes + flags_bytes + sizeof(uint32_t) * m, stream));
   uint8_t* base = buf.as<uint8_t>();
   uint8_t* w8 = args.w_fp8 != nullptr ? const_cast<uint8_t*>(args.w_fp8) : base;
-  uint8_t* codes = w8 + w_bytes;
+  uint8_t* codes = base + w_bytes;
   float* scales = reinterpret_cast<float*>(codes + codes_bytes);
   uint32_t* flags = reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(scales) + scales_bytes);
   uint32_t* list = reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(flags) + flags_bytes);
