@@ -72,9 +72,16 @@ __global__ void __launch_bounds__(32 * kWidenWarps)
   const int64_t k_slabs = a.layout.k_slabs(), units = tiles * k_slabs;
   uint32_t (*rs)[kWidenRowWords] = rows_smem[warp];
   const uint32_t e2m1_lo = C == MmaCode::kE2M1 ? e2m1_table_lo() : 0u;
-  // The next unit's words and scales are loaded before this one is decoded: two units in flight per warp.
-  auto load_unit = [&](int64_t u, uint32_t (&w)[kWords], uint4& sc) {
-    const int64_t unit = (tile0 + u / k_slabs) * k_slabs + u % k_slabs;
+  for (int64_t u = static_cast<int64_t>(blockIdx.x) * kWidenWarps + warp; u < units;
+       u += static_cast<int64_t>(gridDim.x) * kWidenWarps) {
+    const int64_t tile = tile0 + u / k_slabs, slab = u % k_slabs;
+    const int64_t unit = tile * k_slabs + slab;
+    int shift = 0;  // added to the E8M0 byte: -(E + 8) in the FP8 variant
+    if constexpr (kFp8) {
+      const int64_t kb = a.layout.k / 128;  // the padding slabs past K hold zeros
+      shift = (slab < kb ? -blk_exp[(tile * kMmaTileN / 128) * kb + slab] : 0) - 8;
+    }
+    uint32_t w[kWords];
 #pragma unroll
     for (int p = 0; p < kWords / 4; ++p) {
       const uint4 v = __ldg(reinterpret_cast<const uint4*>(a.w + unit * 32 * 4 * kWords + p * 512 + lane * 16));
@@ -83,30 +90,12 @@ __global__ void __launch_bounds__(32 * kWidenWarps)
       w[4 * p + 2] = v.z;
       w[4 * p + 3] = v.w;
     }
-    sc = make_uint4(0, 0, 0, 0);
+    uint4 sc = make_uint4(0, 0, 0, 0);
     if constexpr (kRec == 8) {
       const uint2 v = __ldg(reinterpret_cast<const uint2*>(a.w_scale + (unit * kMmaScaleRecords + g) * kRec));
       sc = make_uint4(v.x, v.y, 0, 0);
     } else if constexpr (kRec == 16) {
       sc = __ldg(reinterpret_cast<const uint4*>(a.w_scale + (unit * kMmaScaleRecords + g) * kRec));
-    }
-  };
-  const int64_t step = static_cast<int64_t>(gridDim.x) * kWidenWarps;
-  uint32_t w_next[kWords];
-  uint4 sc_next;
-  const int64_t u_first = static_cast<int64_t>(blockIdx.x) * kWidenWarps + warp;
-  if (u_first < units) load_unit(u_first, w_next, sc_next);
-  for (int64_t u = u_first; u < units; u += step) {
-    const int64_t tile = tile0 + u / k_slabs, slab = u % k_slabs;
-    uint32_t w[kWords];
-#pragma unroll
-    for (int i = 0; i < kWords; ++i) w[i] = w_next[i];
-    const uint4 sc = sc_next;
-    if (u + step < units) load_unit(u + step, w_next, sc_next);
-    int shift = 0;  // added to the E8M0 byte: -(E + 8) in the FP8 variant
-    if constexpr (kFp8) {
-      const int64_t kb = a.layout.k / 128;  // the padding slabs past K hold zeros
-      shift = (slab < kb ? -blk_exp[(tile * kMmaTileN / 128) * kb + slab] : 0) - 8;
     }
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
