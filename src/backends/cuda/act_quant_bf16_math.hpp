@@ -96,7 +96,8 @@ QL_ACT_HD float act_add_rn(float a, float b) {
   return a + b;
 #endif
 }
-// act_round_f32 in about half the operations: below the grid's max, with E the binade of a = |t| (at least
+// act_round_f32 in fewer operations (no rint, one power of two; the FP8 block pass's BF16 kernel went from 664
+// to 576 SASS instructions): below the grid's max, with E the binade of a = |t| (at least
 // emin), c = 2^(E - mbits + 23) has an ulp of exactly the grid step at a and exceeds a, so the f32 sum a + c
 // rounds a to the grid half to even and subtracting c is exact. Bit for bit act_round_f32 for finite t
 // (tests/cuda/test_act_quant_bf16_math.cpp: every BF16 input and random f32s, on every grid).
