@@ -95,6 +95,40 @@ QuantizedWeights quantized_weights(ActElem e, int64_t n, int64_t k, int spread, 
   return out;
 }
 
+// The word tests against decoding every code, on quantized weights with zero groups, negative zeros and
+// groups whose only nonzero code sits at each position.
+TEST(MxFp8BlockMath, NonzeroGroupsMatchDecodingEveryCode) {
+  std::mt19937_64 rng(5);
+  for (ActElem e : kElems) {
+    const DType d = dtype_of(e);
+    const int64_t n = 37, k = 256, groups = k / 32;
+    QuantizedWeights qw = quantized_weights(e, n, k, 4, 9 + static_cast<uint64_t>(e));
+    uint8_t* data = static_cast<uint8_t*>(qw.q.data.raw());
+    const uint32_t neg_zero = 1u << (traits(d).bits - 1);
+    for (int64_t r = 0; r < n; ++r) {
+      uint8_t* row = data + r * storage_bytes(d, k);
+      for (int64_t g = 0; g < groups; ++g) {
+        const int kind = static_cast<int>(rng() % 4);  // keep, all (negative) zeros, one nonzero code
+        if (kind == 0) continue;
+        for (int64_t c = g * 32; c < g * 32 + 32; ++c) pack_code(d, row, c, rng() % 2 ? neg_zero : 0u);
+        if (kind == 3) pack_code(d, row, g * 32 + static_cast<int64_t>(rng() % 32), neg_zero | 1u);
+      }
+    }
+    const std::vector<bool> got = cuda::mx_fp8_nonzero_groups(e, n, k, data);
+    int64_t zero = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      const uint8_t* row = data + r * storage_bytes(d, k);
+      for (int64_t g = 0; g < groups; ++g) {
+        bool want = false;
+        for (int64_t c = g * 32; c < g * 32 + 32; ++c) want = want || decode(d, unpack_code(d, row, c)) != 0.0;
+        zero += want ? 0 : 1;
+        EXPECT_EQ(got[static_cast<size_t>(r * groups + g)], want) << name(d) << " row " << r << " group " << g;
+      }
+    }
+    EXPECT_GT(zero, 0);
+  }
+}
+
 TEST(MxFp8BlockMath, WeightPlanMakesEveryWeightAnE4M3NumberTimesItsBlockScale) {
   for (ActElem e : kElems) {
     const int64_t n = 200, k = 384;  // a partial row block

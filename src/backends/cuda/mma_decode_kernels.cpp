@@ -170,25 +170,6 @@ bool takes_fp8_block(int64_t m) {
   return forced > 0 || (forced == 0 && m > kMmaWidenAboveM);
 }
 
-// Whether each 32-group of the checkpoint's codes [n, k] holds a nonzero code (row-major, packed rows).
-std::vector<bool> nonzero_groups(DType dtype, int64_t n, int64_t k, const uint8_t* codes) {
-  const int64_t groups = k / 32, row_bytes = storage_bytes(dtype, k);
-  std::vector<bool> nz(static_cast<size_t>(n * groups), false);
-  for (int64_t r = 0; r < n; ++r) {
-    const uint8_t* row = codes + r * row_bytes;
-    for (int64_t g = 0; g < groups; ++g) {
-      bool any = false;
-      if (dtype == DType::kF4E2M1) {  // two codes per byte, sign bits 0x88
-        for (int64_t b = g * 16; b < g * 16 + 16 && !any; ++b) any = (row[b] & 0x77) != 0;
-      } else {
-        for (int64_t c = g * 32; c < g * 32 + 32 && !any; ++c) any = decode(dtype, unpack_code(dtype, row, c)) != 0.0;
-      }
-      nz[static_cast<size_t>(r * groups + g)] = any;
-    }
-  }
-  return nz;
-}
-
 // What explain says about the activations.
 std::string act_plan_note(const ActPlan& p) {
   switch (p.mode) {
@@ -455,7 +436,7 @@ Status MmaDecodeLinearKernel::process_impl(LinearLayer& layer) const {
       st->fp8_block_why_not = "the weights' E8M0 scales leave the fold range";
     } else {
       const MxFp8WeightPlan plan = mx_fp8_plan_weights(
-          elems->first, c.n, c.k, sb, nonzero_groups(c.weight_key.dtype, c.n, c.k, static_cast<const uint8_t*>(wc.raw())));
+          elems->first, c.n, c.k, sb, mx_fp8_nonzero_groups(elems->first, c.n, c.k, static_cast<const uint8_t*>(wc.raw())));
       if (plan.ok) {
         QL_RETURN_IF_ERROR(upload_fp8_plan(*st, plan, c.n, c.k));
       } else {

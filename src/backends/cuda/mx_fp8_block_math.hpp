@@ -54,6 +54,32 @@ struct MxFp8WeightPlan {
   int exp_min = 0, exp_max = 0;    // over the blocks that hold a nonzero group
 };
 
+// Whether each 32-group of an n x k matrix of packed codes (the checkpoint's row-major packing: E2M1 two per
+// byte, FP6 four per 3 bytes little-endian, code i at bits 6i..6i+5) holds a nonzero code ([n, k / 32];
+// negative zeros are zeros). K must be a multiple of 32. One pass of word tests: the sign bits masked off.
+inline std::vector<bool> mx_fp8_nonzero_groups(ActElem elem, int64_t n, int64_t k, const uint8_t* codes) {
+  const int64_t groups = k / 32;
+  const bool fp4 = elem == ActElem::kE2M1;
+  const int64_t row_bytes = fp4 ? k / 2 : k / 4 * 3, group_bytes = fp4 ? 16 : 24;
+  std::vector<bool> nz(static_cast<size_t>(n * groups), false);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint8_t* p = codes + r * row_bytes + g * group_bytes;
+      bool any = false;
+      if (fp4) {
+        for (int b = 0; b < 16 && !any; ++b) any = (p[b] & 0x77) != 0;  // sign bits 3 and 7
+      } else {
+        for (int w = 0; w < 8 && !any; ++w) {
+          const uint32_t word = p[3 * w] | uint32_t{p[3 * w + 1]} << 8 | uint32_t{p[3 * w + 2]} << 16;
+          any = (word & 0x7DF7DFu) != 0;  // sign bits 5, 11, 17, 23
+        }
+      }
+      nz[static_cast<size_t>(r * groups + g)] = any;
+    }
+  }
+  return nz;
+}
+
 // The cuBLASLt scale tensor [row_blocks, round_up(k_blocks, 4)] and the exponent range from the per-block
 // exponents (also what import rebuilds from the processed weights).
 inline void mx_fp8_fill_scales(MxFp8WeightPlan& p) {
