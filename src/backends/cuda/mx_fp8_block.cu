@@ -204,10 +204,12 @@ Status launch_mx_fp8_block_gemm(const MxFp8BlockArgs& args, Stream stream) {
   if (k % 128 != 0) return Status::error("mx_fp8_block: K=" + std::to_string(k) + " is not a multiple of 128");
   // cuBLASLt's block-scaled mode finds no algorithm unless M is a multiple of 16 (route_cublaslt_fp8.cpp).
   const int64_t m_run = (m + 15) / 16 * 16, kb = k / 128;
-  const size_t w_bytes = args.w_fp8 != nullptr ? 0 : aligned(static_cast<size_t>(n * k)), codes_bytes = aligned(static_cast<size_t>(m_run * k));
+  const size_t w_bytes = args.w_fp8 != nullptr ? 0 : aligned(static_cast<size_t>(n * k));
+  const size_t codes_bytes = aligned(static_cast<size_t>(m_run * k));
   const size_t scales_bytes = aligned(sizeof(float) * static_cast<size_t>(kb * m_run));
   const size_t flags_bytes = aligned(sizeof(uint32_t) * static_cast<size_t>(1 + m));
-  QL_ASSIGN_OR_RETURN(Scratch buf, Scratch::make(w_bytes + codes_bytes + scales_bytes + flags_bytes + sizeof(uint32_t) * m, stream));
+  const size_t list_bytes = sizeof(uint32_t) * static_cast<size_t>(m);
+  QL_ASSIGN_OR_RETURN(Scratch buf, Scratch::make(w_bytes + codes_bytes + scales_bytes + flags_bytes + list_bytes, stream));
   uint8_t* base = buf.as<uint8_t>();
   uint8_t* w8 = args.w_fp8 != nullptr ? const_cast<uint8_t*>(args.w_fp8) : base;
   uint8_t* codes = base + w_bytes;
@@ -224,8 +226,12 @@ Status launch_mx_fp8_block_gemm(const MxFp8BlockArgs& args, Stream stream) {
                   a.bias, a.bias_dtype, a.out, a.out_dtype};
   const int probe = mma_decode_forced().mx_fp8_probe;
   if (!(probe & kProbeNoPass)) QL_RETURN_IF_ERROR(launch_typed(args, ap, rp, a.sm_count, false, stream));
-  if (!(probe & kProbeNoWiden) && args.w_fp8 == nullptr) QL_RETURN_IF_ERROR(mma_detail::widen_fp8(a, args.blk_exp, w8, stream));
-  if (probe & kProbeNoGemm) return (probe & kProbeNoRepair) ? Status::ok() : launch_typed(args, ap, rp, a.sm_count, true, stream);
+  if (!(probe & kProbeNoWiden) && args.w_fp8 == nullptr) {
+    QL_RETURN_IF_ERROR(mma_detail::widen_fp8(a, args.blk_exp, w8, stream));
+  }
+  if (probe & kProbeNoGemm) {
+    return (probe & kProbeNoRepair) ? Status::ok() : launch_typed(args, ap, rp, a.sm_count, true, stream);
+  }
 
   LtGemm g;
   g.ab_dtype = DType::kF8E4M3;
