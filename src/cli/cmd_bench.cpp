@@ -34,7 +34,7 @@ const std::vector<OptionSpec> kSpecs = {
     {"--m", "LIST", "token counts (default 1,16,128)"},
     {"--n", "N", "output features (default 4096)"},
     {"--k", "K", "input features (default 4096)"},
-    {"--shapes", "SET", "a model's qkv, o, gate_up and down shapes: llama3-8b, llama3-70b or qwen2.5-7b"},
+    {"--shapes", "SETS", "models' qkv, o, gate_up and down shapes, comma-separated: llama3-8b, llama3-70b, qwen2.5-7b"},
     {"--compare", "LIST", "anchors measured in the same run: bf16, vendor, reference, read (CUDA: the read floor of the layer's bytes; comma-separated)"},
     {"--reps", "N", "timed repetitions (default 20; at least 20 on CUDA)"},
     {"--sustain-ms", "T", "CUDA: warm up back to back for T ms, then time for at least T ms (the clock under "
@@ -218,7 +218,7 @@ int cmd_bench(int argc, char** argv) {
   auto args = Args::parse(argc, argv, 2, kSpecs, 0);
   if (!args) return usage_error(args.message());
   if (args->flag("--help")) {
-    std::printf("Usage: qlinear bench --scheme A[,B...] [--backend B] [--m LIST] [--n N --k K | --shapes SET]\n"
+    std::printf("Usage: qlinear bench --scheme A[,B...] [--backend B] [--m LIST] [--n N --k K | --shapes SETS]\n"
                 "                     [--compare bf16,vendor,reference] [--load N] [--sustain-ms T] [--graph] [--json]\n"
                 "                     [--roofline] [--plot FILE.svg] [--report FILE.html]\n\n%s",
                 options_help(kSpecs).c_str());
@@ -256,10 +256,15 @@ int cmd_bench(int argc, char** argv) {
     return usage_error("--scheme is required (one of: " + scheme_names() + ")");
   }
   std::vector<bench::LayerShape> shapes = {{"custom", *n, *k}};
-  if (auto set = args->get("--shapes")) {
-    const bench::ShapeSet* found = bench::find_shape_set(*set);
-    if (found == nullptr) return usage_error("--shapes " + *set + ": expected " + bench::shape_set_names());
-    shapes = found->layers;
+  if (auto sets = args->get("--shapes")) {
+    shapes.clear();
+    for (const std::string& set : split_commas(*sets)) {
+      const bench::ShapeSet* found = bench::find_shape_set(set);
+      if (found == nullptr) {
+        return usage_error("--shapes " + set + ": expected a list of " + bench::shape_set_names());
+      }
+      shapes.insert(shapes.end(), found->layers.begin(), found->layers.end());
+    }
   }
   if (auto list = args->get("--compare")) {
     auto anchors = BenchAnchor::parse_list(*list);

@@ -113,6 +113,10 @@ TEST(Bench, UnknownAnchorOrShapeSetIsAUsageError) {
   CliRun s = run("bench --scheme w8a16-fp8 --shapes qwen9");
   EXPECT_EQ(s.code, 2);
   EXPECT_NE(s.out.find("qwen2.5-7b"), std::string::npos) << s.out;
+  // A list of sets: each is looked up, and the message names the one that is not a set.
+  CliRun l = run("bench --scheme w8a16-fp8 --shapes llama3-8b,qwen9");
+  EXPECT_EQ(l.code, 2);
+  EXPECT_NE(l.out.find("--shapes qwen9: expected a list of"), std::string::npos) << l.out;
 }
 
 TEST(Bench, SustainOutsideItsRangeIsAUsageError) {
