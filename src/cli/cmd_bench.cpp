@@ -34,7 +34,8 @@ const std::vector<OptionSpec> kSpecs = {
     {"--m", "LIST", "token counts (default 1,16,128)"},
     {"--n", "N", "output features (default 4096)"},
     {"--k", "K", "input features (default 4096)"},
-    {"--shapes", "SETS", "models' qkv, o, gate_up and down shapes, comma-separated: llama3-8b, llama3-70b, qwen2.5-7b"},
+    {"--shapes", "SETS",
+     "models' qkv, o, gate_up and down shapes, comma-separated: llama3-8b, llama3-70b, qwen2.5-7b"},
     {"--compare", "LIST", "anchors measured in the same run: bf16, vendor, reference, read (CUDA: the read floor of the layer's bytes; comma-separated)"},
     {"--reps", "N", "timed repetitions (default 20; at least 20 on CUDA)"},
     {"--sustain-ms", "T", "CUDA: warm up back to back for T ms, then time for at least T ms (the clock under "
@@ -261,7 +262,8 @@ int cmd_bench(int argc, char** argv) {
     for (const std::string& set : split_commas(*sets)) {
       const bench::ShapeSet* found = bench::find_shape_set(set);
       if (found == nullptr) {
-        return usage_error("--shapes " + set + ": expected a list of " + bench::shape_set_names());
+        return usage_error("--shapes " + set + ": expected " + bench::shape_set_names() +
+                           " (one or a comma-separated list)");
       }
       shapes.insert(shapes.end(), found->layers.begin(), found->layers.end());
     }
