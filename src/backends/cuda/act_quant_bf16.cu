@@ -18,12 +18,7 @@ namespace {
 
 constexpr int kThreads = 256;
 using actvec::kVec;
-
-// Elements col .. col+7 of a row (K is a multiple of 8 here) as floats, exact (act_vec.cuh).
-template <class T>
-__device__ __forceinline__ void load8(const T* __restrict__ row, int64_t col, bool vec, float (&v)[kVec]) {
-  actvec::to_floats(actvec::load_vec(row, col, col + kVec, vec), v);
-}
+using actvec::load8;
 
 struct Params {
   int64_t m, k, ld_x, ld_out;

@@ -87,6 +87,13 @@ __device__ __forceinline__ void to_floats(const Raw<T>& r, float (&f)[kVec]) {
   }
 }
 
+// Elements col .. col+7 of a row, K a multiple of 8, as exact floats (`aligned`: the row starts 16-byte
+// aligned and its stride keeps it so).
+template <class T>
+__device__ __forceinline__ void load8(const T* __restrict__ row, int64_t col, bool aligned, float (&v)[kVec]) {
+  to_floats(load_vec(row, col, col + kVec, aligned), v);
+}
+
 // max |element| of a vector.
 template <class T>
 __device__ __forceinline__ float abs_max(const Raw<T>& r) {

@@ -67,6 +67,19 @@ __device__ __forceinline__ void decode_e4m3x4(uint32_t word, float* out) {
   out[3] = b.y;
 }
 
+// Eight floats (v[0] in the low byte) to E4M3 codes by the hardware's RNE conversion, saturating: for
+// values that are E4M3 numbers, their exact codes.
+__device__ __forceinline__ uint2 encode_e4m3x8(const float (&v)[8]) {
+  uint32_t w[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v[4 * h], v[4 * h + 1]), __NV_SATFINITE, __NV_E4M3);
+    const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(v[4 * h + 2], v[4 * h + 3]), __NV_SATFINITE, __NV_E4M3);
+    w[h] = lo | hi << 16;
+  }
+  return make_uint2(w[0], w[1]);
+}
+
 // Small OCP minifloats (FP6 E2M3 / E3M2, FP4 E2M1) by bit placement: the magnitude bits go where a
 // float's exponent and mantissa fields start, giving 2^(e - 127) * 1.m (or the float subnormal
 // 2^-126 * 0.m); multiplying by 2^(127 - bias) is exact and gives the code's value (subnormals included,

@@ -138,19 +138,13 @@ __global__ void __launch_bounds__(32 * kWidenWarps)
         const int64_t at = (n_row - tile0 * kMmaTileN) * ld_out + col;
         if constexpr (kFp8) {
           const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-          uint32_t packed[2];
+          float f[8];
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            uint32_t pair[2];
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              const uint32_t wd = words[2 * h + j];
-              const float2 xy = make_float2(__uint_as_float(wd << 16) * 256.0f, __uint_as_float(wd & 0xFFFF0000u) * 256.0f);
-              pair[j] = __nv_cvt_float2_to_fp8x2(xy, __NV_SATFINITE, __NV_E4M3);
-            }
-            packed[h] = pair[0] | pair[1] << 16;
+          for (int j = 0; j < 4; ++j) {  // BF16 pairs to f32, times 2^8 (exact)
+            f[2 * j] = __uint_as_float(words[j] << 16) * 256.0f;
+            f[2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u) * 256.0f;
           }
-          *reinterpret_cast<uint2*>(static_cast<uint8_t*>(out_bytes) + at) = make_uint2(packed[0], packed[1]);
+          *reinterpret_cast<uint2*>(static_cast<uint8_t*>(out_bytes) + at) = codec::encode_e4m3x8(f);
         } else {
           *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(out_bytes) + at) = v;
         }

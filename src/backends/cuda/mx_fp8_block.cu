@@ -8,6 +8,7 @@
 
 #include "backends/cuda/act_vec.cuh"
 #include "backends/cuda/cublaslt_gemm.hpp"
+#include "backends/cuda/fp_codec.cuh"
 #include "backends/cuda/mma_sync_ptx.cuh"
 #include "backends/cuda/mx_fp8_block.hpp"
 #include "backends/cuda/mx_fp8_block_math.hpp"
@@ -19,11 +20,7 @@ namespace {
 
 constexpr int kThreads = 256;
 using actvec::kVec;
-
-template <class T>
-__device__ __forceinline__ void load8(const T* __restrict__ row, int64_t col, bool vec, float (&v)[kVec]) {
-  actvec::to_floats(actvec::load_vec(row, col, col + kVec, vec), v);
-}
+using actvec::load8;
 
 struct ActParams {
   int64_t m, m_run, k, ld_x;
@@ -66,19 +63,10 @@ __global__ void __launch_bounds__(kThreads) mx_fp8_act_kernel(const T* __restric
   // block that does not fit writes zeros (its row is recomputed).
   const ActGrid g = act_grid(p.elem);
   const float shift = fits && a > 0.0f ? act_pow2f(e - f) : 0.0f;
-  uint32_t packed[2];
+  float y[kVec];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    uint32_t pair[2];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int i = 4 * h + 2 * j;
-      const float2 xy = make_float2(act_mx_code_value(v[i], e, g) * shift, act_mx_code_value(v[i + 1], e, g) * shift);
-      pair[j] = __nv_cvt_float2_to_fp8x2(xy, __NV_SATFINITE, __NV_E4M3);
-    }
-    packed[h] = pair[0] | pair[1] << 16;
-  }
-  *reinterpret_cast<uint2*>(p.codes + r * p.k + col) = make_uint2(packed[0], packed[1]);
+  for (int i = 0; i < kVec; ++i) y[i] = act_mx_code_value(v[i], e, g) * shift;
+  *reinterpret_cast<uint2*>(p.codes + r * p.k + col) = codec::encode_e4m3x8(y);
   if (threadIdx.x % 16 == 0) {
     p.scales[(col / 128) * p.m_run + r] = fits ? act_pow2f(f) : 1.0f;
     if (!fits && r < p.m && atomicExch(&p.flags[1 + r], 1u) == 0u) p.list[atomicAdd(&p.flags[0], 1u)] = static_cast<uint32_t>(r);
@@ -129,15 +117,10 @@ __global__ void __launch_bounds__(kThreads) mx_fp8_repair_kernel(const T* __rest
       if (col < p.k) {
         const uint2 wb = *reinterpret_cast<const uint2*>(wr + col);
         const float ws = act_pow2f(er[col / 128]);
-        const uint32_t words[2] = {wb.x, wb.y};
+        codec::decode_e4m3x4(wb.x, w);
+        codec::decode_e4m3x4(wb.y, w + 4);
 #pragma unroll
-        for (int i = 0; i < kVec; i += 2) {
-          const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>(words[i / 4] >> (8 * (i % 4)));
-          const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-          const float2 wf = __half22float2(*reinterpret_cast<const __half2*>(&hr));
-          w[i] = wf.x * ws;
-          w[i + 1] = wf.y * ws;
-        }
+        for (int i = 0; i < kVec; ++i) w[i] *= ws;
       }
 #pragma unroll
       for (int j = 0; j < kRepairRows; ++j) {
