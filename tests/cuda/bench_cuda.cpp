@@ -57,11 +57,7 @@ Tensor random_bytes(DType d, Shape shape, bool e4m3) {
   return t;
 }
 
-Tensor f32_filled(Shape shape, float v) {
-  Tensor t = Tensor::empty(DType::kF32, std::move(shape));
-  std::fill(t.data<float>(), t.data<float>() + t.numel(), v);
-  return t;
-}
+using cuda_test::f32_filled;
 
 // A layer of `scheme` with random codes, ready for process_weights_after_loading.
 LinearLayer synthetic_layer(const char* scheme_name, int64_t n, int64_t k) {

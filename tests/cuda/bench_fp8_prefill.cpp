@@ -44,25 +44,8 @@ bool have_sm90() {
   return platform && platform->cuda->compute_capability == 90;
 }
 
-Tensor codes_e4m3(int64_t rows, int64_t cols, uint64_t seed) {
-  Tensor t = Tensor::empty(DType::kF8E4M3, {rows, cols});
-  uint64_t st = seed | 1;
-  auto* p = static_cast<uint8_t*>(t.raw());
-  for (int64_t i = 0; i < t.nbytes(); ++i) {
-    st ^= st << 13;
-    st ^= st >> 7;
-    st ^= st << 17;
-    p[i] = static_cast<uint8_t>(st);
-    if ((p[i] & 0x7F) == 0x7F) p[i] = 0x3C;
-  }
-  return t;
-}
-
-Tensor f32_filled(int64_t n, float v) {
-  Tensor t = Tensor::empty(DType::kF32, {n});
-  for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = v;
-  return t;
-}
+using cuda_test::e4m3_codes;
+using cuda_test::f32_filled;
 
 double bf16_at(const Tensor& t, int64_t i) {
   const uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(t.raw())[i]) << 16;
@@ -78,11 +61,11 @@ LinearLayer fp8_layer(const LinearKernel& kernel, const char* scheme_name, const
   LinearLayer layer;
   layer.name = sh.name;
   layer.config = make_config(scheme, sh.n, sh.k);
-  layer.params["weight"] = codes_e4m3(sh.n, sh.k, 11);
-  Tensor ws = tensor ? f32_filled(1, 0.01f) : Tensor::empty(DType::kF32, {sh.n, 1});
+  layer.params["weight"] = e4m3_codes(sh.n, sh.k, 11);
+  Tensor ws = tensor ? f32_filled({1}, 0.01f) : Tensor::empty(DType::kF32, {sh.n, 1});
   for (int64_t i = 0; !tensor && i < sh.n; ++i) ws.data<float>()[i] = 0.01f * (1 + i % 5);
   layer.params["weight_scale"] = ws;
-  if (scheme.activation_key->scale.is_static) layer.params["input_scale"] = f32_filled(1, 0.02f);
+  if (scheme.activation_key->scale.is_static) layer.params["input_scale"] = f32_filled({1}, 0.02f);
   const Status st = kernel.process_weights_after_loading(layer);
   EXPECT_TRUE(st.is_ok()) << st.message();
   return layer;
@@ -113,7 +96,7 @@ TEST(CudaFp8PrefillBench, DISABLED_VersusCublasLt) {
     auto lt_row = bench::CudaAnchor::create("vendor", channel, n, k, timer);
     auto lt_ten = bench::CudaAnchor::create("vendor", tensor, n, k, timer);
     ASSERT_TRUE(bf16 && lt_row && lt_ten);
-    auto w = cuda::to_device(codes_e4m3(n, k, 5)).value();
+    auto w = cuda::to_device(e4m3_codes(n, k, 5)).value();
     Tensor ws_host = Tensor::empty(DType::kF32, {n});
     for (int64_t i = 0; i < n; ++i) ws_host.data<float>()[i] = 0.01f * (1 + i % 7);
     auto w_scale = cuda::to_device(ws_host).value();
@@ -137,7 +120,7 @@ TEST(CudaFp8PrefillBench, DISABLED_VersusCublasLt) {
       const double t_lt_row = add("lt_row", anchor_us(lt_row, m));
       const double t_lt_ten = add("lt_ten", anchor_us(lt_ten, m));
 
-      auto x = cuda::to_device(codes_e4m3(m, k, 7 + m)).value();
+      auto x = cuda::to_device(e4m3_codes(m, k, 7 + m)).value();
       Tensor xs_host = Tensor::empty(DType::kF32, {m});
       for (int64_t i = 0; i < m; ++i) xs_host.data<float>()[i] = 0.02f * (1 + i % 3);
       auto x_scale = cuda::to_device(xs_host).value();

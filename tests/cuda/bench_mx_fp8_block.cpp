@@ -39,26 +39,8 @@
 namespace qlinear {
 namespace {
 
-Tensor filled(DType d, Shape shape, float v) {
-  Tensor t = Tensor::empty(DType::kF32, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = v;
-  (void)d;
-  return t;
-}
-
-// E4M3 codes of small magnitudes (never NaN).
-Tensor small_codes(int64_t rows, int64_t cols, uint64_t seed) {
-  Tensor t = Tensor::empty(DType::kF8E4M3, {rows, cols});
-  uint64_t st = seed | 1;
-  auto* p = static_cast<uint8_t*>(t.raw());
-  for (int64_t i = 0; i < t.nbytes(); ++i) {
-    st ^= st << 13;
-    st ^= st >> 7;
-    st ^= st << 17;
-    p[i] = static_cast<uint8_t>(st & 0xBF);
-  }
-  return t;
-}
+using cuda_test::e4m3_codes;
+using cuda_test::f32_filled;
 
 TEST(CudaMxFp8BlockBench, DISABLED_Stages) {
   auto platform = Platform::cuda_device(0);
@@ -94,10 +76,10 @@ TEST(CudaMxFp8BlockBench, DISABLED_Stages) {
       auto layer = quantize_layer(sh.name, scheme, random_normal(DType::kF32, {n, k}, 3, 0.05), MakeLayerOptions{});
       ASSERT_TRUE(layer) << layer.message();
       ASSERT_TRUE(cuda::kSm90MmaDecodeMxfp4.process_weights_after_loading(*layer).is_ok());
-      auto w8 = cuda::to_device(small_codes(n, k, 5)).value();
+      auto w8 = cuda::to_device(e4m3_codes(n, k, 5)).value();
       const int64_t kb = k / 128, nb = (n + 127) / 128;
-      auto w_blk = cuda::to_device(filled(DType::kF32, {nb, (kb + 3) / 4 * 4}, 1.0f)).value();
-      auto w_col = cuda::to_device(filled(DType::kF32, {n}, 1.0f)).value();
+      auto w_blk = cuda::to_device(f32_filled({nb, (kb + 3) / 4 * 4}, 1.0f)).value();
+      auto w_col = cuda::to_device(f32_filled({n}, 1.0f)).value();
       for (int64_t m : ms) {
         std::string line;
         auto add = [&](const char* what, double us) {
@@ -124,9 +106,9 @@ TEST(CudaMxFp8BlockBench, DISABLED_Stages) {
           cuda_test::ForceScope force(f);
           add(r.name, time_us([&] { return cuda::kSm90MmaDecodeMxfp4.apply(*layer, Activation::dense(xb), nullptr, out); }));
         }
-        auto x8 = cuda::to_device(small_codes(m, k, 7)).value();
-        auto x_blk = cuda::to_device(filled(DType::kF32, {kb * m}, 1.0f)).value();
-        auto x_row = cuda::to_device(filled(DType::kF32, {m}, 1.0f)).value();
+        auto x8 = cuda::to_device(e4m3_codes(m, k, 7)).value();
+        auto x_blk = cuda::to_device(f32_filled({kb * m}, 1.0f)).value();
+        auto x_row = cuda::to_device(f32_filled({m}, 1.0f)).value();
         cuda::LtGemm g;
         g.w = w8.raw();
         g.ld_w = k;

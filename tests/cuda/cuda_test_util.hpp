@@ -1,6 +1,7 @@
 #pragma once
 // Helpers the CUDA test files share: the sm_90 requirement, fresh seeds, float tensors in other dtypes, the
-// benchmarks' comma-separated knobs from the environment.
+// benchmarks' comma-separated knobs from the environment, filled and random-code tensors, the quantized-
+// activation element formats as dtypes and keys. No CUDA headers: the host-only tests use it too.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -10,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/act_quant_bf16_math.hpp"
 #include "qlinear/formats.hpp"
 #include "qlinear/platform.hpp"
+#include "qlinear/quant_key.hpp"
 #include "qlinear/tensor.hpp"
 
 // Skips the test, with the reason, unless device 0 is an sm_90 GPU.
@@ -59,6 +62,46 @@ inline Tensor to_dtype(const Tensor& f32, DType d) {
     }
   }
   return t;
+}
+
+// An f32 host tensor of `shape` holding v everywhere.
+inline Tensor f32_filled(Shape shape, float v) {
+  Tensor t = Tensor::empty(DType::kF32, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = v;
+  return t;
+}
+
+// rows x cols pseudo-random E4M3 codes (xorshift from seed), the NaN codes replaced by 0x3C (1.5).
+inline Tensor e4m3_codes(int64_t rows, int64_t cols, uint64_t seed) {
+  Tensor t = Tensor::empty(DType::kF8E4M3, {rows, cols});
+  uint64_t st = seed | 1;
+  auto* p = static_cast<uint8_t*>(t.raw());
+  for (int64_t i = 0; i < t.nbytes(); ++i) {
+    st ^= st << 13;
+    st ^= st >> 7;
+    st ^= st << 17;
+    p[i] = static_cast<uint8_t>(st);
+    if ((p[i] & 0x7F) == 0x7F) p[i] = 0x3C;
+  }
+  return t;
+}
+
+// The dtype of a quantized-activation element format, and its dynamic MX key (E8M0 per 32).
+inline DType act_elem_dtype(cuda::ActElem e) {
+  switch (e) {
+    case cuda::ActElem::kE4M3: return DType::kF8E4M3;
+    case cuda::ActElem::kE2M3: return DType::kF6E2M3;
+    case cuda::ActElem::kE3M2: return DType::kF6E3M2;
+    default: return DType::kF4E2M1;
+  }
+}
+inline QuantKey act_elem_mx_key(cuda::ActElem e) {
+  switch (e) {
+    case cuda::ActElem::kE4M3: return kMxfp8Dynamic;
+    case cuda::ActElem::kE2M3: return kMxfp6E2M3Dynamic;
+    case cuda::ActElem::kE3M2: return kMxfp6E3M2Dynamic;
+    default: return kMxfp4Dynamic;
+  }
 }
 
 }  // namespace qlinear::cuda_test

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/cuda/act_quant_bf16_math.hpp"
+#include "cuda/cuda_test_util.hpp"
 #include "qlinear/formats.hpp"
 #include "qlinear/platform.hpp"
 #include "qlinear/quantize.hpp"
@@ -26,24 +27,8 @@ namespace {
 
 using cuda::ActElem;
 using cuda::ActMxRule;
-
-DType dtype_of(ActElem e) {
-  switch (e) {
-    case ActElem::kE4M3: return DType::kF8E4M3;
-    case ActElem::kE2M3: return DType::kF6E2M3;
-    case ActElem::kE3M2: return DType::kF6E3M2;
-    default: return DType::kF4E2M1;
-  }
-}
-
-QuantKey dynamic_mx_key(ActElem e) {
-  switch (e) {
-    case ActElem::kE4M3: return kMxfp8Dynamic;
-    case ActElem::kE2M3: return kMxfp6E2M3Dynamic;
-    case ActElem::kE3M2: return kMxfp6E3M2Dynamic;
-    default: return kMxfp4Dynamic;
-  }
-}
+constexpr auto dtype_of = cuda_test::act_elem_dtype;
+constexpr auto dynamic_mx_key = cuda_test::act_elem_mx_key;
 
 // A code of a quantized row: one byte (E4M3) or unpacked from the FP6/FP4 packing.
 uint32_t code_at(const QuantizedTensor& q, DType elem, int64_t r, int64_t c) {

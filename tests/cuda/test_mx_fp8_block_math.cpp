@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/cuda/mx_fp8_block_math.hpp"
+#include "cuda/cuda_test_util.hpp"
 #include "qlinear/formats.hpp"
 #include "qlinear/quantize.hpp"
 
@@ -22,22 +23,8 @@ namespace {
 
 using cuda::ActElem;
 using cuda::ActMxRule;
-
-DType dtype_of(ActElem e) {
-  switch (e) {
-    case ActElem::kE2M3: return DType::kF6E2M3;
-    case ActElem::kE3M2: return DType::kF6E3M2;
-    default: return DType::kF4E2M1;
-  }
-}
-
-QuantKey dynamic_mx_key(ActElem e) {
-  switch (e) {
-    case ActElem::kE2M3: return kMxfp6E2M3Dynamic;
-    case ActElem::kE3M2: return kMxfp6E3M2Dynamic;
-    default: return kMxfp4Dynamic;
-  }
-}
+constexpr auto dtype_of = cuda_test::act_elem_dtype;
+constexpr auto dynamic_mx_key = cuda_test::act_elem_mx_key;
 
 const ActElem kElems[] = {ActElem::kE2M1, ActElem::kE2M3, ActElem::kE3M2};
 
