@@ -521,8 +521,11 @@ Status MmaDecodeLinearKernel::import_impl(LinearLayer& layer, const ProcessedWei
     plan.exp_max = static_cast<int>(flags[3]);
     mx_fp8_fill_scales(plan);
     QL_RETURN_IF_ERROR(upload_fp8_plan(*st, plan, c.n, c.k));
-  } else if (auto elems = fp8_block_elems(c)) {
-    st->fp8_block_why_not = "the processed weights were planned without it";
+  } else if (fp8_block_elems(c).is_ok()) {
+    // What process found (mx_fp8_plan_weights names the block; the cache entry keeps only the verdict).
+    st->fp8_block_why_not = !st->fold ? "the weights' E8M0 scales leave the fold range"
+                                      : "a 128x128 weight block spans more octaves than E4M3 holds (loading "
+                                        "without the weight cache names the block)";
   }
   QL_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
   layer.kernel_state = std::move(st);
