@@ -215,7 +215,7 @@ TEST(MxFp8BlockMath, ActivationBlocksThatFitAreExactE4M3TimesTheirScale) {
             }
           }
           int f = 0;
-          if (!cuda::mx_fp8_activation_block(e, lo, hi, 0, 0, f)) {
+          if (!cuda::mx_fp8_activation_block(cuda::mx_fp8_window(e), lo, hi, 0, 0, f)) {
             ++refused;
             EXPECT_LT(lo, f + cuda::mx_fp8_window(e).dmin);
             continue;
@@ -236,11 +236,12 @@ TEST(MxFp8BlockMath, ActivationBlocksThatFitAreExactE4M3TimesTheirScale) {
     }
   }
   // Scales whose product with the weights' would leave the exact range are refused.
+  const cuda::MxFp8Window e2m1 = cuda::mx_fp8_window(ActElem::kE2M1);
   int f = 0;
-  EXPECT_TRUE(cuda::mx_fp8_activation_block(ActElem::kE2M1, 0, 3, -20, 20, f));
-  EXPECT_FALSE(cuda::mx_fp8_activation_block(ActElem::kE2M1, 80, 80, 0, 20, f));
-  EXPECT_FALSE(cuda::mx_fp8_activation_block(ActElem::kE2M1, -120, -120, -20, 0, f));
-  EXPECT_TRUE(cuda::mx_fp8_activation_block(ActElem::kE2M1, INT_MAX, INT_MIN, 0, 0, f));  // all zero
+  EXPECT_TRUE(cuda::mx_fp8_activation_block(e2m1, 0, 3, -20, 20, f));
+  EXPECT_FALSE(cuda::mx_fp8_activation_block(e2m1, 80, 80, 0, 20, f));
+  EXPECT_FALSE(cuda::mx_fp8_activation_block(e2m1, -120, -120, -20, 0, f));
+  EXPECT_TRUE(cuda::mx_fp8_activation_block(e2m1, INT_MAX, INT_MIN, 0, 0, f));  // all zero
   EXPECT_EQ(f, 0);
 }
 

@@ -27,6 +27,7 @@ struct ActParams {
   ActElem elem;
   ActMxRule rule;
   bool vec;
+  MxFp8Window window;  // mx_fp8_window(elem)
   int weight_exp_min, weight_exp_max;
   uint8_t* codes;    // [m_run, k]
   float* scales;     // [k / 128, m_run]
@@ -57,7 +58,7 @@ __global__ void __launch_bounds__(kThreads) mx_fp8_act_kernel(const T* __restric
     hi = max(hi, __shfl_xor_sync(0xFFFFFFFFu, hi, o));
   }
   int f = 0;
-  const bool fits = mx_fp8_activation_block(p.elem, lo, hi, p.weight_exp_min, p.weight_exp_max, f);
+  const bool fits = mx_fp8_activation_block(p.window, lo, hi, p.weight_exp_min, p.weight_exp_max, f);
   if (!valid) return;
   // c x 2^(e - F): exact in E4M3 where the block fits; an all-zero group's codes are zeros whatever e is. A
   // block that does not fit writes zeros (its row is recomputed).
@@ -203,8 +204,8 @@ Status launch_mx_fp8_block_gemm(const MxFp8BlockArgs& args, Stream stream) {
 
   const size_t x_es = static_cast<size_t>(element_size(args.x_dtype));
   const bool vec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && (static_cast<size_t>(a.ld_x) * x_es) % 16 == 0;
-  ActParams ap{m, m_run, k, a.ld_x, args.act_elem, args.act_rule, vec, args.weight_exp_min, args.weight_exp_max,
-               codes, scales, flags, list};
+  ActParams ap{m, m_run, k, a.ld_x, args.act_elem, args.act_rule, vec, mx_fp8_window(args.act_elem),
+               args.weight_exp_min, args.weight_exp_max, codes, scales, flags, list};
   RepairParams rp{n, k, a.ld_x, args.act_elem, args.act_rule, vec, w8, args.blk_exp, flags, list,
                   a.bias, a.bias_dtype, a.out, a.out_dtype};
   const int probe = mma_decode_forced().mx_fp8_probe;

@@ -144,14 +144,14 @@ inline MxFp8WeightPlan mx_fp8_plan_weights(ActElem elem, int64_t n, int64_t k, c
 #endif
 
 // The activation side, per row and 128 block (the pass's lanes): `lo` / `hi` the smallest / largest
-// exponent of the block's nonzero groups (hi < lo: none). Returns whether the block fits, and its F.
-QL_ACT_HD bool mx_fp8_activation_block(ActElem elem, int lo, int hi, int weight_exp_min, int weight_exp_max,
+// exponent of the block's nonzero groups (hi < lo: none), `w` the element's window (mx_fp8_window, taken
+// once per call). Returns whether the block fits, and its F.
+QL_ACT_HD bool mx_fp8_activation_block(const MxFp8Window& w, int lo, int hi, int weight_exp_min, int weight_exp_max,
                                        int& f) {
   if (hi < lo) {
     f = 0;
     return true;
   }
-  const MxFp8Window w = mx_fp8_window(elem);
   f = hi - w.dmax;
   return lo >= f + w.dmin && f >= kMxFp8ScaleMin && f <= kMxFp8ScaleMax && f + weight_exp_min >= kMxFp8ScaleSumMin &&
          f + weight_exp_max <= kMxFp8ScaleSumMax;
