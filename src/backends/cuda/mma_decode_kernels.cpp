@@ -151,7 +151,6 @@ const std::string kFp8BlockRoute =
     "exact E4M3 with a 128x128 block scale, cuBLASLt block-scaled FP8 GEMM (FP8 tensor-core sums promoted per 128 "
     "K), rows whose blocks leave E4M3's window recomputed exactly in FP32";
 
-// Whether apply takes the FP8 block route at M (the layer's plan fits).
 // QLINEAR_MX_FP8_BLOCK: "off" keeps every M on the BF16 routes (to measure what the route gains); "keep"
 // widens the weights to E4M3 once, at process / import, and keeps them (N x K bytes of device memory more
 // per layer) instead of widening them per call.
@@ -163,6 +162,8 @@ const std::string& fp8_block_env() {
   return v;
 }
 
+// Whether apply takes the FP8 block route at M, for a layer whose plan fits: above kMmaWidenAboveM unless
+// forced (MmaDecodeForce::mx_fp8_block) or turned off.
 bool takes_fp8_block(int64_t m) {
   const bool off = fp8_block_env() == "off";
   const int forced = mma_decode_forced().mx_fp8_block;
