@@ -97,46 +97,29 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
 
 // ---- Decode ----------------------------------------------------------------------------------------------
 
-// Right shifts on the FMA pipe: x >> k is the high word of x * 2^(32 - k) (one IMAD.HI). The decode is bound
-// by the ALU pipe (LOP3, PRMT, SHF: half rate, and most of its instructions), while the FMA pipe has room;
-// the multipliers come from memory (DecodeRegs) so that ptxas cannot turn the product back into a SHF.
-__device__ __forceinline__ uint32_t shr_fma(uint32_t x, uint32_t pow2) { return __umulhi(x, pow2); }
-
-// The registers the decode keeps for the whole kernel: the E2M1 prmt table (e2m1_placed) and the multipliers
-// of its right shifts (shr_fma: >> 2, >> 16, and `place`'s shift of this code).
-struct DecodeRegs {
-  uint32_t e2m1_lo, shr2, shr16, shr_place;
-};
-__device__ const uint32_t kDecodeRegWords[6] = {0xC0804000u, 1u << 30, 1u << 16, 1u << 28, 1u << 26, 1u << 27};
-template <MmaCode C>
-__device__ __forceinline__ DecodeRegs decode_regs() {
-  // `place` shifts by 4 (E4M3), 6 (E2M3) or 5 (E3M2).
-  constexpr int kPlace = C == MmaCode::kE4M3 ? 3 : (C == MmaCode::kE2M3 ? 4 : 5);
-  return {__ldg(&kDecodeRegWords[0]), __ldg(&kDecodeRegWords[1]), __ldg(&kDecodeRegWords[2]),
-          __ldg(&kDecodeRegWords[kPlace])};
-}
-
 // Code bits at 15..8 (E4M3), 15..12 (E2M1) or 15..10 (FP6) of each 16-bit half -> BF16 pair of value * 2^-B.
 template <MmaCode C>
-__device__ __forceinline__ uint32_t place(uint32_t x, const DecodeRegs& r) {
-  if constexpr (C == MmaCode::kE4M3) return (x & 0x80008000u) | (shr_fma(x, r.shr_place) & 0x07F007F0u);
+__device__ __forceinline__ uint32_t place(uint32_t x) {
+  if constexpr (C == MmaCode::kE4M3) return (x & 0x80008000u) | ((x >> 4) & 0x07F007F0u);
   if constexpr (C == MmaCode::kE2M1) return (x & 0x80008000u) | ((x >> 6) & 0x01C001C0u);
-  if constexpr (C == MmaCode::kE2M3) return (x & 0x80008000u) | (shr_fma(x, r.shr_place) & 0x01F001F0u);
-  return (x & 0x80008000u) | (shr_fma(x, r.shr_place) & 0x03E003E0u);  // E3M2
+  if constexpr (C == MmaCode::kE2M3) return (x & 0x80008000u) | ((x >> 6) & 0x01F001F0u);
+  return (x & 0x80008000u) | ((x >> 5) & 0x03E003E0u);  // E3M2
 }
 
 // Two E2M1 codes as the BF16 pair `place` makes of them, from the byte selectors of the low 16 bits of sel
 // (nibbles: low byte m1 m0 of code 0 (0..3), high byte 4 + 2 s + m2 of code 0 (4..7), the same for code 1):
 // bytes 0..3 are 0x00 0x40 0x80 0xC0 (m1 m0 at bits 7..6), bytes 4..7 0x00 0x01 0x80 0x81 (s at 7, m2 at 0).
 // (__byte_perm would mask the selector first: prmt itself reads bit 3 of a nibble as its sign mode, 0 here.)
-// `lo` holds 0xC0804000 (DecodeRegs::e2m1_lo, loaded from memory: as a constant the compiler keeps it in a
-// uniform register and copies it into a vector register before every prmt, one more instruction each; the
-// other table is an immediate).
+// `lo` holds 0xC0804000 (e2m1_table_lo(): a register the kernel keeps; the other table is an immediate).
 __device__ __forceinline__ uint32_t e2m1_placed(uint32_t lo, uint32_t sel) {
   uint32_t d;
   asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(lo), "n"(0x81800100u), "r"(sel));
   return d;
 }
+// The low-byte table, loaded once per kernel from global memory: as a constant the compiler keeps it in a
+// uniform register and copies it into a vector register before every prmt (one more instruction each).
+__device__ const uint32_t kE2m1TableLo = 0xC0804000u;
+__device__ __forceinline__ uint32_t e2m1_table_lo() { return __ldg(&kE2m1TableLo); }
 // (a & b) | c in one lop3.
 __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
   uint32_t d;
@@ -148,15 +131,15 @@ __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
 // multiplied by f[h][r & 1] (row g or g+8 factor of tile h).
 template <MmaCode C>
 __device__ __forceinline__ void decode_group(const uint32_t* w, int q, const uint32_t (&f)[2][2], uint32_t (&a)[2][4],
-                                             const DecodeRegs& r) {
+                                             uint32_t e2m1_lo) {
   if constexpr (C == MmaCode::kE4M3) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) {
         const uint32_t word = w[4 * q + 2 * h + hi];
-        a[h][2 * hi] = bf16x2_mul(place<C>(word << 8, r), f[h][0]);
-        a[h][2 * hi + 1] = bf16x2_mul(place<C>(word, r), f[h][1]);
+        a[h][2 * hi] = bf16x2_mul(place<C>(word << 8), f[h][0]);
+        a[h][2 * hi + 1] = bf16x2_mul(place<C>(word), f[h][1]);
       }
     }
   } else if constexpr (C == MmaCode::kE2M1) {
@@ -166,12 +149,12 @@ __device__ __forceinline__ void decode_group(const uint32_t* w, int q, const uin
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint32_t word = w[2 * q + h];
-      const uint32_t u = and_or(word, 0x33333333u, 0x40404040u);                 // r0 (low 16 bits), r2 (high)
-      const uint32_t v = and_or(shr_fma(word, r.shr2), 0x33333333u, 0x40404040u);  // r1, r3
-      a[h][0] = bf16x2_mul(e2m1_placed(r.e2m1_lo, u), f[h][0]);
-      a[h][1] = bf16x2_mul(e2m1_placed(r.e2m1_lo, v), f[h][1]);
-      a[h][2] = bf16x2_mul(e2m1_placed(r.e2m1_lo, shr_fma(u, r.shr16)), f[h][0]);
-      a[h][3] = bf16x2_mul(e2m1_placed(r.e2m1_lo, shr_fma(v, r.shr16)), f[h][1]);
+      const uint32_t u = and_or(word, 0x33333333u, 0x40404040u);       // r0 (low 16 bits), r2 (high)
+      const uint32_t v = and_or(word >> 2, 0x33333333u, 0x40404040u);  // r1, r3
+      a[h][0] = bf16x2_mul(e2m1_placed(e2m1_lo, u), f[h][0]);
+      a[h][1] = bf16x2_mul(e2m1_placed(e2m1_lo, v), f[h][1]);
+      a[h][2] = bf16x2_mul(e2m1_placed(e2m1_lo, u >> 16), f[h][0]);
+      a[h][3] = bf16x2_mul(e2m1_placed(e2m1_lo, v >> 16), f[h][1]);
     }
   } else {
     const uint32_t A = w[3 * q], B = w[3 * q + 1], Cw = w[3 * q + 2];
@@ -184,7 +167,7 @@ __device__ __forceinline__ void decode_group(const uint32_t* w, int q, const uin
                            ((A << 12) & 0xF000F000u) | ((B << 8) & 0x0C000C00u),
                            ((Cw << 12) & 0xF000F000u) | ((B << 10) & 0x0C000C00u)};
 #pragma unroll
-    for (int j = 0; j < 8; ++j) a[j / 4][j % 4] = bf16x2_mul(place<C>(x[j], r), f[j / 4][j & 1]);
+    for (int j = 0; j < 8; ++j) a[j / 4][j % 4] = bf16x2_mul(place<C>(x[j]), f[j / 4][j & 1]);
   }
 }
 
@@ -353,7 +336,7 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
   }
 
   constexpr int kBias = CodeTraits<C>::kBias;
-  const DecodeRegs dregs = decode_regs<C>();
+  const uint32_t e2m1_lo = C == MmaCode::kE2M1 ? e2m1_table_lo() : 0u;
   for (int it = 0; it < steps; ++it) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();  // stage `it` landed for every thread; every warp is done with stage it - 1
@@ -432,7 +415,7 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
           }
         }
         uint32_t af[2][4];
-        decode_group<C>(w[j], q, f, af, dregs);
+        decode_group<C>(w[j], q, f, af, e2m1_lo);
 #pragma unroll
         for (int tt = 0; tt < TN; ++tt) {
           if constexpr (PROMOTE) {

@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kRegThreads, reg_blocks_per_sm(C, DEPTH))
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[tt][e] = 0.0f;
 
-  const DecodeRegs dregs = decode_regs<C>();
+  const uint32_t e2m1_lo = C == MmaCode::kE2M1 ? e2m1_table_lo() : 0u;
   for (int i0 = 0; i0 < slabs; i0 += DEPTH) {
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(kRegThreads, reg_blocks_per_sm(C, DEPTH))
           }
         }
         uint32_t af[2][4];
-        decode_group<C>(w, q, f, af, dregs);
+        decode_group<C>(w, q, f, af, e2m1_lo);
 #pragma unroll
         for (int tt = 0; tt < TN; ++tt) {
           mma_bf16(acc[tt], af[0], b[tt][0], b[tt][1]);

@@ -306,7 +306,7 @@ __device__ __forceinline__ void group_factors(const uint32_t (&rec)[2], int ql, 
 // (kRec bytes per row pair). Both kernels (this one and the shared-memory B kernel, mma_decode_wgmma_ss.cuh).
 template <MmaCode C, MmaScale S, int HALF, int kLaneWords, int kRec>
 __device__ __forceinline__ void decode_tile_words(const uint8_t* words, const uint8_t* recs, int lane,
-                                                  const mma_detail::DecodeRegs& dregs, uint32_t (&af)[4][4]) {
+                                                  uint32_t e2m1_lo, uint32_t (&af)[4][4]) {
   uint32_t w[kLaneWords];
 #pragma unroll
   for (int p = 0; p < kLaneWords / 4; ++p) {  // [piece][lane][16 bytes]
@@ -338,7 +338,7 @@ __device__ __forceinline__ void decode_tile_words(const uint8_t* words, const ui
     uint32_t f[2][2];
     group_factors<C, S>(rec, ql, f);
     uint32_t a2[2][4];
-    mma_detail::decode_group<C>(w + kFirstWord, ql, f, a2, dregs);
+    mma_detail::decode_group<C>(w + kFirstWord, ql, f, a2, e2m1_lo);
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -348,12 +348,12 @@ __device__ __forceinline__ void decode_tile_words(const uint8_t* words, const ui
 
 // One stage of a math warp: its tile's words and scale record from the ring slot `st`.
 template <MmaCode C, MmaScale S, int BN, int SUB, int HALF>
-__device__ __forceinline__ void decode_stage(const uint8_t* st, int tile, int lane, const mma_detail::DecodeRegs& dregs,
+__device__ __forceinline__ void decode_stage(const uint8_t* st, int tile, int lane, uint32_t e2m1_lo,
                                              uint32_t (&af)[4][4]) {
   using Sh = Shape<C, S, BN, SUB>;
   decode_tile_words<C, S, HALF, Sh::kLaneWords, Sh::kRec>(st + Sh::kXBytes + tile * Sh::kTileBytes,
                                                           st + Sh::kXBytes + Sh::kWBytes + tile * Sh::kUnitRecBytes,
-                                                          lane, dregs, af);
+                                                          lane, e2m1_lo, af);
 }
 
 __device__ __forceinline__ void fence_frags(uint32_t (&af)[4][4]) {
@@ -403,7 +403,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tile = 4 * SUB * (warp / 4) + warp % 4;
   float acc[SUB][BN / 2];
   uint32_t af0[SUB][4][4] = {}, af1[SUB][4][4] = {};
-  const mma_detail::DecodeRegs dregs = mma_detail::decode_regs<C>();  // decode_group's table and multipliers
+  const uint32_t e2m1_lo = C == MmaCode::kE2M1 ? mma_detail::e2m1_table_lo() : 0u;  // decode_group's prmt table
   const bool decode = (wk.probe & kProbeNoDecode) == 0;
   int slot = 0, prev = -1;
   uint32_t phase = 0;
@@ -429,7 +429,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int sub = 0; sub < SUB; ++sub) {
       if (decode) {
-        decode_stage<C, S, BN, SUB, kHalf>(st, tile + 4 * sub, lane, dregs, af[sub]);
+        decode_stage<C, S, BN, SUB, kHalf>(st, tile + 4 * sub, lane, e2m1_lo, af[sub]);
       } else {
 #pragma unroll
         for (int i = 0; i < 4; ++i)

@@ -50,7 +50,7 @@ __device__ __forceinline__ void math_barrier() { asm volatile("bar.sync 1, %0;" 
 // matrices stmatrix stores, lane l addressing row 16 t + l % 8 + 8 ((l / 8) % 2), 16-byte chunk 2 kk + l / 16
 // of its 128-byte row, swizzled (chunk ^ row % 8) as a TMA 128B-swizzled tile.
 template <MmaCode C, MmaScale S, int BNW, int HALF>
-__device__ __forceinline__ void decode_to_b(const uint8_t* st, uint32_t b, int warp, int lane, const mma_detail::DecodeRegs& dregs) {
+__device__ __forceinline__ void decode_to_b(const uint8_t* st, uint32_t b, int warp, int lane, uint32_t e2m1_lo) {
   using Sh = ShapeSs<C, S, BNW>;
   const int r = lane & 7;
 #pragma unroll
@@ -58,7 +58,7 @@ __device__ __forceinline__ void decode_to_b(const uint8_t* st, uint32_t b, int w
     uint32_t af[4][4];
     decode_tile_words<C, S, HALF, Sh::kLaneWords, Sh::kRec>(st + Sh::kXBytes + tile * Sh::kTileBytes,
                                                             st + Sh::kXBytes + Sh::kWBytes + tile * Sh::kUnitRecBytes,
-                                                            lane, dregs, af);
+                                                            lane, e2m1_lo, af);
     const uint32_t row = b + static_cast<uint32_t>(16 * tile + r + 8 * ((lane >> 3) & 1)) * 128;
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) stmatrix_x4(row + (((2 * kk + (lane >> 4)) ^ r) << 4), af[kk]);
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kMathRegs));
   const int wg = warp / 4;
-  const mma_detail::DecodeRegs dregs = mma_detail::decode_regs<C>();
+  const uint32_t e2m1_lo = C == MmaCode::kE2M1 ? mma_detail::e2m1_table_lo() : 0u;
   const uint32_t b0 = wgmma::smem_addr(btiles);
   float acc[BNW / 2];
   int slot = 0, prev = -1, bt = 0;
@@ -112,9 +112,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t b = b0 + bt * Sh::kBBytes;
       wgmma::mbar_wait(&full[slot], phase);
       if (kst & 1) {
-        decode_to_b<C, S, BNW, 1>(st, b, warp, lane, dregs);
+        decode_to_b<C, S, BNW, 1>(st, b, warp, lane, e2m1_lo);
       } else {
-        decode_to_b<C, S, BNW, 0>(st, b, warp, lane, dregs);
+        decode_to_b<C, S, BNW, 0>(st, b, warp, lane, e2m1_lo);
       }
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the B tile, visible to the tensor cores
       math_barrier();

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(32 * kWidenWarps)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t k_slabs = a.layout.k_slabs(), units = tiles * k_slabs;
   uint32_t (*rs)[kWidenRowWords] = rows_smem[warp];
-  const DecodeRegs dregs = decode_regs<C>();
+  const uint32_t e2m1_lo = C == MmaCode::kE2M1 ? e2m1_table_lo() : 0u;
   for (int64_t u = static_cast<int64_t>(blockIdx.x) * kWidenWarps + warp; u < units;
        u += static_cast<int64_t>(gridDim.x) * kWidenWarps) {
     const int64_t tile = tile0 + u / k_slabs, slab = u % k_slabs;
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(32 * kWidenWarps)
         }
       }
       uint32_t af[2][4];
-      decode_group<C>(w, q, f, af, dregs);
+      decode_group<C>(w, q, f, af, e2m1_lo);
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
