@@ -49,7 +49,6 @@ inline std::vector<MmaVariant> mma_variants() {
   add("nostream", 1, 16, [](MmaDecodeForce& f) { f.no_l2_streaming = true; });
   // Quantized activations: the GEMM launched plainly after the activation pass (no programmatic launch).
   add("nopdl", 1, 1 << 20, [](MmaDecodeForce& f) { f.no_programmatic = true; });
-  add("nopf", 1, 16, [](MmaDecodeForce& f) { f.no_l2_prefetch = true; });  // no L2 prefetch before the wait
   add("reg2", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kRegisters; f.register_depth = 2; });
   add("reg4", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kRegisters; f.register_depth = 4; });
   add("reg4_nocl", 1, 16, [](MmaDecodeForce& f) {

@@ -317,17 +317,6 @@ __global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < steps) load_weights(s, s);
   }
-  // While the activation pass runs, the next steps' weights of each tile (one contiguous run per tile) are
-  // prefetched into the L2, so the DRAM stays busy beyond what the cp.async stages hold.
-  if (a.l2_prefetch_bytes > 0 && threadIdx.x < Sh::kTiles && steps > STAGES - 1) {
-    const int64_t tile = tile0 + threadIdx.x;
-    constexpr int64_t kStepBytes = int64_t{kWarpsK} * Sh::kUnitBytes;
-    const int64_t bytes = min((steps - (STAGES - 1)) * kStepBytes, a.l2_prefetch_bytes / Sh::kTiles / 16 * 16);
-    if (tile < n_tiles && bytes > 0) {
-      prefetch_l2_bulk(a.w + (tile * k_slabs + static_cast<int64_t>(step0 + STAGES - 1) * kWarpsK) * Sh::kUnitBytes,
-                       static_cast<uint32_t>(bytes));
-    }
-  }
   grid_dependency_wait();
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
@@ -538,16 +527,12 @@ Status launch_config(const MmaDecodeArgs& a, int splits, float* partial, Stream 
   const int per_split = (total_steps + splits - 1) / splits;
   const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(splits), static_cast<unsigned>(m_tiles));
   const bool cluster = splits > 1 && partial == nullptr;
-  MmaDecodeArgs ka = a;
-  // After the activation pass each block prefetches up to kMmaL2PrefetchBytes of its next weights (about what
-  // the DRAM delivers to a block slot during a 2-4 us pass).
-  ka.l2_prefetch_bytes = a.programmatic && !mma_decode_forced().no_l2_prefetch ? kMmaL2PrefetchBytes : 0;
   // M <= 16: the weights read once, marked streaming (evict first) in the L2 through an access policy
   // window on the launch, so that they replace each other rather than lines other kernels left there
   // (dirty ones cost a write-back: measured 7-10 us per call after a write of the L2 at 70B shapes).
   const int window = a.m <= 16 && !mma_decode_forced().no_l2_streaming ? max_access_policy_window() : 0;
   if (!cluster && !a.programmatic && window <= 0) {
-    kernel<<<grid, kThreads, Sh::kSmem, stream>>>(ka, per_split, partial, false);
+    kernel<<<grid, kThreads, Sh::kSmem, stream>>>(a, per_split, partial, false);
     QL_CUDA_CHECK_LAUNCH("mma_decode_kernel");
     return Status::ok();
   }
@@ -584,7 +569,7 @@ Status launch_config(const MmaDecodeArgs& a, int splits, float* partial, Stream 
   }
   cfg.attrs = attr;
   cfg.numAttrs = n_attr;
-  return check(cudaLaunchKernelEx(&cfg, kernel, ka, per_split, partial, cluster),
+  return check(cudaLaunchKernelEx(&cfg, kernel, a, per_split, partial, cluster),
                "cudaLaunchKernelEx(mma_decode_kernel, split-K cluster / programmatic / L2 window)");
 }
 

@@ -49,9 +49,6 @@ struct MmaDecodeArgs {
   // Launched right after the kernel that writes x (the activation pass): a programmatic dependent launch,
   // whose first weight loads overlap that kernel (mma_decode.cuh waits for it before it reads x).
   bool programmatic = false;
-  // Bytes of its weights beyond the first cp.async stages that each block asks the L2 to prefetch before it
-  // waits for that kernel (0: none; mma_decode.cuh sets it for programmatic launches).
-  int64_t l2_prefetch_bytes = 0;
   // The GPU's name (cudaDeviceProp::name, from the layer state): the key of the tuned table
   // (tuning/mma_decode_table.hpp); null: the built-in rules only.
   const char* device_name = nullptr;
@@ -74,8 +71,6 @@ inline constexpr int64_t kMmaDecodeMaxM = 64;  // the M range the kernel is buil
 // call and multiplied by cuBLASLt (mma_widen.cu): the MMA kernel's 64-token tiles re-decode the weights per
 // tile and lose to it there (H200, M = 256: 70B down_proj W8 522 us in 64-token tiles, 361 us widened).
 inline constexpr int64_t kMmaWidenAboveM = 128;
-// The weight bytes per block prefetched into the L2 while a programmatic launch waits for the activation pass.
-inline constexpr int64_t kMmaL2PrefetchBytes = 64 * 1024;
 
 // Range of E8M0 scale bytes for which the folded BF16 weight (code * 2^(s - 127)) is a normal BF16 number
 // and the decode constant is one: lo..hi inclusive.
@@ -118,7 +113,6 @@ struct MmaDecodeForce {
   MmaSplitReduce split_reduce = MmaSplitReduce::kTable;   // pipelined kernel, M <= 16
   bool no_programmatic = false;                           // quantized activations: plain launch after the pass
   bool no_l2_streaming = false;                           // M <= 16: weights without the L2 streaming window
-  bool no_l2_prefetch = false;                            // programmatic launch: no L2 prefetch before the wait
   bool no_tuned_table = false;                            // M > 16: the built-in rules, not the tuned table
   int mx_fp8_block = 0;                                   // MX activations: 1 = the FP8 block route at every M
                                                           // (layers whose plan fits), -1 = never

@@ -31,10 +31,6 @@ __device__ __forceinline__ void cp_async_wait() {
 // Programmatic dependent launch (sm_90): wait until the grid this one was launched after has completed and
 // its writes are visible (returns at once when there is none).
 __device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-// Asks the L2 to fetch `bytes` (a multiple of 16) from 16-byte aligned global memory; nothing waits for it.
-__device__ __forceinline__ void prefetch_l2_bulk(const void* gmem, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem), "r"(bytes) : "memory");
-}
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
