@@ -260,6 +260,60 @@ TEST(CudaMmaDecodeAct, Fp8BlockRouteMatchesTheReference) {
   }
 }
 
+// The same with the E4M3 widening on a second stream beside the activation pass (MmaDecodeForce::
+// mx_fp8_overlap), also captured in a CUDA graph: the fork and the join must order the GEMM after both.
+TEST(CudaMmaDecodeAct, Fp8BlockRouteWithTheWideningBesideThePass) {
+  QL_REQUIRE_SM90();
+  cuda::MmaDecodeForce f;
+  f.mx_fp8_block = 1;
+  f.mx_fp8_overlap = true;
+  cuda_test::ForceScope force(f);
+  for (const char* scheme : {"w4a4-mxfp4", "w6a6-mxfp6-e2m3"}) {
+    const Scheme s = *find_scheme(scheme);
+    for (int64_t m : {1, 17, 257, 1024}) {
+      for (bool narrow : {true, false}) {
+        Case c{s, m, 200, 384};
+        c.narrow_activations = narrow;
+        c.fp8_route = true;
+        check(c);
+      }
+    }
+  }
+  const Scheme s = *find_scheme("w4a4-mxfp4");
+  Case c{s, 256, 256, 1024};
+  c.fp8_route = true;
+  c.narrow_activations = true;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(describe(c, seed));
+  auto p = prepare(c, seed);
+  ASSERT_TRUE(p);
+  const LinearKernel& k = kernel_for(s.family);
+  auto xd = cuda::to_device(random_normal(DType::kBF16, {c.m, c.k}, seed + 1, 1.0)).value();
+  auto direct = cuda::empty(DType::kBF16, {c.m, c.n}).value();
+  auto replayed = cuda::empty(DType::kBF16, {c.m, c.n}).value();
+  ASSERT_TRUE(k.apply(p->mine, Activation::dense(xd), nullptr, direct).is_ok());
+  cudaStream_t st = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  {
+    cuda::StreamGuard guard(st);
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    const Status applied = k.apply(p->mine, Activation::dense(xd), nullptr, replayed);
+    ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+    ASSERT_TRUE(applied.is_ok()) << applied.message();
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(st);
+  auto ha = cuda::to_host(direct).value();
+  auto hb = cuda::to_host(replayed).value();
+  EXPECT_EQ(std::memcmp(ha.raw(), hb.raw(), static_cast<size_t>(ha.nbytes())), 0);
+}
+
 // By default the route starts above kMmaWidenAboveM; export -> import keeps its plan (bit-identical output).
 TEST(CudaMmaDecodeAct, Fp8BlockRouteByDefaultAndThroughTheWeightCache) {
   QL_REQUIRE_SM90();
