@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`qlinear bench --report` rendered in headless Chromium (Debian's `chromium`, installed by tools/setup.sh):
 each chart of the page is screenshotted alone and must be drawn at its size, not blank, with one line per
-scheme in the scheme's colour inside the plot area; the whole page must render too.
+scheme in the scheme's colour inside the plot area (each speed-up line also screenshotted without the others,
+which may cover it); the whole page must render too.
 
     report_in_browser.py QLINEAR_CLI WORK_DIR
 """
@@ -105,9 +106,18 @@ def main():
             lines = re.findall(r"<g class='line' data-scheme='([^']+)'", svg)
             if lines != SCHEMES:
                 failures.append(f"speedup: lines {lines}, expected one per scheme {SCHEMES}")
+            # Each line alone (the others' groups removed): lines drawn later may cover an earlier one where
+            # two schemes measure alike, which says nothing about whether it is drawn.
             for scheme, colour in legend:
+                alone = re.sub(r"<g class='line' data-scheme='(?!" + re.escape(scheme) + r"')[^']+'>.*?</g>", "",
+                               svg, flags=re.S)
+                html1 = os.path.join(work, f"speedup-{scheme}.html")
+                png1 = os.path.join(work, f"speedup-{scheme}.png")
+                open(html1, "w").write("<!DOCTYPE html><html><body style='margin:0'>" + alone + "</body></html>")
+                screenshot(chromium, html1, png1, CHART_W, CHART_H)
+                _, _, rows1 = read_png(png1)
                 rgb = hex_rgb(colour)
-                n = sum(1 for row in rows for px in row[:PLOT_RIGHT] if px == rgb)
+                n = sum(1 for row in rows1 for px in row[:PLOT_RIGHT] if px == rgb)
                 print(f"speedup: {scheme} {colour}: {n} pixels in the plot area")
                 if n < 300:  # a 3-pixel line across the plot; its three points alone are ~120
                     failures.append(f"speedup: the line of {scheme} ({colour}) is not drawn ({n} pixels)")
