@@ -148,19 +148,9 @@ TEST(CudaPrefillBench, DISABLED_ActQuant) {
   }
 }
 
-// Random bytes; E4M3 NaN codes replaced.
-Tensor random_codes(DType d, Shape shape) {
-  Tensor t = Tensor::empty(d, std::move(shape));
-  uint64_t st = 0x9E3779B97F4A7C15ull;
-  auto* p = static_cast<uint8_t*>(t.raw());
-  for (int64_t i = 0; i < t.nbytes(); ++i) {
-    st ^= st << 13;
-    st ^= st >> 7;
-    st ^= st << 17;
-    p[i] = static_cast<uint8_t>(st);
-    if (d == DType::kF8E4M3 && (p[i] & 0x7F) == 0x7F) p[i] = 0x3C;
-  }
-  return t;
+// Random one-byte codes (cuda_test::random_codes; the timing does not depend on them).
+Tensor random_codes(DType d, int64_t rows, int64_t cols) {
+  return cuda_test::random_codes(d, rows, cols, 0x9E3779B97F4A7C15ull);
 }
 
 Tensor f32_filled(int64_t n, float v) {
@@ -180,12 +170,12 @@ TEST(CudaPrefillBench, DISABLED_LtCandidates) {
   bool probed = false;
   for (const bench::LayerShape& sh : set->layers) {
     const int64_t n = sh.n, k = sh.k;
-    auto w8 = cuda::to_device(random_codes(DType::kF8E4M3, {n, k})).value();
-    auto wi = cuda::to_device(random_codes(DType::kI8, {n, k})).value();
+    auto w8 = cuda::to_device(random_codes(DType::kF8E4M3, n, k)).value();
+    auto wi = cuda::to_device(random_codes(DType::kI8, n, k)).value();
     auto w_scale = cuda::to_device(f32_filled(n, 0.01f)).value();
     for (int64_t m : {16, 256, 1024, 4096}) {
-      auto x8 = cuda::to_device(random_codes(DType::kF8E4M3, {m, k})).value();
-      auto xi = cuda::to_device(random_codes(DType::kI8, {m, k})).value();
+      auto x8 = cuda::to_device(random_codes(DType::kF8E4M3, m, k)).value();
+      auto xi = cuda::to_device(random_codes(DType::kI8, m, k)).value();
       auto x_scale = cuda::to_device(f32_filled(m, 0.02f)).value();
       auto out = cuda::empty(DType::kF32, {m, n}).value();
       struct Kind {
@@ -285,7 +275,7 @@ TEST(CudaPrefillBench, DISABLED_Fp8Route) {
       LinearLayer layer;
       layer.name = sh.name;
       layer.config = make_config(scheme, sh.n, sh.k);
-      layer.params["weight"] = random_codes(DType::kF8E4M3, {sh.n, sh.k});
+      layer.params["weight"] = random_codes(DType::kF8E4M3, sh.n, sh.k);
       Tensor ws = tensor ? f32_filled(1, 0.01f) : Tensor::empty(DType::kF32, {sh.n, 1});
       if (!tensor) {
         for (int64_t i = 0; i < sh.n; ++i) ws.data<float>()[i] = 0.01f;
@@ -294,7 +284,7 @@ TEST(CudaPrefillBench, DISABLED_Fp8Route) {
       if (scheme.activation_key->scale.is_static) layer.params["input_scale"] = f32_filled(1, 0.02f);
       const Status st = cuda::kSm90Fp8ScaledMM.process_weights_after_loading(layer);
       ASSERT_TRUE(st.is_ok()) << st.message();
-      auto w = cuda::to_device(random_codes(DType::kF8E4M3, {sh.n, sh.k})).value();
+      auto w = cuda::to_device(random_codes(DType::kF8E4M3, sh.n, sh.k)).value();
       auto w_scale = cuda::to_device(f32_filled(sh.n, 0.01f)).value();
       for (int64_t m : {16, 1024, 4096}) {
         auto x = cuda::to_device(bench::random_rows(DType::kBF16, m, sh.k, 5, 1.0)).value();
@@ -362,7 +352,7 @@ TEST(CudaPrefillBench, DISABLED_WgmmaInt8) {
                                    {"8b.gate_up", 28672, 4096, {1024, 4096}, false, DType::kBF16},
                                    {"8b.down", 4096, 14336, {1024, 4096}, false, DType::kBF16}};
   for (const Case& c : cases) {
-    const Tensor w_host = random_codes(DType::kI8, {c.n, c.k});
+    const Tensor w_host = random_codes(DType::kI8, c.n, c.k);
     Tensor colsum = Tensor::empty(DType::kI64, {c.n});
     Tensor ws_host = Tensor::empty(DType::kF32, {c.n});
     Tensor bias_host = Tensor::empty(DType::kBF16, {c.n});
@@ -378,7 +368,7 @@ TEST(CudaPrefillBench, DISABLED_WgmmaInt8) {
     auto w_colsum = cuda::to_device(colsum).value();
     auto bias = cuda::to_device(bias_host).value();
     for (int64_t m : c.ms) {
-      auto x = cuda::to_device(random_codes(DType::kI8, {m, c.k})).value();
+      auto x = cuda::to_device(random_codes(DType::kI8, m, c.k)).value();
       Tensor xs_host = Tensor::empty(DType::kF32, {m});
       Tensor zp_host = Tensor::empty(DType::kI32, {m});
       for (int64_t r = 0; r < m; ++r) {
@@ -486,7 +476,7 @@ TEST(CudaPrefillBench, DISABLED_Int8Route) {
       LinearLayer layer;
       layer.name = sh.name;
       layer.config = make_config(scheme, sh.n, sh.k);
-      layer.params["weight"] = random_codes(DType::kI8, {sh.n, sh.k});
+      layer.params["weight"] = random_codes(DType::kI8, sh.n, sh.k);
       Tensor ws = Tensor::empty(DType::kF32, {sh.n, 1});
       for (int64_t i = 0; i < sh.n; ++i) ws.data<float>()[i] = 0.01f;
       layer.params["weight_scale"] = ws;

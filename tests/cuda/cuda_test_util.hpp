@@ -71,9 +71,10 @@ inline Tensor f32_filled(Shape shape, float v) {
   return t;
 }
 
-// rows x cols pseudo-random E4M3 codes (xorshift from seed), the NaN codes replaced by 0x3C (1.5).
-inline Tensor e4m3_codes(int64_t rows, int64_t cols, uint64_t seed) {
-  Tensor t = Tensor::empty(DType::kF8E4M3, {rows, cols});
+// rows x cols pseudo-random one-byte codes of dtype d (xorshift from seed); E4M3's NaN codes replaced by 0x3C
+// (1.5).
+inline Tensor random_codes(DType d, int64_t rows, int64_t cols, uint64_t seed) {
+  Tensor t = Tensor::empty(d, {rows, cols});
   uint64_t st = seed | 1;
   auto* p = static_cast<uint8_t*>(t.raw());
   for (int64_t i = 0; i < t.nbytes(); ++i) {
@@ -81,9 +82,12 @@ inline Tensor e4m3_codes(int64_t rows, int64_t cols, uint64_t seed) {
     st ^= st >> 7;
     st ^= st << 17;
     p[i] = static_cast<uint8_t>(st);
-    if ((p[i] & 0x7F) == 0x7F) p[i] = 0x3C;
+    if (d == DType::kF8E4M3 && (p[i] & 0x7F) == 0x7F) p[i] = 0x3C;
   }
   return t;
+}
+inline Tensor e4m3_codes(int64_t rows, int64_t cols, uint64_t seed) {
+  return random_codes(DType::kF8E4M3, rows, cols, seed);
 }
 
 // The dtype of a quantized-activation element format, and its dynamic MX key (E8M0 per 32).

@@ -140,16 +140,20 @@ int64_t compare(const Case& c, const Prepared& p, const Tensor& x, const Tensor*
   return cuda_test::compare_with_reference(c.scheme.family, p.ref, c.out, c.m, c.n, c.k, x, bias, got, worst_out);
 }
 
+// Where the case names it: whether the layer takes the FP8 block route at c.m.
+void expect_route(const Case& c, const Prepared& p) {
+  if (!c.fp8_route) return;
+  const std::string route = cuda::mma_decode_route_for(p.mine, c.m);
+  EXPECT_EQ(route.rfind("activations quantized per 32 and re-scaled per 128 block", 0) == 0, *c.fp8_route) << route;
+}
+
 void check(const Case& c) {
   const uint64_t seed = fresh_seed();
   const std::string what = describe(c, seed);
   SCOPED_TRACE(what);
   auto p = prepare(c, seed);
   if (!p) return;
-  if (c.fp8_route) {
-    const std::string route = cuda::mma_decode_route_for(p->mine, c.m);
-    EXPECT_EQ(route.rfind("activations quantized per 32 and re-scaled per 128 block", 0) == 0, *c.fp8_route) << route;
-  }
+  expect_route(c, *p);
   const Tensor x = c.narrow_activations ? to_dtype(random_normal(DType::kF32, {c.m, c.k}, seed + 1, 1.0), c.in)
                                         : wide_activations(c.m, c.k, seed + 1, c.in);
   const Tensor bias = c.bias ? to_dtype(random_normal(DType::kF32, {c.n}, seed + 2, 0.5), *c.bias) : Tensor();
@@ -249,6 +253,72 @@ TEST(CudaMmaDecodeAct, WgmmaKernelMatchesTheReference) {
   }
 }
 
+// export_processed -> import_processed (the weight cache's path): the imported layer takes the same route at
+// c.m and gives the same output bits on each of xs.
+void expect_weight_cache_round_trip(const Case& c, const Prepared& p, const std::vector<Tensor>& xs) {
+  const LinearKernel& k = kernel_for(c.scheme.family);
+  auto exported = k.export_processed(p.mine);
+  ASSERT_TRUE(exported) << exported.message();
+  LinearLayer imported = p.raw;  // unprocessed, the same checkpoint tensors
+  const Status is = k.import_processed(imported, *exported);
+  ASSERT_TRUE(is.is_ok()) << is.message();
+  EXPECT_EQ(cuda::mma_decode_route_for(imported, c.m), cuda::mma_decode_route_for(p.mine, c.m));
+  for (const Tensor& x : xs) {
+    auto xd = cuda::to_device(x).value();
+    auto a = cuda::empty(DType::kBF16, {c.m, c.n}).value();
+    auto b = cuda::empty(DType::kBF16, {c.m, c.n}).value();
+    ASSERT_TRUE(k.apply(p.mine, Activation::dense(xd), nullptr, a).is_ok());
+    ASSERT_TRUE(k.apply(imported, Activation::dense(xd), nullptr, b).is_ok());
+    auto ha = cuda::to_host(a).value();
+    auto hb = cuda::to_host(b).value();
+    EXPECT_EQ(std::memcmp(ha.raw(), hb.raw(), static_cast<size_t>(ha.nbytes())), 0);
+  }
+}
+
+// One call captured in a CUDA graph on `stream` (the current stream), then replayed three times with fresh
+// activations into a poisoned output: each replay equals a direct call bit for bit and the reference.
+void check_graph_replay(const Case& c, cudaStream_t stream) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(describe(c, seed));
+  auto p = prepare(c, seed);
+  ASSERT_TRUE(p);
+  expect_route(c, *p);
+  const LinearKernel& k = kernel_for(c.scheme.family);
+  const int64_t m = c.m;
+  const Tensor bias = to_dtype(random_normal(DType::kF32, {c.n}, seed + 2, 0.5), DType::kBF16);
+  auto bd = cuda::to_device(bias).value();
+  auto xd = cuda::empty(DType::kBF16, {m, c.k}).value();
+  auto od = cuda::empty(DType::kBF16, {m, c.n}).value();
+  auto direct = cuda::empty(DType::kBF16, {m, c.n}).value();
+  auto upload_x = [&](uint64_t sd) {
+    const Tensor x = wide_activations(m, c.k, sd, DType::kBF16);
+    EXPECT_EQ(cudaMemcpyAsync(xd.raw(), x.raw(), static_cast<size_t>(x.nbytes()), cudaMemcpyHostToDevice, stream),
+              cudaSuccess);
+    return x;
+  };
+  upload_x(seed + 10);
+  ASSERT_TRUE(k.apply(p->mine, Activation::dense(xd), &bd, od).is_ok());  // warm-up
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const Status cs = k.apply(p->mine, Activation::dense(xd), &bd, od);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(cs.is_ok()) << cs.message();
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 3; ++replay) {
+    const Tensor x = upload_x(seed + 20 + replay);
+    ASSERT_TRUE(cuda::fill_bytes(od, 0xFF).is_ok());
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_TRUE(k.apply(p->mine, Activation::dense(xd), &bd, direct).is_ok());
+    auto got = cuda::to_host(od).value();
+    auto want = cuda::to_host(direct).value();
+    EXPECT_EQ(std::memcmp(got.raw(), want.raw(), static_cast<size_t>(got.nbytes())), 0) << "replay " << replay;
+    EXPECT_EQ(compare(c, *p, x, &bias, got, nullptr), 0) << "replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 // The FP8 block route (mx_fp8_block.hpp) forced at every M on the schemes it takes: activations whose 128
 // blocks all fit E4M3 (the GEMM alone) and the wide ones (most rows recomputed by the repair kernel); input,
 // bias and output dtypes (a bias cuBLASLt's FP8 epilogue does not take goes through ours); N off the 128-row
@@ -303,39 +373,16 @@ TEST(CudaMmaDecodeAct, Fp8BlockRouteWithTheWideningBesideThePass) {
       }
     }
   }
-  const Scheme s = *find_scheme("w4a4-mxfp4");
-  Case c{s, 256, 256, 1024};
-  c.fp8_route = true;
-  c.narrow_activations = true;
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(describe(c, seed));
-  auto p = prepare(c, seed);
-  ASSERT_TRUE(p);
-  const LinearKernel& k = kernel_for(s.family);
-  auto xd = cuda::to_device(random_normal(DType::kBF16, {c.m, c.k}, seed + 1, 1.0)).value();
-  auto direct = cuda::empty(DType::kBF16, {c.m, c.n}).value();
-  auto replayed = cuda::empty(DType::kBF16, {c.m, c.n}).value();
-  ASSERT_TRUE(k.apply(p->mine, Activation::dense(xd), nullptr, direct).is_ok());
-  cudaStream_t st = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   {
-    cuda::StreamGuard guard(st);
-    cudaGraph_t graph = nullptr;
-    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    const Status applied = k.apply(p->mine, Activation::dense(xd), nullptr, replayed);
-    ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
-    ASSERT_TRUE(applied.is_ok()) << applied.message();
-    cudaGraphExec_t exec = nullptr;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    cuda::StreamGuard guard(stream);
+    Case c{*find_scheme("w4a4-mxfp4"), 256, 128, 2048, DType::kBF16, DType::kBF16, DType::kBF16};
+    c.fp8_route = true;
+    check_graph_replay(c, stream);
   }
-  cudaStreamDestroy(st);
-  auto ha = cuda::to_host(direct).value();
-  auto hb = cuda::to_host(replayed).value();
-  EXPECT_EQ(std::memcmp(ha.raw(), hb.raw(), static_cast<size_t>(ha.nbytes())), 0);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaStreamDestroy(stream);
 }
 
 // By default the route starts above kMmaWidenAboveM; export -> import keeps its plan (bit-identical output).
@@ -353,25 +400,9 @@ TEST(CudaMmaDecodeAct, Fp8BlockRouteByDefaultAndThroughTheWeightCache) {
   SCOPED_TRACE(describe(above, seed));
   auto p = prepare(above, seed);
   ASSERT_TRUE(p);
-  const LinearKernel& k = kernel_for(s.family);
-  auto exported = k.export_processed(p->mine);
-  ASSERT_TRUE(exported) << exported.message();
-  LinearLayer imported = p->raw;
-  const Status is = k.import_processed(imported, *exported);
-  ASSERT_TRUE(is.is_ok()) << is.message();
-  EXPECT_EQ(cuda::mma_decode_route_for(imported, above.m), cuda::mma_decode_route_for(p->mine, above.m));
-  for (bool narrow : {true, false}) {
-    const Tensor x = narrow ? random_normal(DType::kBF16, {above.m, above.k}, seed + 1, 1.0)
-                            : wide_activations(above.m, above.k, seed + 1, DType::kBF16);
-    auto xd = cuda::to_device(x).value();
-    auto a = cuda::empty(DType::kBF16, {above.m, above.n}).value();
-    auto b = cuda::empty(DType::kBF16, {above.m, above.n}).value();
-    ASSERT_TRUE(k.apply(p->mine, Activation::dense(xd), nullptr, a).is_ok());
-    ASSERT_TRUE(k.apply(imported, Activation::dense(xd), nullptr, b).is_ok());
-    auto ha = cuda::to_host(a).value();
-    auto hb = cuda::to_host(b).value();
-    EXPECT_EQ(std::memcmp(ha.raw(), hb.raw(), static_cast<size_t>(ha.nbytes())), 0);
-  }
+  expect_weight_cache_round_trip(above, *p,
+                                 {random_normal(DType::kBF16, {above.m, above.k}, seed + 1, 1.0),
+                                  wide_activations(above.m, above.k, seed + 1, DType::kBF16)});
 }
 
 // MX weights whose scales leave the fold range: the promoted kernel (block scales on FP32 partial sums) with
@@ -498,44 +529,7 @@ TEST(CudaMmaDecodeAct, CapturesAndReplaysInACudaGraph) {
   cuda::StreamGuard guard(stream);
   for (const Scheme& s : all_act_schemes()) {
     for (int64_t m : {1, 16, 64, 256}) {  // 256: the widening route
-      const Case c{s, m, 128, 2048, DType::kBF16, DType::kBF16, DType::kBF16};
-      const uint64_t seed = fresh_seed();
-      SCOPED_TRACE(describe(c, seed));
-      auto p = prepare(c, seed);
-      ASSERT_TRUE(p);
-      const LinearKernel& k = kernel_for(s.family);
-      const Tensor bias = to_dtype(random_normal(DType::kF32, {c.n}, seed + 2, 0.5), DType::kBF16);
-      auto bd = cuda::to_device(bias).value();
-      auto xd = cuda::empty(DType::kBF16, {m, c.k}).value();
-      auto od = cuda::empty(DType::kBF16, {m, c.n}).value();
-      auto direct = cuda::empty(DType::kBF16, {m, c.n}).value();
-      auto upload_x = [&](uint64_t sd) {
-        const Tensor x = wide_activations(m, c.k, sd, DType::kBF16);
-        EXPECT_EQ(cudaMemcpyAsync(xd.raw(), x.raw(), static_cast<size_t>(x.nbytes()), cudaMemcpyHostToDevice, stream),
-                  cudaSuccess);
-        return x;
-      };
-      upload_x(seed + 10);
-      ASSERT_TRUE(k.apply(p->mine, Activation::dense(xd), &bd, od).is_ok());  // warm-up
-      cudaGraph_t graph = nullptr;
-      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-      const Status cs = k.apply(p->mine, Activation::dense(xd), &bd, od);
-      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-      ASSERT_TRUE(cs.is_ok()) << cs.message();
-      cudaGraphExec_t exec = nullptr;
-      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-      for (int replay = 0; replay < 3; ++replay) {
-        const Tensor x = upload_x(seed + 20 + replay);
-        ASSERT_TRUE(cuda::fill_bytes(od, 0xFF).is_ok());
-        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-        ASSERT_TRUE(k.apply(p->mine, Activation::dense(xd), &bd, direct).is_ok());
-        auto got = cuda::to_host(od).value();
-        auto want = cuda::to_host(direct).value();
-        EXPECT_EQ(std::memcmp(got.raw(), want.raw(), static_cast<size_t>(got.nbytes())), 0) << "replay " << replay;
-        EXPECT_EQ(compare(c, *p, x, &bias, got, nullptr), 0) << "replay " << replay;
-      }
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
+      check_graph_replay({s, m, 128, 2048, DType::kBF16, DType::kBF16, DType::kBF16}, stream);
     }
   }
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
@@ -551,21 +545,7 @@ TEST(CudaMmaDecodeAct, ProcessedWeightsRoundTrip) {
     SCOPED_TRACE(describe(c, seed));
     auto p = prepare(c, seed);
     ASSERT_TRUE(p);
-    const LinearKernel& k = kernel_for(s.family);
-    auto exported = k.export_processed(p->mine);
-    ASSERT_TRUE(exported) << exported.message();
-    LinearLayer imported = p->raw;  // unprocessed, the same checkpoint tensors
-    const Status is = k.import_processed(imported, *exported);
-    ASSERT_TRUE(is.is_ok()) << is.message();
-    const Tensor x = wide_activations(c.m, c.k, seed + 1, DType::kBF16);
-    auto xd = cuda::to_device(x).value();
-    auto a = cuda::empty(DType::kBF16, {c.m, c.n}).value();
-    auto b = cuda::empty(DType::kBF16, {c.m, c.n}).value();
-    ASSERT_TRUE(k.apply(p->mine, Activation::dense(xd), nullptr, a).is_ok());
-    ASSERT_TRUE(k.apply(imported, Activation::dense(xd), nullptr, b).is_ok());
-    auto ha = cuda::to_host(a).value();
-    auto hb = cuda::to_host(b).value();
-    EXPECT_EQ(std::memcmp(ha.raw(), hb.raw(), static_cast<size_t>(ha.nbytes())), 0);
+    expect_weight_cache_round_trip(c, *p, {wide_activations(c.m, c.k, seed + 1, DType::kBF16)});
   }
 }
 
