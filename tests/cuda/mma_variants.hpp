@@ -134,10 +134,19 @@ inline std::vector<MmaVariant> mma_variants() {
   return v;
 }
 
-// Timing probes of the wgmma kernel (benchmark only: their outputs are wrong): a stage without its decode,
-// without its weight copies.
+// Timing probes (benchmark only: their outputs are wrong): a stage without its decode, without its weight
+// copies, without both; of the pipelined kernel at 1-8 tokens (MXFP4 only: the other schemes' rows say so)
+// and of the wgmma kernel.
 inline std::vector<MmaVariant> mma_probe_variants() {
   std::vector<MmaVariant> v;
+  cuda::MmaDecodeForce p;
+  p.small_m = cuda::MmaSmallMKernel::kPipelined;
+  p.small_m_probe = 1;
+  v.push_back({"nodec", 1, 8, p});
+  p.small_m_probe = 2;
+  v.push_back({"nowt", 1, 8, p});
+  p.small_m_probe = 3;
+  v.push_back({"xonly", 1, 8, p});
   cuda::MmaDecodeForce f;
   f.wgmma = 1;
   f.wgmma_probe = 1;

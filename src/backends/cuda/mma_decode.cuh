@@ -214,10 +214,17 @@ __device__ __forceinline__ double epilogue_value(float sum, const MmaFactor& f, 
 // cluster_reduce: the grid's splits form clusters of (1, splits, 1) and add up in rank 0 (partial is null).
 // PROMOTE (kMx32 only): the block scales multiply each group's FP32 partial sum instead of folding into the
 // BF16 weights (layers whose scales leave the fold range).
-template <MmaCode C, MmaScale S, int TN, int NT, int STAGES, bool PROMOTE, int KW = 2>
+// PROBE (benchmark only, one instantiation): the kProbe* bits of `probe` drop a part of each stage's work,
+// so that the time without it shows what that part costs; the results are then wrong.
+inline constexpr int kProbeNoDecode = 1;   // the packed words go to the MMA as they are (no decode, no scale)
+inline constexpr int kProbeNoWeights = 2;  // the weight and scale copies are not issued (stale shared memory)
+template <MmaCode C, MmaScale S, int TN, int NT, int STAGES, bool PROMOTE, int KW = 2, bool PROBE = false>
 __global__ void __launch_bounds__(kThreadsOf(KW), TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
-    mma_decode_kernel(const MmaDecodeArgs a, int steps_per_split, float* __restrict__ partial, bool cluster_reduce) {
+    mma_decode_kernel(const MmaDecodeArgs a, int steps_per_split, float* __restrict__ partial, bool cluster_reduce,
+                      int probe) {
   static_assert(!PROMOTE || S == MmaScale::kMx32, "promotion is for E8M0 block scales");
+  const bool copy_weights = !PROBE || (probe & kProbeNoWeights) == 0;
+  const bool decode = !PROBE || (probe & kProbeNoDecode) == 0;
   using Sh = Shape<C, S, TN, NT, STAGES, KW>;
   constexpr int kWarpsK = KW, kThreads = Sh::kThreads, kStageK = Sh::kStageK;
   constexpr int kWords = CodeTraits<C>::kWords;
@@ -277,6 +284,7 @@ __global__ void __launch_bounds__(kThreadsOf(KW), TN <= 2 ? (STAGES <= 3 ? 3 : 2
 
   // A stage's weights and scales (never written by a kernel before this one) and its activations.
   auto load_weights = [&](int buf, int step) {
+    if (!copy_weights) return;
     uint8_t* st = smem + buf * Sh::kStageBytes;
     const int64_t wstep = static_cast<int64_t>(step) * kWarpsK * Sh::kUnitBytes;
 #pragma unroll
@@ -410,7 +418,12 @@ __global__ void __launch_bounds__(kThreadsOf(KW), TN <= 2 ? (STAGES <= 3 ? 3 : 2
           }
         }
         uint32_t af[2][4];
-        decode_group<C>(w[j], q, f, af, e2m1_lo);
+        if (decode) {
+          decode_group<C>(w[j], q, f, af, e2m1_lo);
+        } else {
+#pragma unroll
+          for (int r = 0; r < 8; ++r) af[r / 4][r % 4] = w[j][(2 * q + r) % kWords];
+        }
 #pragma unroll
         for (int tt = 0; tt < TN; ++tt) {
           if constexpr (PROMOTE) {
@@ -517,10 +530,11 @@ int max_access_policy_window();
 // Sums the splits in order 0, 1, ... and applies the row scale, bias and output cast.
 __global__ void mma_decode_reduce_kernel(const MmaDecodeArgs a, int splits, const float* __restrict__ partial);
 
-template <MmaCode C, MmaScale S, int TN, int NT, int STAGES, bool PROMOTE, int KW = 2>
+template <MmaCode C, MmaScale S, int TN, int NT, int STAGES, bool PROMOTE, int KW = 2, bool PROBE = false>
 Status launch_config(const MmaDecodeArgs& a, int splits, float* partial, Stream stream) {
   using Sh = Shape<C, S, TN, NT, STAGES, KW>;
-  auto kernel = mma_decode_kernel<C, S, TN, NT, STAGES, PROMOTE, KW>;
+  auto kernel = mma_decode_kernel<C, S, TN, NT, STAGES, PROMOTE, KW, PROBE>;
+  const int probe = PROBE ? mma_decode_forced().small_m_probe : 0;
   constexpr int kThreads = Sh::kThreads;
   // The shared-memory limit is a per-device attribute of the kernel: set once on every device used.
   static std::atomic<uint64_t> attr_set{0};
@@ -543,7 +557,7 @@ Status launch_config(const MmaDecodeArgs& a, int splits, float* partial, Stream 
   // (dirty ones cost a write-back: measured 7-10 us per call after a write of the L2 at 70B shapes).
   const int window = a.m <= 16 && !mma_decode_forced().no_l2_streaming ? max_access_policy_window() : 0;
   if (!cluster && !a.programmatic && window <= 0) {
-    kernel<<<grid, kThreads, Sh::kSmem, stream>>>(a, per_split, partial, false);
+    kernel<<<grid, kThreads, Sh::kSmem, stream>>>(a, per_split, partial, false, probe);
     QL_CUDA_CHECK_LAUNCH("mma_decode_kernel");
     return Status::ok();
   }
@@ -580,7 +594,7 @@ Status launch_config(const MmaDecodeArgs& a, int splits, float* partial, Stream 
   }
   cfg.attrs = attr;
   cfg.numAttrs = n_attr;
-  return check(cudaLaunchKernelEx(&cfg, kernel, a, per_split, partial, cluster),
+  return check(cudaLaunchKernelEx(&cfg, kernel, a, per_split, partial, cluster, probe),
                "cudaLaunchKernelEx(mma_decode_kernel, split-K cluster / programmatic / L2 window)");
 }
 
@@ -590,6 +604,16 @@ template <MmaCode C, MmaScale S>
 Status launch_scale(const MmaDecodeArgs& a, const MmaTileConfig& t, int splits, float* partial, Stream stream) {
   if constexpr (S == MmaScale::kMx32) {
     if (!a.fold) return launch_config<C, S, 8, 1, 3, true>(a, splits, partial, stream);
+  }
+  if (mma_decode_forced().small_m_probe != 0) {
+    // The probes exist for one configuration (MXFP4, 8 tokens, 64-row blocks, 4 stages): timing only.
+    if constexpr (C == MmaCode::kE2M1 && S == MmaScale::kMx32) {
+      if (t.token_tiles == 1 && t.n16_per_warp == 1 && t.stages == 4 && t.k_warps == 2) {
+        return launch_config<C, S, 1, 1, 4, false, 2, true>(a, splits, partial, stream);
+      }
+    }
+    return Status::error("mma_decode: the small-M probes are built for MXFP4 weights with folded scales at "
+                         "1-8 tokens in 64-row blocks of 4 stages only");
   }
 #define QL_MMA_CONFIG(TN_, NT_, STAGES_)                                                                    \
   if (t.token_tiles == TN_ && t.n16_per_warp == NT_ && t.stages == STAGES_ && t.k_warps == 2) {             \

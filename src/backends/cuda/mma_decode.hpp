@@ -113,6 +113,8 @@ struct MmaDecodeForce {
   bool wgmma_no_hint = false;                             // its TMA loads without L2 hints (weights evict first)
   bool wgmma_drain = false;                               // its wgmma groups all retired every 4 stages
   int wgmma_probe = 0;                                    // benchmark probes (mma_wgmma::kProbe*: wrong results)
+  int small_m_probe = 0;                                  // the pipelined kernel's probes, M <= 16 (MXFP4 only;
+                                                          // mma_detail::kProbe*: wrong results)
   MmaSplitReduce split_reduce = MmaSplitReduce::kTable;   // pipelined kernel, M <= 16
   bool no_programmatic = false;                           // quantized activations: plain launch after the pass
   bool no_l2_streaming = false;                           // M <= 16: weights without the L2 streaming window
