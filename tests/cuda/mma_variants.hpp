@@ -135,7 +135,7 @@ inline std::vector<MmaVariant> mma_variants() {
 }
 
 // Timing probes (benchmark only: their outputs are wrong): a stage without its decode, without its weight
-// copies, without both; of the pipelined kernel at 1-8 tokens (MXFP4 only: the other schemes' rows say so)
+// copies, without both, without its MMAs, with only its activation copies, no stage at all; of the pipelined kernel at 1-8 tokens (MXFP4 only: the other schemes' rows say so)
 // and of the wgmma kernel.
 inline std::vector<MmaVariant> mma_probe_variants() {
   std::vector<MmaVariant> v;
@@ -147,6 +147,12 @@ inline std::vector<MmaVariant> mma_probe_variants() {
   v.push_back({"nowt", 1, 8, p});
   p.small_m_probe = 3;
   v.push_back({"xonly", 1, 8, p});
+  p.small_m_probe = 4;
+  v.push_back({"nomma", 1, 8, p});
+  p.small_m_probe = 7;
+  v.push_back({"xcopy", 1, 8, p});  // only the activation copies, barriers and fragment loads
+  p.small_m_probe = 8;
+  v.push_back({"noloop", 1, 8, p});
   cuda::MmaDecodeForce f;
   f.wgmma = 1;
   f.wgmma_probe = 1;

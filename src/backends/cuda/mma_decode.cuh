@@ -218,6 +218,8 @@ __device__ __forceinline__ double epilogue_value(float sum, const MmaFactor& f, 
 // so that the time without it shows what that part costs; the results are then wrong.
 inline constexpr int kProbeNoDecode = 1;   // the packed words go to the MMA as they are (no decode, no scale)
 inline constexpr int kProbeNoWeights = 2;  // the weight and scale copies are not issued (stale shared memory)
+inline constexpr int kProbeNoMma = 4;      // each MMA replaced by one dependent FADD of its operands' bits
+inline constexpr int kProbeNoLoop = 8;     // no K step at all: the launch, the prologue and the epilogue
 template <MmaCode C, MmaScale S, int TN, int NT, int STAGES, bool PROMOTE, int KW = 2, bool PROBE = false>
 __global__ void __launch_bounds__(kThreadsOf(KW), TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
     mma_decode_kernel(const MmaDecodeArgs a, int steps_per_split, float* __restrict__ partial, bool cluster_reduce,
@@ -225,6 +227,7 @@ __global__ void __launch_bounds__(kThreadsOf(KW), TN <= 2 ? (STAGES <= 3 ? 3 : 2
   static_assert(!PROMOTE || S == MmaScale::kMx32, "promotion is for E8M0 block scales");
   const bool copy_weights = !PROBE || (probe & kProbeNoWeights) == 0;
   const bool decode = !PROBE || (probe & kProbeNoDecode) == 0;
+  const bool no_mma = PROBE && (probe & kProbeNoMma) != 0;
   using Sh = Shape<C, S, TN, NT, STAGES, KW>;
   constexpr int kWarpsK = KW, kThreads = Sh::kThreads, kStageK = Sh::kStageK;
   constexpr int kWords = CodeTraits<C>::kWords;
@@ -241,7 +244,7 @@ __global__ void __launch_bounds__(kThreadsOf(KW), TN <= 2 ? (STAGES <= 3 ? 3 : 2
   const int64_t m0 = static_cast<int64_t>(blockIdx.z) * Sh::kXRows;
   const int total_steps = static_cast<int>(k_slabs / kWarpsK);
   const int step0 = blockIdx.y * steps_per_split;
-  const int steps = max(0, min(steps_per_split, total_steps - step0));
+  const int steps = PROBE && (probe & kProbeNoLoop) != 0 ? 0 : max(0, min(steps_per_split, total_steps - step0));
 
   // Every stage copies the same chunks from addresses that advance by one step: the per-thread source
   // offsets (at step 0 of this split) are computed once.
@@ -434,6 +437,8 @@ __global__ void __launch_bounds__(kThreadsOf(KW), TN <= 2 ? (STAGES <= 3 ? 3 : 2
             acc[j][tt][1] = fmaf(p[1], promote[0], acc[j][tt][1]);
             acc[j][tt][2] = fmaf(p[2], promote[1], acc[j][tt][2]);
             acc[j][tt][3] = fmaf(p[3], promote[1], acc[j][tt][3]);
+          } else if (no_mma) {  // probe: one dependent add per MMA, keeping the operands live
+            acc[j][tt][0] += __uint_as_float((af[0][0] ^ af[1][3] ^ b[tt][0] ^ b[tt][3]) & 0x3F7FFFFFu);
           } else {
             mma_bf16(acc[j][tt], af[0], b[tt][0], b[tt][1]);
             mma_bf16(acc[j][tt], af[1], b[tt][2], b[tt][3]);
