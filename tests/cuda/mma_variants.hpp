@@ -33,20 +33,6 @@ inline std::vector<MmaVariant> mma_variants() {
   });
   add("nt1", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kPipelined; f.n16_per_warp = 1; });
   add("nt2", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kPipelined; f.n16_per_warp = 2; });
-  // 16 warps per block, 4 along K (64 rows, 4 stages): twice the warps per SM at the same grid.
-  add("kw4", 1, 16, [](MmaDecodeForce& f) {
-    f.small_m = MmaSmallMKernel::kPipelined;
-    f.n16_per_warp = 1;
-    f.stages = 4;
-    f.k_warps = 4;
-  });
-  add("kw4_s1", 1, 16, [](MmaDecodeForce& f) {
-    f.small_m = MmaSmallMKernel::kPipelined;
-    f.n16_per_warp = 1;
-    f.stages = 4;
-    f.k_warps = 4;
-    f.splits = 1;
-  });
   add("pipe_s1", 1, 16, [](MmaDecodeForce& f) { f.small_m = MmaSmallMKernel::kPipelined; f.splits = 1; });
   // Split-K on the pipelined kernel: added in a cluster (forced counts), or through partial sums and a
   // second launch with the splits that rule chose.

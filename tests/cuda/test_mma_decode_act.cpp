@@ -193,30 +193,6 @@ TEST(CudaMmaDecodeAct, MatchesTheReferenceOverM) {
   }
 }
 
-// 16-warp blocks (4 warps along K, MmaDecodeForce::k_warps) after the activation pass: K in whole 512-K
-// stages (with and without grid splits, K off 512 in the last stage), and K padded to an odd number of 256-K
-// steps (the 8-warp blocks run instead).
-TEST(CudaMmaDecodeAct, SixteenWarpBlocksMatchTheReference) {
-  QL_REQUIRE_SM90();
-  for (int splits : {0, 1}) {
-    cuda::MmaDecodeForce f;
-    f.small_m = cuda::MmaSmallMKernel::kPipelined;
-    f.n16_per_warp = 1;
-    f.stages = 4;
-    f.k_warps = 4;
-    f.splits = splits;
-    cuda_test::ForceScope force(f);
-    for (const Scheme& s : all_act_schemes()) {
-      for (int64_t m : {1, 3, 9, 16}) {
-        check({s, m, 200, 2048});
-        check({s, m, 136, 8192});
-      }
-      check({s, 5, 200, odd_k(s)});  // K padded to 1024: the last stage partly past K
-      check({s, 5, 200, 768});        // three 256-K steps: not whole 512-K stages
-    }
-  }
-}
-
 // The first M of the widening route (weights widened to BF16 per call + cuBLASLt), N off the 16-row tiles and
 // the row blocks: small enough for compute-sanitizer.
 TEST(CudaMmaDecodeAct, WideningRouteAtItsFirstM) {

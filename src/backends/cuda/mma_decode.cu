@@ -25,8 +25,8 @@ constexpr MmaTileConfig kTileTable[] = {
 
 int64_t stage_bytes(const MmaLayout& l, const MmaTileConfig& t) {
   const int64_t tiles = mma_detail::kWarpsN * t.n16_per_warp;
-  return tiles * t.k_warps * (l.unit_bytes() + kMmaScaleRecords * mma_scale_record_bytes(l.scale)) +
-         8 * t.token_tiles * t.k_warps * kMmaSlabK * 2;
+  return tiles * mma_detail::kWarpsK * (l.unit_bytes() + kMmaScaleRecords * mma_scale_record_bytes(l.scale)) +
+         8 * t.token_tiles * mma_detail::kStageK * 2;
 }
 
 }  // namespace
@@ -149,8 +149,6 @@ MmaTileConfig mma_config_for(const MmaDecodeArgs& a) {
     if (a.layout.code == MmaCode::kE2M1 && partial_sum_rule(a)) t.n16_per_warp = 2;
     if (forced.stages != 0) t.stages = forced.stages;
     if (forced.n16_per_warp != 0) t.n16_per_warp = forced.n16_per_warp;
-    // 16 warps per block (4 along K): instantiated for 64 rows and 4 stages, and K in whole 512-K stages.
-    if (forced.k_warps == 4 && t.n16_per_warp == 1 && t.stages == 4 && a.layout.k_slabs() % 4 == 0) t.k_warps = 4;
     return t;
   }
   if (wide_large_m_tiles(a.layout)) t.n16_per_warp = 2;
@@ -203,7 +201,7 @@ SplitShape split_shape(const MmaDecodeArgs& a) {
   // FP6 and E2M1 stages are small enough for 3-4 blocks where E4M3 fits 2.
   if (a.m <= 16 && t.token_tiles <= 2 && t.n16_per_warp == 1 && !partial_sum_rule(a)) by_regs = t.token_tiles == 1 ? 4 : 3;
   const int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(by_regs, (228 << 10) / (smem + 1024)));
-  return {mma_detail::kWarpsN * t.n16_per_warp, 8 * t.token_tiles, per_sm, a.layout.k_slabs() / t.k_warps, 8 / t.k_warps,
+  return {mma_detail::kWarpsN * t.n16_per_warp, 8 * t.token_tiles, per_sm, a.layout.k_slabs() / mma_detail::kWarpsK, 4,
           mma_split_in_cluster(a) ? kMmaMaxClusterSplits : 16};
 }
 
@@ -299,11 +297,8 @@ std::string mma_route_description(const MmaDecodeArgs& a) {
   }
   const MmaTileConfig t = mma_config_for(a);
   std::string why = from + "pipelined kernel: " + std::to_string(8 * t.token_tiles) + " tokens x " +
-                    std::to_string(64 * t.n16_per_warp) + " rows per block" +
-                    (t.k_warps != 2 ? " (" + std::to_string(4 * t.k_warps) + " warps, " + std::to_string(t.k_warps) +
-                                          " along K)"
-                                    : "") +
-                    ", " + std::to_string(t.stages) + " cp.async stages, split-K " + std::to_string(splits);
+                    std::to_string(64 * t.n16_per_warp) + " rows per block, " + std::to_string(t.stages) +
+                    " cp.async stages, split-K " + std::to_string(splits);
   if (splits > 1) why += mma_split_in_cluster(a) ? " added in a thread-block cluster" : " through partial sums";
   if (a.m > 8 * t.token_tiles) why += ", M tiles decode the weights again each";
   if (a.layout.scale == MmaScale::kMx32 && !a.fold) why += ", E8M0 scales promoted per 32 in FP32";

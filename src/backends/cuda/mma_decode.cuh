@@ -2,18 +2,17 @@
 // Device code of the tensor-core decode GEMM (mma_decode.hpp has the operands, layout/mma_layout.hpp the
 // weight layout).
 //
-// Work split. A block is 8 warps: 4 along N (each owning NT 16-row A tiles) times KW = 2 along K (or 16 warps
-// with KW = 4: twice the warps per SM to hide the decode's latencies, for K a multiple of 512). The block
-// walks its K range (one split of the K steps when split-K is on) in steps of KW x 128 K through a
-// STAGES-deep cp.async pipeline; per stage it copies
+// Work split. A block is 8 warps: 4 along N (each owning NT 16-row A tiles) times 2 along K. The block walks
+// its K range (one split of the K steps when split-K is on) in steps of 256 K through a STAGES-deep cp.async
+// pipeline; per stage it copies
 //   weights   its 4 NT tiles x 2 slabs of packed codes (cp.async.cg: L1 bypassed; no L2 eviction hint, see
 //             cp_async16)
 //   scales    the same units' scale records (MX / NVFP4)
-//   x         8 TN token rows x KW x 128 K of BF16 (zero-filled beyond M and K), swizzled: 16-byte chunk c of
+//   x         8 TN token rows x 256 K of BF16 (zero-filled beyond M and K), swizzled: 16-byte chunk c of
 //             row r at c ^ (r & 7), so the 8 rows one ldmatrix reads hit 8 different bank groups
 // and warp (wn, wk) multiplies its tiles with slab wk of the stage: per 32-wide K group it loads the token
 // fragments with ldmatrix.x4, decodes its A fragments from the lane's packed words and issues TN MMAs per
-// 16x16 tile. The K warps of a tile add their sums through shared memory at the end; with split-K the
+// 16x16 tile. The two K warps of a tile add their sums through shared memory at the end; with split-K the
 // splits of an N block then add up in a thread-block cluster (rank 0 in rank order) or write FP32 partial
 // sums for mma_decode_reduce_kernel.
 //
@@ -53,9 +52,9 @@
 
 namespace qlinear::cuda::mma_detail {
 
-constexpr int kWarpsN = 4;
-constexpr int kThreadsOf(int kw) { return 32 * kWarpsN * kw; }
-static_assert(kMmaPadK == 2 * kMmaSlabK, "K is padded to a stage of two K warps");
+constexpr int kWarpsN = 4, kWarpsK = 2, kThreads = 32 * kWarpsN * kWarpsK;
+constexpr int kStageK = static_cast<int>(kMmaPadK);  // K per stage: one slab per K warp
+static_assert(kStageK == kWarpsK * kMmaSlabK, "a stage is one slab per K warp");
 
 template <MmaCode C> struct CodeTraits;
 template <> struct CodeTraits<MmaCode::kE4M3> { static constexpr int kBias = 120, kWords = 16; };
@@ -63,26 +62,23 @@ template <> struct CodeTraits<MmaCode::kE2M3> { static constexpr int kBias = 126
 template <> struct CodeTraits<MmaCode::kE3M2> { static constexpr int kBias = 124, kWords = 12; };
 template <> struct CodeTraits<MmaCode::kE2M1> { static constexpr int kBias = 126, kWords = 8; };
 
-template <MmaCode C, MmaScale S, int TN, int NT, int STAGES, int KW = 2>
+template <MmaCode C, MmaScale S, int TN, int NT, int STAGES>
 struct Shape {
-  static constexpr int kThreads = kThreadsOf(KW);
-  static constexpr int kStageK = KW * static_cast<int>(kMmaSlabK);  // K per stage: one slab per K warp
   static constexpr int kUnitBytes = 32 * 4 * CodeTraits<C>::kWords;
   static constexpr int kRec = static_cast<int>(mma_scale_record_bytes(S));
   static constexpr int kRecords = static_cast<int>(kMmaScaleRecords);  // per unit
   static constexpr int kTiles = kWarpsN * NT;  // A tiles per block
-  static constexpr int kWBytes = kTiles * KW * kUnitBytes;
-  static constexpr int kSBytes = kTiles * KW * kRecords * kRec;
+  static constexpr int kWBytes = kTiles * kWarpsK * kUnitBytes;
+  static constexpr int kSBytes = kTiles * kWarpsK * kRecords * kRec;
   static constexpr int kXRows = 8 * TN;
   static constexpr int kXBytes = kXRows * kStageK * 2;
   static constexpr int kStageBytes = kWBytes + kSBytes + kXBytes;
   static constexpr int kSmem = STAGES * kStageBytes;
-  static constexpr int kRedBytes = (KW - 1) * kTiles * TN * 4 * 32 * 4;  // the K-warp reduction, after the pipeline
+  static constexpr int kRedBytes = kTiles * TN * 4 * 32 * 4;  // the K-warp reduction, after the pipeline
   static_assert(kWBytes % (16 * kThreads) == 0 || kWBytes < 16 * kThreads, "weight chunks per thread");
   static_assert(kRedBytes <= kSmem, "the reduction reuses the pipeline's shared memory");
   static_assert(kSmem <= 227 * 1024, "shared memory per block");
   static_assert(TN == 1 || TN == 2 || TN == 4 || TN == 8, "token tiles");
-  static_assert(KW == 2 || KW == 4, "K warps");
 };
 
 // ---- PTX wrappers: mma_sync_ptx.cuh; the BF16 MMA --------------------------------------------------------
@@ -220,16 +216,15 @@ inline constexpr int kProbeNoDecode = 1;   // the packed words go to the MMA as 
 inline constexpr int kProbeNoWeights = 2;  // the weight and scale copies are not issued (stale shared memory)
 inline constexpr int kProbeNoMma = 4;      // each MMA replaced by one dependent FADD of its operands' bits
 inline constexpr int kProbeNoLoop = 8;     // no K step at all: the launch, the prologue and the epilogue
-template <MmaCode C, MmaScale S, int TN, int NT, int STAGES, bool PROMOTE, int KW = 2, bool PROBE = false>
-__global__ void __launch_bounds__(kThreadsOf(KW), TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
+template <MmaCode C, MmaScale S, int TN, int NT, int STAGES, bool PROMOTE, bool PROBE = false>
+__global__ void __launch_bounds__(kThreads, TN <= 2 ? (STAGES <= 3 ? 3 : 2) : 1)
     mma_decode_kernel(const MmaDecodeArgs a, int steps_per_split, float* __restrict__ partial, bool cluster_reduce,
                       int probe) {
   static_assert(!PROMOTE || S == MmaScale::kMx32, "promotion is for E8M0 block scales");
   const bool copy_weights = !PROBE || (probe & kProbeNoWeights) == 0;
   const bool decode = !PROBE || (probe & kProbeNoDecode) == 0;
   const bool no_mma = PROBE && (probe & kProbeNoMma) != 0;
-  using Sh = Shape<C, S, TN, NT, STAGES, KW>;
-  constexpr int kWarpsK = KW, kThreads = Sh::kThreads, kStageK = Sh::kStageK;
+  using Sh = Shape<C, S, TN, NT, STAGES>;
   constexpr int kWords = CodeTraits<C>::kWords;
   extern __shared__ __align__(128) uint8_t smem[];
   // With partial sums, the reduction after this grid is a programmatic dependent launch: it may start now
@@ -248,13 +243,12 @@ __global__ void __launch_bounds__(kThreadsOf(KW), TN <= 2 ? (STAGES <= 3 ? 3 : 2
 
   // Every stage copies the same chunks from addresses that advance by one step: the per-thread source
   // offsets (at step 0 of this split) are computed once.
-  constexpr int kTileChunks = kWarpsK * Sh::kUnitBytes / 16;  // a tile's slabs of a stage: one contiguous run
+  constexpr int kTileChunks = kWarpsK * Sh::kUnitBytes / 16;  // a tile's two slabs: one contiguous run
   constexpr int kWChunks = Sh::kTiles * kTileChunks;
   constexpr int kWPerThread = (kWChunks + kThreads - 1) / kThreads;
   constexpr int kSTileChunks = kWarpsK * Sh::kRecords * Sh::kRec / 16;
   constexpr int kSChunks = Sh::kTiles * kSTileChunks;
-  constexpr int kXRowChunks = kStageK / 8;  // chunks of 8 BF16 per row
-  constexpr int kXChunks = Sh::kXRows * kXRowChunks;
+  constexpr int kXChunks = Sh::kXRows * 32;  // 32 chunks of 8 BF16 per row
   constexpr int kXPerThread = (kXChunks + kThreads - 1) / kThreads;
   const uint8_t* wsrc[kWPerThread];
 #pragma unroll
@@ -280,9 +274,9 @@ __global__ void __launch_bounds__(kThreadsOf(KW), TN <= 2 ? (STAGES <= 3 ? 3 : 2
 #pragma unroll
   for (int j = 0; j < kXPerThread; ++j) {
     const int i = threadIdx.x + j * kThreads;
-    const int64_t m = m0 + i / kXRowChunks;
+    const int64_t m = m0 + i / 32;
     xrow_ok[j] = i < kXChunks && m < a.m;
-    xsrc[j] = static_cast<const __nv_bfloat16*>(a.x) + (xrow_ok[j] ? m * a.ld_x : 0) + (i % kXRowChunks) * 8;
+    xsrc[j] = static_cast<const __nv_bfloat16*>(a.x) + (xrow_ok[j] ? m * a.ld_x : 0) + (i % 32) * 8;
   }
 
   // A stage's weights and scales (never written by a kernel before this one) and its activations.
@@ -312,10 +306,10 @@ __global__ void __launch_bounds__(kThreadsOf(KW), TN <= 2 ? (STAGES <= 3 ? 3 : 2
     for (int j = 0; j < kXPerThread; ++j) {
       const int i = threadIdx.x + j * kThreads;
       if (kXChunks % kThreads != 0 && i >= kXChunks) continue;
-      const int r = i / kXRowChunks, c = i % kXRowChunks;
+      const int r = i / 32, c = i % 32;
       const bool ok = xrow_ok[j] && kcol0 + c * 8 < k;
-      cp_async16_zfill(st + Sh::kWBytes + Sh::kSBytes + (r * kXRowChunks + (c ^ (r & 7))) * 16,
-                       ok ? xsrc[j] + kcol0 : xsrc[j], ok ? 16 : 0);
+      cp_async16_zfill(st + Sh::kWBytes + Sh::kSBytes + (r * 32 + (c ^ (r & 7))) * 16, ok ? xsrc[j] + kcol0 : xsrc[j],
+                       ok ? 16 : 0);
     }
   };
 
@@ -389,7 +383,7 @@ __global__ void __launch_bounds__(kThreadsOf(KW), TN <= 2 ? (STAGES <= 3 ? 3 : 2
       for (int tt = 0; tt < TN; ++tt) {
         const int row = tt * 8 + (lane & 7);
         const int chunk = wk * 16 + 4 * q + (lane >> 3);
-        ldmatrix_x4(b[tt], xs + (row * kXRowChunks + (chunk ^ (row & 7))) * 16);
+        ldmatrix_x4(b[tt], xs + (row * 32 + (chunk ^ (row & 7))) * 16);
       }
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
@@ -450,29 +444,25 @@ __global__ void __launch_bounds__(kThreadsOf(KW), TN <= 2 ? (STAGES <= 3 ? 3 : 2
   cp_async_wait<0>();
   __syncthreads();
 
-  // The K warps' sums: wk = 1 .. KW - 1 hand their accumulators to wk = 0 through shared memory
-  // ([slot wk - 1][value][lane]), which adds them in that order.
+  // The K warps' sums: wk = 1 hands its accumulators to wk = 0 through shared memory ([value][lane]).
   float* red = reinterpret_cast<float*>(smem);
   auto red_at = [&](int j, int tt, int e) -> int { return (((wn * NT + j) * TN + tt) * 4 + e) * 32 + lane; };
-  constexpr int kRedSlot = Sh::kTiles * TN * 4 * 32;
-  if (wk >= 1) {
+  if (wk == 1) {
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int tt = 0; tt < TN; ++tt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) red[(wk - 1) * kRedSlot + red_at(j, tt, e)] = acc[j][tt][e];
+        for (int e = 0; e < 4; ++e) red[red_at(j, tt, e)] = acc[j][tt][e];
   }
   __syncthreads();
   if (wk == 0) {
 #pragma unroll
-    for (int w = 1; w < KW; ++w)
+    for (int j = 0; j < NT; ++j)
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
+      for (int tt = 0; tt < TN; ++tt)
 #pragma unroll
-        for (int tt = 0; tt < TN; ++tt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[j][tt][e] += red[(w - 1) * kRedSlot + red_at(j, tt, e)];
+        for (int e = 0; e < 4; ++e) acc[j][tt][e] += red[red_at(j, tt, e)];
   }
   if (cluster_reduce) {
     // The splits of this N block are one thread-block cluster (rank = split): each puts its block sums in its
@@ -505,7 +495,7 @@ __global__ void __launch_bounds__(kThreadsOf(KW), TN <= 2 ? (STAGES <= 3 ? 3 : 2
     cluster.sync();  // the other ranks' shared memory stays until rank 0 has read it
     if (rank != 0) return;
   }
-  if (wk >= 1) return;
+  if (wk == 1) return;
 
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
@@ -535,12 +525,11 @@ int max_access_policy_window();
 // Sums the splits in order 0, 1, ... and applies the row scale, bias and output cast.
 __global__ void mma_decode_reduce_kernel(const MmaDecodeArgs a, int splits, const float* __restrict__ partial);
 
-template <MmaCode C, MmaScale S, int TN, int NT, int STAGES, bool PROMOTE, int KW = 2, bool PROBE = false>
+template <MmaCode C, MmaScale S, int TN, int NT, int STAGES, bool PROMOTE, bool PROBE = false>
 Status launch_config(const MmaDecodeArgs& a, int splits, float* partial, Stream stream) {
-  using Sh = Shape<C, S, TN, NT, STAGES, KW>;
-  auto kernel = mma_decode_kernel<C, S, TN, NT, STAGES, PROMOTE, KW, PROBE>;
+  using Sh = Shape<C, S, TN, NT, STAGES>;
+  auto kernel = mma_decode_kernel<C, S, TN, NT, STAGES, PROMOTE, PROBE>;
   const int probe = PROBE ? mma_decode_forced().small_m_probe : 0;
-  constexpr int kThreads = Sh::kThreads;
   // The shared-memory limit is a per-device attribute of the kernel: set once on every device used.
   static std::atomic<uint64_t> attr_set{0};
   int device = 0;
@@ -553,7 +542,7 @@ Status launch_config(const MmaDecodeArgs& a, int splits, float* partial, Stream 
   }
   const int64_t n_blocks = (a.layout.n_tiles() + Sh::kTiles - 1) / Sh::kTiles;
   const int64_t m_tiles = (a.m + Sh::kXRows - 1) / Sh::kXRows;
-  const int total_steps = static_cast<int>(a.layout.k_slabs() / KW);
+  const int total_steps = static_cast<int>(a.layout.k_slabs() / kWarpsK);
   const int per_split = (total_steps + splits - 1) / splits;
   const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(splits), static_cast<unsigned>(m_tiles));
   const bool cluster = splits > 1 && partial == nullptr;
@@ -613,23 +602,17 @@ Status launch_scale(const MmaDecodeArgs& a, const MmaTileConfig& t, int splits, 
   if (mma_decode_forced().small_m_probe != 0) {
     // The probes exist for one configuration (MXFP4, 8 tokens, 64-row blocks, 4 stages): timing only.
     if constexpr (C == MmaCode::kE2M1 && S == MmaScale::kMx32) {
-      if (t.token_tiles == 1 && t.n16_per_warp == 1 && t.stages == 4 && t.k_warps == 2) {
-        return launch_config<C, S, 1, 1, 4, false, 2, true>(a, splits, partial, stream);
+      if (t.token_tiles == 1 && t.n16_per_warp == 1 && t.stages == 4) {
+        return launch_config<C, S, 1, 1, 4, false, true>(a, splits, partial, stream);
       }
     }
     return Status::error("mma_decode: the small-M probes are built for MXFP4 weights with folded scales at "
                          "1-8 tokens in 64-row blocks of 4 stages only");
   }
-#define QL_MMA_CONFIG(TN_, NT_, STAGES_)                                                                    \
-  if (t.token_tiles == TN_ && t.n16_per_warp == NT_ && t.stages == STAGES_ && t.k_warps == 2) {             \
-    return launch_config<C, S, TN_, NT_, STAGES_, false>(a, splits, partial, stream);                       \
+#define QL_MMA_CONFIG(TN_, NT_, STAGES_)                                              \
+  if (t.token_tiles == TN_ && t.n16_per_warp == NT_ && t.stages == STAGES_) {         \
+    return launch_config<C, S, TN_, NT_, STAGES_, false>(a, splits, partial, stream); \
   }
-#define QL_MMA_CONFIG_KW4(TN_, NT_, STAGES_)                                                                \
-  if (t.token_tiles == TN_ && t.n16_per_warp == NT_ && t.stages == STAGES_ && t.k_warps == 4) {             \
-    return launch_config<C, S, TN_, NT_, STAGES_, false, 4>(a, splits, partial, stream);                    \
-  }
-  QL_MMA_CONFIG_KW4(1, 1, 4)
-  QL_MMA_CONFIG_KW4(2, 1, 4)
   QL_MMA_CONFIG(1, 1, 4)
   QL_MMA_CONFIG(1, 1, 3)
   QL_MMA_CONFIG(2, 1, 4)
@@ -639,11 +622,9 @@ Status launch_scale(const MmaDecodeArgs& a, const MmaTileConfig& t, int splits, 
   QL_MMA_CONFIG(2, 2, 4)
   QL_MMA_CONFIG(8, 2, 3)
 #undef QL_MMA_CONFIG
-#undef QL_MMA_CONFIG_KW4
   return Status::error("mma_decode: tile configuration (" + std::to_string(t.token_tiles) + " token tiles, " +
                        std::to_string(t.n16_per_warp) + " A tiles per warp, " + std::to_string(t.stages) +
-                       " stages, " + std::to_string(t.k_warps) + " K warps) is not instantiated (mma_decode.cuh, "
-                       "launch_scale)");
+                       " stages) is not instantiated (mma_decode.cuh, launch_scale)");
 }
 
 }  // namespace qlinear::cuda::mma_detail

@@ -55,13 +55,12 @@ struct MmaDecodeArgs {
 };
 
 // A tile configuration: the block covers 64 * n16_per_warp weight rows and 8 * token_tiles tokens, with
-// `stages` cp.async stages of k_warps x 128 K.
+// `stages` cp.async stages of 256 K.
 struct MmaTileConfig {
   int max_m;         // the M bucket's upper end
   int token_tiles;   // 8-token MMA columns per block (1, 2 or 8)
   int n16_per_warp;  // 16-row A tiles per warp (1 or 2)
   int stages;
-  int k_warps = 2;   // warps along K (2: 8 warps per block; 4: 16, for K a multiple of 512)
 };
 
 // The tile configuration of each M bucket (mma_decode.cpp; the last bucket also runs larger M, in 64-token
@@ -93,8 +92,6 @@ struct MmaDecodeForce {
   int splits = 0;                                         // split-K count
   int stages = 0;                                         // pipelined kernel, M <= 16: 4, or 3 (64-row blocks)
   int n16_per_warp = 0;                                   // pipelined kernel, M <= 16: 1 or 2
-  int k_warps = 0;                                        // pipelined kernel, M <= 16: 4 = 16 warps per block
-                                                          // (64 rows, 4 stages; K a multiple of 512)
   MmaSmallMKernel small_m = MmaSmallMKernel::kTable;      // M <= 16: cp.async pipeline or registers
   int register_depth = 0;                                 // registers kernel: slabs in flight per warp (2, 4)
   bool no_cluster_reduce = false;                         // registers kernel: split-K through partial sums
