@@ -4,7 +4,6 @@
 //   bf16    cuBLAS BF16 on the unquantized weights (the anchor of the goals)
 //   route   a W4A4 MXFP4 layer's apply on the FP8 block route (pass, widening, GEMM, repair launch)
 //   bf16rt  the same layer on the BF16 routes (QLINEAR_MX_FP8_BLOCK's "off")
-//   overlap                       the route with the widening on a second stream beside the pass
 //   pass, widen, ingemm, repair   the route with every other stage skipped (probes; the memset included)
 //   gemm    cuBLASLt's block-scaled FP8 GEMM alone on operands already in E4M3 (the route's floor)
 //   rowwise cuBLASLt's FP8 GEMM with per-row x per-column scales (torch._scaled_mm) on the same operands
@@ -96,14 +95,13 @@ TEST(CudaMxFp8BlockBench, DISABLED_Stages) {
           const char* name;
           int route, probe;
         };
-        for (const Run& r : {Run{"route", 1, 0}, Run{"overlap", 2, 0}, Run{"bf16rt", -1, 0},
+        for (const Run& r : {Run{"route", 1, 0}, Run{"bf16rt", -1, 0},
                              Run{"pass", 1, cuda::kProbeNoWiden | cuda::kProbeNoGemm | cuda::kProbeNoRepair},
                              Run{"widen", 1, cuda::kProbeNoPass | cuda::kProbeNoGemm | cuda::kProbeNoRepair},
                              Run{"ingemm", 1, cuda::kProbeNoPass | cuda::kProbeNoWiden | cuda::kProbeNoRepair},
                              Run{"repair", 1, cuda::kProbeNoPass | cuda::kProbeNoWiden | cuda::kProbeNoGemm}}) {
           cuda::MmaDecodeForce f;
-          f.mx_fp8_block = r.route == 2 ? 1 : r.route;
-          f.mx_fp8_overlap = r.route == 2;  // the widening on a second stream beside the pass
+          f.mx_fp8_block = r.route;
           f.mx_fp8_probe = r.probe;
           cuda_test::ForceScope force(f);
           add(r.name, time_us([&] { return cuda::kSm90MmaDecodeMxfp4.apply(*layer, Activation::dense(xb), nullptr, out); }));

@@ -330,37 +330,6 @@ TEST(CudaMmaDecodeAct, Fp8BlockRouteMatchesTheReference) {
   }
 }
 
-// The same with the E4M3 widening on a second stream beside the activation pass (MmaDecodeForce::
-// mx_fp8_overlap), also captured in a CUDA graph: the fork and the join must order the GEMM after both.
-TEST(CudaMmaDecodeAct, Fp8BlockRouteWithTheWideningBesideThePass) {
-  QL_REQUIRE_SM90();
-  cuda::MmaDecodeForce f;
-  f.mx_fp8_block = 1;
-  f.mx_fp8_overlap = true;
-  cuda_test::ForceScope force(f);
-  for (const char* scheme : {"w4a4-mxfp4", "w6a6-mxfp6-e2m3"}) {
-    const Scheme s = *find_scheme(scheme);
-    for (int64_t m : {1, 17, 257, 1024}) {
-      for (bool narrow : {true, false}) {
-        Case c{s, m, 200, 384};
-        c.narrow_activations = narrow;
-        c.fp8_route = true;
-        check(c);
-      }
-    }
-  }
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  {
-    cuda::StreamGuard guard(stream);
-    Case c{*find_scheme("w4a4-mxfp4"), 256, 128, 2048, DType::kBF16, DType::kBF16, DType::kBF16};
-    c.fp8_route = true;
-    check_graph_replay(c, stream);
-  }
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  cudaStreamDestroy(stream);
-}
-
 // By default the route starts above kMmaWidenAboveM; export -> import keeps its plan (bit-identical output).
 TEST(CudaMmaDecodeAct, Fp8BlockRouteByDefaultAndThroughTheWeightCache) {
   QL_REQUIRE_SM90();

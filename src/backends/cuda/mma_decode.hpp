@@ -120,8 +120,6 @@ struct MmaDecodeForce {
                                                           // (layers whose plan fits), -1 = never
   int mx_fp8_probe = 0;                                   // its benchmark probes: stages skipped (wrong results;
                                                           // mx_fp8_block.hpp kProbe*)
-  bool mx_fp8_overlap = false;                            // its E4M3 widening on a second stream beside the
-                                                          // activation pass (joined before the GEMM)
   bool operator==(const MmaDecodeForce&) const = default;
 };
 void mma_decode_force(const MmaDecodeForce& f);

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <map>
 
 #include "backends/cuda/act_vec.cuh"
 #include "backends/cuda/cublaslt_gemm.hpp"
@@ -153,27 +152,6 @@ __global__ void __launch_bounds__(kThreads) mx_fp8_repair_kernel(const T* __rest
 
 size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// A second stream of the calling thread on the current device, with the two events of a fork and a join
-// (created once; thread-local, so concurrent callers never share them). Non-blocking: no implicit ordering
-// with the legacy default stream. Capturable: a fork / join through events is how a CUDA graph records two
-// branches.
-struct SideStream {
-  cudaStream_t stream = nullptr;
-  cudaEvent_t fork = nullptr, join = nullptr;
-};
-Result<SideStream> side_stream() {
-  thread_local std::map<int, SideStream> per_device;
-  int device = 0;
-  QL_CUDA_CHECK(cudaGetDevice(&device));
-  SideStream& s = per_device[device];
-  if (s.stream == nullptr) {
-    QL_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
-    QL_CUDA_CHECK(cudaEventCreateWithFlags(&s.fork, cudaEventDisableTiming));
-    QL_CUDA_CHECK(cudaEventCreateWithFlags(&s.join, cudaEventDisableTiming));
-  }
-  return s;
-}
-
 template <class T>
 Status launch_passes(const MxFp8BlockArgs& args, const ActParams& ap, RepairParams rp, int sm_count, bool repair,
                      Stream stream) {
@@ -231,21 +209,9 @@ Status launch_mx_fp8_block_gemm(const MxFp8BlockArgs& args, Stream stream) {
   RepairParams rp{n, k, a.ld_x, args.act_elem, args.act_rule, vec, w8, args.blk_exp, flags, list,
                   a.bias, a.bias_dtype, a.out, a.out_dtype};
   const int probe = mma_decode_forced().mx_fp8_probe;
-  const bool widen = !(probe & kProbeNoWiden) && args.w_fp8 == nullptr;
-  // The widening reads only the weights and the pass only the activations: with mx_fp8_overlap the widening
-  // runs on a second stream beside the pass (the pass is arithmetic-bound at large M, the widening
-  // memory-bound), joined before the GEMM.
-  if (widen && mma_decode_forced().mx_fp8_overlap) {
-    QL_ASSIGN_OR_RETURN(const SideStream side, side_stream());
-    QL_CUDA_CHECK(cudaEventRecord(side.fork, stream));  // after the scratch allocation and the memset
-    QL_CUDA_CHECK(cudaStreamWaitEvent(side.stream, side.fork, 0));
-    QL_RETURN_IF_ERROR(mma_detail::widen_fp8(a, args.blk_exp, w8, side.stream));
-    QL_CUDA_CHECK(cudaEventRecord(side.join, side.stream));
-    if (!(probe & kProbeNoPass)) QL_RETURN_IF_ERROR(launch_typed(args, ap, rp, a.sm_count, false, stream));
-    QL_CUDA_CHECK(cudaStreamWaitEvent(stream, side.join, 0));
-  } else {
-    if (!(probe & kProbeNoPass)) QL_RETURN_IF_ERROR(launch_typed(args, ap, rp, a.sm_count, false, stream));
-    if (widen) QL_RETURN_IF_ERROR(mma_detail::widen_fp8(a, args.blk_exp, w8, stream));
+  if (!(probe & kProbeNoPass)) QL_RETURN_IF_ERROR(launch_typed(args, ap, rp, a.sm_count, false, stream));
+  if (!(probe & kProbeNoWiden) && args.w_fp8 == nullptr) {
+    QL_RETURN_IF_ERROR(mma_detail::widen_fp8(a, args.blk_exp, w8, stream));
   }
   if (probe & kProbeNoGemm) {
     return (probe & kProbeNoRepair) ? Status::ok() : launch_typed(args, ap, rp, a.sm_count, true, stream);
