@@ -1,0 +1,96 @@
+"""qlinear.distributed on CPU processes: two ranks over torch.distributed's gloo backend load their slices of
+a fixture checkpoint and must give the one-process layer's output (column-parallel: the same values;
+row-parallel: the same up to the order of the f32 additions). The NCCL run on two GPUs is the same code."""
+import os
+import tempfile
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+import qlinear  # noqa: E402
+from conftest import FIXTURES, rel_err  # noqa: E402
+
+# Row-parallel slices of these compute the one-process layer (their activation scales never span ranks).
+SCHEMES = ["w8a16-fp8", "w4a16-mxfp4", "w8a8-mxfp8", "w4a4-nvfp4", "w8a8-fp8-tensor", "w8a8-int8-static"]
+M = 5
+
+
+def _inputs(k, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(M, k, generator=g).to(torch.bfloat16)
+
+
+def _worker(rank, size, init_file, fixture, out_dir):
+    from qlinear.distributed import load_parallel_linears
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=size)
+    try:
+        layers = load_parallel_linears(os.path.join(FIXTURES, fixture), device="cpu")
+        for i, (name, mod) in enumerate(sorted(layers.items())):
+            y = mod(_inputs(mod.in_features, 1000 + i)).float().numpy()
+            np.save(os.path.join(out_dir, f"{rank}-{name}.npy"), y)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("fixture", SCHEMES)
+def test_two_ranks_give_the_one_process_layers(fixture):
+    from qlinear.torch import QuantLinear
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_worker, args=(2, os.path.join(tmp, "init"), fixture, tmp), nprocs=2, join=True)
+        model = qlinear.load_checkpoint(os.path.join(FIXTURES, fixture))
+        names = sorted(l.name for l in model.layers)
+        assert len(names) == 4
+        for i, name in enumerate(names):
+            layer = model.layer(name)
+            want = QuantLinear(layer).forward(_inputs(layer.in_features, 1000 + i)).float().numpy()
+            for rank in range(2):
+                got = np.load(os.path.join(tmp, f"{rank}-{name}.npy"))
+                assert got.shape == want.shape, (fixture, name)
+                if layer.parallelism == "column":
+                    np.testing.assert_array_equal(got, want, err_msg=f"{fixture} {name} rank {rank}")
+                else:  # one BF16 rounding of a sum added in another order
+                    assert rel_err(got, want) < 4e-3, (fixture, name, rank, rel_err(got, want))
+
+
+def _refusing_worker(rank, size, init_file, out_dir):
+    from qlinear.distributed import load_parallel_linears
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=size)
+    try:
+        load_parallel_linears(os.path.join(FIXTURES, "w8a8-int8-dynamic"), device="cpu")
+        message = "loaded"
+    except qlinear.Error as e:
+        message = str(e)
+    finally:
+        dist.destroy_process_group()
+    with open(os.path.join(out_dir, f"{rank}.txt"), "w") as f:
+        f.write(message)
+
+
+def test_row_slices_with_per_token_scales_are_refused_with_the_reason():
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_refusing_worker, args=(2, os.path.join(tmp, "init"), tmp), nprocs=2, join=True)
+        for rank in range(2):
+            with open(os.path.join(tmp, f"{rank}.txt")) as f:
+                message = f.read()
+            assert "per-token dynamic activation scales" in message and "tp::ParallelLinear" in message, message
+
+
+def test_a_slice_of_another_group_size_is_refused():
+    from qlinear.distributed import ParallelQuantLinear
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("gloo", init_method=f"file://{os.path.join(tmp, 'init')}", rank=0, world_size=1)
+        try:
+            half = qlinear.load_checkpoint(os.path.join(FIXTURES, "w8a16-fp8"), tp_rank=0, tp_size=2,
+                                           out_dtype="f32")
+            with pytest.raises(qlinear.Error, match="slice 0 of 2.*rank 0 of 1"):
+                ParallelQuantLinear(half.layers[0], device="cpu")
+            whole = qlinear.load_checkpoint(os.path.join(FIXTURES, "w8a16-fp8"), out_dtype="bf16")
+            row = next(l for l in whole.layers if l.parallelism == "row")
+            with pytest.raises(qlinear.Error, match="out_dtype=\"f32\""):
+                ParallelQuantLinear(row, device="cpu")
+        finally:
+            dist.destroy_process_group()
