@@ -13,7 +13,9 @@ same as the C++ tp::ParallelLinear's (docs/TENSOR_PARALLEL.md). Then:
     all-gathered and put back in the one-device order of fused shards;
   - row-parallel (o_proj, down_proj, ...): p_r = x_r W_r^T in f32 (rank 0's slice carries the bias), summed
     by an all-reduce, rounded once to the output dtype. The result differs from one device only by the
-    order of the f32 additions.
+    order of the f32 additions. reduce_dtype="bf16" sends BF16 partial sums instead (half the bytes, what
+    vLLM does): each partial is rounded to BF16 before the sum and the sum again, so the error grows to
+    about one BF16 rounding per rank.
 Row-parallel layers whose activation scales span the whole input row (per-token dynamic FP8 / INT8, NVFP4
 with a per-call global scale) are refused: a slice would be quantized with its own scales, not the row's.
 The C++ tp::ParallelLinear all-reduces the row maxima first and runs those.
@@ -47,14 +49,14 @@ class ParallelQuantLinear(nn.Module):
     make its output the whole layer's.
 
     layer: this rank's slice (load_checkpoint(tp_rank=..., tp_size=...)); row slices must be loaded with
-    out_dtype="f32" (their partial sums). group: the process group (default: the world). out_dtype: the
+    out_dtype equal to reduce_dtype (their partial sums: "f32", or "bf16"). group: the process group (default: the world). out_dtype: the
     output dtype of a row-parallel layer (column layers keep their own). gather_output: column-parallel,
     all-gather the full output (else each rank returns its columns). input_is_parallel: row-parallel, x is
     already this rank's slice of the input features (else the full input, sliced here)."""
 
     def __init__(self, layer: Layer, group=None, *, device: Union[str, torch.device, None] = None,
                  out_dtype: torch.dtype = torch.bfloat16, gather_output: bool = True,
-                 input_is_parallel: bool = False, **process_options):
+                 input_is_parallel: bool = False, reduce_dtype: str = "f32", **process_options):
         super().__init__()
         if not dist.is_initialized():
             raise Error(f"ParallelQuantLinear({layer.name}): torch.distributed is not initialized "
@@ -77,9 +79,13 @@ class ParallelQuantLinear(nn.Module):
                             f"{layer.scheme.name if layer.scheme is not None else '?'} has {why}, which a slice "
                             "cannot compute alone; run it on one device, or through the C++ tp::ParallelLinear "
                             "(qlinear run --tp N), which all-reduces the row maxima first")
-            if layer.config.out_dtype != "f32":
-                raise Error(f"ParallelQuantLinear({layer.name}): a row-parallel slice must give f32 partial sums; "
-                            f"it was loaded with out_dtype {layer.config.out_dtype}: load it with out_dtype=\"f32\"")
+            if reduce_dtype not in ("f32", "bf16"):
+                raise Error(f"ParallelQuantLinear({layer.name}): reduce_dtype {reduce_dtype!r}; expected \"f32\" "
+                            "or \"bf16\"")
+            if layer.config.out_dtype != reduce_dtype:
+                raise Error(f"ParallelQuantLinear({layer.name}): a row-parallel slice gives its partial sums in the "
+                            f"all-reduce's dtype ({reduce_dtype}); it was loaded with out_dtype "
+                            f"{layer.config.out_dtype}: load it with out_dtype=\"{reduce_dtype}\"")
             if layer.config.k * self.size != layer.full_k:
                 raise Error(f"ParallelQuantLinear({layer.name}): slice of {layer.config.k} input features times "
                             f"{self.size} ranks is not the layer's {layer.full_k}")
@@ -130,10 +136,10 @@ class ParallelQuantLinear(nn.Module):
 
 def load_parallel_linears(path: str, group=None, *, device: Union[str, torch.device, None] = None,
                           layers: str = "", input_dtype: str = "bf16", out_dtype: str = "bf16",
-                          **process_options) -> Dict[str, ParallelQuantLinear]:
+                          reduce_dtype: str = "f32", **process_options) -> Dict[str, ParallelQuantLinear]:
     """This rank's slices of a checkpoint's quantized layers, by (fused) name, as ParallelQuantLinear modules
     (column-parallel ones gather their output). The checkpoint is read twice for the two kinds of slice:
-    column slices with out_dtype, row slices with f32 partial sums."""
+    column slices with out_dtype, row slices with partial sums in reduce_dtype ("f32" or "bf16")."""
     if not dist.is_initialized():
         raise Error("load_parallel_linears: torch.distributed is not initialized (dist.init_process_group first)")
     rank, size = dist.get_rank(group), dist.get_world_size(group)
@@ -141,8 +147,10 @@ def load_parallel_linears(path: str, group=None, *, device: Union[str, torch.dev
         raise Error(f"load_parallel_linears: out_dtype {out_dtype!r}; expected one of {sorted(_TORCH_DTYPES)}")
     column = load_checkpoint(path, tp_rank=rank, tp_size=size, layers=layers, input_dtype=input_dtype,
                              out_dtype=out_dtype)
+    if reduce_dtype not in ("f32", "bf16"):
+        raise Error(f"load_parallel_linears: reduce_dtype {reduce_dtype!r}; expected \"f32\" or \"bf16\"")
     row = load_checkpoint(path, tp_rank=rank, tp_size=size, layers=layers, input_dtype=input_dtype,
-                          out_dtype="f32")
+                          out_dtype=reduce_dtype)
     out: Dict[str, ParallelQuantLinear] = {}
     for layer in column.layers:
         if layer.parallelism == "column":
@@ -150,5 +158,5 @@ def load_parallel_linears(path: str, group=None, *, device: Union[str, torch.dev
     for layer in row.layers:
         if layer.parallelism == "row":
             out[layer.name] = ParallelQuantLinear(layer, group, device=device, out_dtype=_TORCH_DTYPES[out_dtype],
-                                                  **process_options)
+                                                  reduce_dtype=reduce_dtype, **process_options)
     return out

@@ -24,11 +24,11 @@ def _inputs(k, seed):
     return torch.randn(M, k, generator=g).to(torch.bfloat16)
 
 
-def _worker(rank, size, init_file, fixture, out_dir):
+def _worker(rank, size, init_file, fixture, out_dir, reduce_dtype="f32"):
     from qlinear.distributed import load_parallel_linears
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=size)
     try:
-        layers = load_parallel_linears(os.path.join(FIXTURES, fixture), device="cpu")
+        layers = load_parallel_linears(os.path.join(FIXTURES, fixture), device="cpu", reduce_dtype=reduce_dtype)
         for i, (name, mod) in enumerate(sorted(layers.items())):
             y = mod(_inputs(mod.in_features, 1000 + i)).float().numpy()
             np.save(os.path.join(out_dir, f"{rank}-{name}.npy"), y)
@@ -36,11 +36,11 @@ def _worker(rank, size, init_file, fixture, out_dir):
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("fixture", SCHEMES)
-def test_two_ranks_give_the_one_process_layers(fixture):
+@pytest.mark.parametrize("fixture,reduce_dtype", [(s, "f32") for s in SCHEMES] + [("w4a16-mxfp4", "bf16")])
+def test_two_ranks_give_the_one_process_layers(fixture, reduce_dtype):
     from qlinear.torch import QuantLinear
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_worker, args=(2, os.path.join(tmp, "init"), fixture, tmp), nprocs=2, join=True)
+        mp.spawn(_worker, args=(2, os.path.join(tmp, "init"), fixture, tmp, reduce_dtype), nprocs=2, join=True)
         model = qlinear.load_checkpoint(os.path.join(FIXTURES, fixture))
         names = sorted(l.name for l in model.layers)
         assert len(names) == 4
@@ -52,8 +52,9 @@ def test_two_ranks_give_the_one_process_layers(fixture):
                 assert got.shape == want.shape, (fixture, name)
                 if layer.parallelism == "column":
                     np.testing.assert_array_equal(got, want, err_msg=f"{fixture} {name} rank {rank}")
-                else:  # one BF16 rounding of a sum added in another order
-                    assert rel_err(got, want) < 4e-3, (fixture, name, rank, rel_err(got, want))
+                else:  # one BF16 rounding of a sum added in another order (BF16 partials: one more per rank)
+                    bound = 4e-3 if reduce_dtype == "f32" else 8e-3
+                    assert rel_err(got, want) < bound, (fixture, name, rank, rel_err(got, want))
 
 
 def _refusing_worker(rank, size, init_file, out_dir):
@@ -92,5 +93,7 @@ def test_a_slice_of_another_group_size_is_refused():
             row = next(l for l in whole.layers if l.parallelism == "row")
             with pytest.raises(qlinear.Error, match="out_dtype=\"f32\""):
                 ParallelQuantLinear(row, device="cpu")
+            with pytest.raises(qlinear.Error, match="reduce_dtype 'f16'"):
+                ParallelQuantLinear(row, device="cpu", reduce_dtype="f16")
         finally:
             dist.destroy_process_group()
