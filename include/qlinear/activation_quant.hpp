@@ -23,4 +23,13 @@ Result<QuantKey> activation_key_for(const LinearKernel& kernel, const LinearLaye
 // static scale, Inf/NaN in x).
 Result<Activation> quantize_activation_for(const LinearKernel& kernel, const LinearLayer& layer, const Tensor& x);
 
+// The same for a key with dynamic per-token symmetric scales (FP8, INT8), except that each row's scale comes
+// from row_amax (f32 [M], host) instead of the row's own |x| maximum, by the same rule: what a
+// tensor-parallel row slice needs, which holds a part of each row and quantizes it with the whole row's
+// (all-reduced) maximum. With row_amax = the rows' own maxima the result is quantize_activation_for's, bit
+// for bit. Errors name the kernel, the layer and what did not fit (another key, a wrong shape).
+// (LinearKernel::quantize_input of the host kernels; wrap it with Activation::quantized.)
+Result<QuantizedTensor> quantize_activation_with_row_amax(const LinearKernel& kernel, const LinearLayer& layer,
+                                                          const Tensor& x, const Tensor& row_amax);
+
 }  // namespace qlinear

@@ -76,7 +76,8 @@ class LinearKernel {
   // x [M, K] quantized with the layer's activation key as apply() would quantize it, except that per-token
   // scales come from `row_amax` (f32 [M], on x's device) instead of x's own rows: a tensor-parallel row
   // layer holds a slice of K and quantizes it with the full row's all-reduced maximum. The result is an
-  // activation apply() takes (its key is input_quant_key's). The default refuses, naming the kernel.
+  // activation apply() takes (its key is input_quant_key's). The default serves host kernels: host tensors,
+  // the reference quantizer's rule (quantize_activation_with_row_amax); the CUDA kernels quantize on the GPU.
   virtual Result<QuantizedTensor> quantize_input(const LinearLayer& layer, const Tensor& x,
                                                  const Tensor& row_amax) const;
   // True when process_weights_after_loading only rewrites tensors, so its results can be saved and reused

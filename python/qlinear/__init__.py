@@ -177,14 +177,16 @@ def _bf16_view(a):
     return a.view(ml_dtypes.bfloat16)
 
 
-def apply(layer: Layer, x: Any, *, out: Any = None, bias: Any = _KEEP_BIAS) -> Any:
+def apply(layer: Layer, x: Any, *, out: Any = None, bias: Any = _KEEP_BIAS, row_amax: Any = None) -> Any:
     """y[..., N] = x[..., K] W^T (+ bias) with the kernel that processed `layer`.
 
     x: a NumPy array or a PyTorch tensor (CPU, or the CUDA device the layer was processed for); leading
     dimensions are batch dimensions. The result is of the same kind, in the layer's out_dtype (NumPy bf16:
     ml_dtypes.bfloat16 when installed, else uint16 bits). bias: omitted uses the layer's own; None uses none;
     an array replaces it. out: an array to write into (C-contiguous [..., N]). PyTorch CUDA tensors run on
-    PyTorch's current stream, without synchronizing.
+    PyTorch's current stream, without synchronizing. row_amax: f32 [rows of x] on x's device, for layers with
+    dynamic per-token FP8 / INT8 activations: each row is quantized with this maximum instead of its own (a
+    tensor-parallel row slice and its whole row's maximum; qlinear.distributed).
     """
     k, n = layer.config.k, layer.config.n
     shape = tuple(x.shape)
@@ -204,7 +206,8 @@ def apply(layer: Layer, x: Any, *, out: Any = None, bias: Any = _KEEP_BIAS) -> A
                         f" tensor, got shape {list(y.shape)}{'' if y.is_contiguous() else ' (not contiguous)'}")
         stream = torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else None
         b = None if use_layer_bias or bias is None else bias.detach().contiguous()
-        layer._apply_into(x2, y.view(-1, n), bias=b, use_layer_bias=use_layer_bias, stream=stream)
+        a = None if row_amax is None else row_amax.detach().reshape(-1).to(torch.float32).contiguous()
+        layer._apply_into(x2, y.view(-1, n), bias=b, use_layer_bias=use_layer_bias, stream=stream, row_amax=a)
         return y
     import numpy as np
     x2 = _host_contiguous(np.asarray(x)).reshape(-1, k)
@@ -218,7 +221,8 @@ def apply(layer: Layer, x: Any, *, out: Any = None, bias: Any = _KEEP_BIAS) -> A
         ret = out
         y = out.view(np.uint16) if out.dtype.name == "bfloat16" else out
     b = None if use_layer_bias or bias is None else _host_contiguous(bias)
-    layer._apply_into(x2, y.reshape(-1, n), bias=b, use_layer_bias=use_layer_bias)
+    a = None if row_amax is None else np.ascontiguousarray(np.asarray(row_amax, dtype=np.float32).reshape(-1))
+    layer._apply_into(x2, y.reshape(-1, n), bias=b, use_layer_bias=use_layer_bias, row_amax=a)
     if out is None and layer.config.out_dtype == "bf16":
         return _bf16_view(ret)
     return ret

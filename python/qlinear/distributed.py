@@ -16,9 +16,11 @@ same as the C++ tp::ParallelLinear's (docs/TENSOR_PARALLEL.md). Then:
     order of the f32 additions. reduce_dtype="bf16" sends BF16 partial sums instead (half the bytes, what
     vLLM does): each partial is rounded to BF16 before the sum and the sum again, so the error grows to
     about one BF16 rounding per rank.
-Row-parallel layers whose activation scales span the whole input row (per-token dynamic FP8 / INT8, NVFP4
-with a per-call global scale) are refused: a slice would be quantized with its own scales, not the row's.
-The C++ tp::ParallelLinear all-reduces the row maxima first and runs those.
+Dynamic per-token FP8 / INT8 activation scales span the whole input row: a row slice all-reduces its rows'
+|x| maxima (max) first and quantizes its part with them (apply(row_amax=...)), as the C++
+tp::ParallelLinear does, so its codes are the one-device codes. That needs a kernel that takes pre-quantized
+activations (its input_quant_key); a slice whose kernel does not is refused, naming it. NVFP4 with a
+per-call global scale is refused too: the slices would compute different global scales.
 """
 from __future__ import annotations
 
@@ -28,17 +30,25 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from . import Error, Layer, load_checkpoint
+from . import Error, Layer, apply, load_checkpoint
 from .torch import QuantLinear, _TORCH_DTYPES
 
 
+def _per_token_dynamic(layer: Layer) -> bool:
+    key = layer.config.activation_key
+    return key is not None and not key.is_static and key.group == "per_token"
+
+
 def _row_parallel_refusal(layer: Layer) -> str:
-    """Why a row slice of `layer` cannot equal the one-device layer ("" when it can)."""
+    """Why a row slice of `layer` (processed) cannot equal the one-device layer ("" when it can)."""
     key = layer.config.activation_key
     if key is None or key.is_static:
         return ""
-    if key.group == "per_token":
-        return "per-token dynamic activation scales (the row's |x| maximum)"
+    takes = layer.kernel.input_quant_key(layer.config)
+    if _per_token_dynamic(layer) and (takes is None or not takes == key):
+        return (f"per-token dynamic activation scales, which a slice takes from the whole row's maximum, and its "
+                f"kernel {layer.kernel.name} takes no pre-quantized activations (kernel= one that does, e.g. on "
+                "CUDA)")
     if key.name == "kNvfp4DynamicGlobal":
         return "an NVFP4 input global scale computed per call from the whole activation"
     return ""
@@ -72,13 +82,14 @@ class ParallelQuantLinear(nn.Module):
             raise Error(f"ParallelQuantLinear({layer.name}): not a loaded tensor-parallel slice (parallelism "
                         f"'{layer.parallelism}'); expected 'column' or 'row'")
         self.parallelism = layer.parallelism
+        self.local = QuantLinear(layer, device=device, **process_options)
+        self.row_amax = self.parallelism == "row" and _per_token_dynamic(layer)
         if self.parallelism == "row":
             why = _row_parallel_refusal(layer)
             if why:
                 raise Error(f"ParallelQuantLinear({layer.name}): a row-parallel slice of scheme "
                             f"{layer.scheme.name if layer.scheme is not None else '?'} has {why}, which a slice "
-                            "cannot compute alone; run it on one device, or through the C++ tp::ParallelLinear "
-                            "(qlinear run --tp N), which all-reduces the row maxima first")
+                            "cannot compute alone; run it on one device")
             if reduce_dtype not in ("f32", "bf16"):
                 raise Error(f"ParallelQuantLinear({layer.name}): reduce_dtype {reduce_dtype!r}; expected \"f32\" "
                             "or \"bf16\"")
@@ -94,7 +105,6 @@ class ParallelQuantLinear(nn.Module):
         self.input_is_parallel = input_is_parallel
         self.full_n = layer.full_n
         self.widths = list(layer.config.logical_widths)
-        self.local = QuantLinear(layer, device=device, **process_options)
         self.in_features = layer.full_k if self.parallelism == "row" and not input_is_parallel else layer.config.k
         self.out_features = layer.full_n if self.parallelism == "row" or gather_output else layer.config.n
 
@@ -106,7 +116,14 @@ class ParallelQuantLinear(nn.Module):
                     raise Error(f"ParallelQuantLinear({self.local.layer.name}): input has {x.shape[-1]} features, "
                                 f"expected the layer's {k * self.size}")
                 x = x[..., self.rank * k:(self.rank + 1) * k]
-            partial = self.local(x.contiguous())
+            x = x.contiguous()
+            if self.row_amax:  # the whole row's |x| maximum, so that every slice gets the one-device codes
+                amax = x.detach().abs().amax(dim=-1).float().contiguous()
+                if self.size > 1:
+                    dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=self.group)
+                partial = apply(self.local.layer, x, row_amax=amax)
+            else:
+                partial = self.local(x)
             if self.size > 1:
                 dist.all_reduce(partial, op=dist.ReduceOp.SUM, group=self.group)
             return partial.to(self.out_dtype)

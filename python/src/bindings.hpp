@@ -98,9 +98,11 @@ struct Layer {
 
 KernelRef process(Layer& self, const std::optional<std::string>& kernel_name, const std::optional<Platform>& platform,
                   const std::vector<std::string>& disabled, const std::string& force, bool read_env);
-// y = x W^T (+ bias) into `out`. x and out are borrowed (NumPy, PyTorch, ... through DLPack).
+// y = x W^T (+ bias) into `out`. x and out are borrowed (NumPy, PyTorch, ... through DLPack). row_amax
+// (f32 [M], x's device): dynamic per-token activations quantized with these row maxima instead of their
+// own (LinearKernel::quantize_input: a tensor-parallel row slice and its whole row's maximum).
 void apply_into(const Layer& self, const InArray& x, const OutArray& out, const std::optional<InArray>& bias,
-                bool use_layer_bias, std::optional<uintptr_t> stream);
+                bool use_layer_bias, std::optional<uintptr_t> stream, const std::optional<InArray>& row_amax);
 std::vector<Layer> load(const std::string& path, int tp_rank, int tp_size, const std::string& layers, bool fuse,
                         const std::string& input_dtype, const std::string& out_dtype, std::string& quant_method,
                         std::vector<std::string>& unquantized);

@@ -58,7 +58,7 @@ KernelRef process(Layer& self, const std::optional<std::string>& kernel_name, co
 
 // y = x W^T (+ bias) into `out`. x and out are borrowed (NumPy, PyTorch, ... through DLPack).
 void apply_into(const Layer& self, const InArray& x, const OutArray& out, const std::optional<InArray>& bias,
-                bool use_layer_bias, std::optional<uintptr_t> stream) {
+                bool use_layer_bias, std::optional<uintptr_t> stream, const std::optional<InArray>& row_amax) {
   if (self.kernel == nullptr) {
     throw Error(self.where() + " is not processed: call process() (it selects a kernel) before applying it");
   }
@@ -81,18 +81,31 @@ void apply_into(const Layer& self, const InArray& x, const OutArray& out, const 
   } else if (use_layer_bias) {
     bt = on_cuda ? self.device_bias : self.bias;
   }
-  const Activation act = Activation::dense(xt);
+  Tensor amax;
+  if (row_amax) {
+    amax = borrow(*row_amax, "apply: row_amax");
+    if (amax.device() != want) {
+      throw Error("apply to " + self.where() + ": row_amax on " + amax.device().to_string() + ", expected " +
+                  want.to_string());
+    }
+  }
   nb::gil_scoped_release release;
+  auto run = [&] {
+    if (!amax.defined()) return check(self.kernel->apply(self.layer, Activation::dense(xt), bt.defined() ? &bt : nullptr, ot));
+    QuantizedTensor q = unwrap(self.kernel->quantize_input(self.layer, xt, amax));
+    check(self.kernel->apply(self.layer, Activation::quantized(std::move(q), xt.dtype()), bt.defined() ? &bt : nullptr,
+                             ot));
+  };
 #if QLINEAR_WITH_CUDA
   if (on_cuda && stream) {
     cuda::StreamGuard guard(reinterpret_cast<cuda::Stream>(*stream));
-    check(self.kernel->apply(self.layer, act, bt.defined() ? &bt : nullptr, ot));
+    run();
     return;
   }
 #else
   (void)stream;
 #endif
-  check(self.kernel->apply(self.layer, act, bt.defined() ? &bt : nullptr, ot));
+  run();
 }
 
 std::vector<Layer> load(const std::string& path, int tp_rank, int tp_size, const std::string& layers, bool fuse,

@@ -251,7 +251,7 @@ NB_MODULE(_qlinear, m) {
            "disabled"_a = std::vector<std::string>{}, "force"_a = "", "read_environment"_a = true,
            "Selects a kernel (or takes the one named) and runs its process_weights_after_loading, once")
       .def("_apply_into", &apply_into, "x"_a, "out"_a, nb::arg("bias").none() = nb::none(), "use_layer_bias"_a = true,
-           "stream"_a = nb::none())
+           "stream"_a = nb::none(), nb::arg("row_amax").none() = nb::none())
       .def("__repr__", [](const Layer& l) {
         return "<Layer " + l.layer.name + " " + l.layer.config.to_string() +
                (l.kernel ? " kernel=" + std::string(l.kernel->name()) : std::string(" unprocessed")) + ">";

@@ -3,6 +3,7 @@
 // wrong shapes and dtypes, and a pre-quantized activation made with another key.
 #include "qlinear/kernel.hpp"
 
+#include "qlinear/activation_quant.hpp"
 #include "qlinear/log.hpp"
 
 namespace qlinear {
@@ -21,9 +22,10 @@ std::vector<MRoute> LinearKernel::m_routes(const LinearConfig&) const {
 
 std::string_view LinearKernel::apply_route(const LinearLayer&, const Activation&) const { return name(); }
 
-Result<QuantizedTensor> LinearKernel::quantize_input(const LinearLayer& layer, const Tensor&, const Tensor&) const {
-  return Status::error("kernel " + std::string(name()) + " (layer " + layer.name +
-                       ") does not quantize activations with given row maxima");
+// Host kernels: the host producer (activation_quant.hpp) with the kernel's own key.
+Result<QuantizedTensor> LinearKernel::quantize_input(const LinearLayer& layer, const Tensor& x,
+                                                     const Tensor& row_amax) const {
+  return quantize_activation_with_row_amax(*this, layer, x, row_amax);
 }
 
 Status LinearKernel::process_weights_after_loading(LinearLayer& layer) const {

@@ -2,10 +2,14 @@
 // declares an input key, on every scheme (and a fused layer with per-shard static scales), the activation
 // quantized by the producer gives the same output, bit for bit, as the kernel's own dense-input path; a
 // mismatched key is refused naming both keys; kernels without a key say so.
+#include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "cache/cache_test_util.hpp"
 #include "qlinear/activation_quant.hpp"
+#include "qlinear/formats.hpp"
+#include "qlinear/quantize.hpp"
 
 namespace qlinear {
 namespace {
@@ -121,6 +125,82 @@ TEST(PreQuantized, KernelsWithoutAKeyAndBadInputsAreErrors) {
   ASSERT_FALSE(r);
   EXPECT_NE(r.message().find("input_scale"), std::string::npos) << r.message();
   (void)host;
+}
+
+// Given row maxima (a tensor-parallel row slice and its whole row's |x| max), through the host kernels'
+// LinearKernel::quantize_input: with the rows' own maxima the codes and scales are the dynamic quantizer's,
+// bit for bit, and so is the kernel's output; with larger maxima each row's scale follows the dynamic rule on
+// them and the codes that coarser scale's.
+TEST(PreQuantized, RowMaximaGiveTheDynamicQuantizersCodesOnTheirMaxima) {
+  for (const char* scheme : {"w8a8-int8-dynamic", "w8a8-fp8-channel"}) {
+    SCOPED_TRACE(scheme);
+    const Scheme& s = *find_scheme(scheme);
+    const LinearKernel& ref = *find_kernel(s.family == Family::kInt8ScaledMM ? "reference_int8_scaled_mm"
+                                                                              : "reference_fp8_scaled_mm");
+    LinearLayer layer = scheme_layer(s, 5);
+    ASSERT_TRUE(ref.process_weights_after_loading(layer));
+    const int64_t m = 7, k = layer.config.k;
+    const Tensor x = random_normal(DType::kBF16, {m, k}, 31, 2.0);
+    Tensor own = Tensor::empty(DType::kF32, {m}), doubled = Tensor::empty(DType::kF32, {m});
+    for (int64_t r = 0; r < m; ++r) {
+      float a = 0.0f;
+      for (int64_t c = 0; c < k; ++c) {
+        const float v = bf16_to_float(x.data<uint16_t>()[r * k + c]);
+        a = std::max(a, std::fabs(v));
+      }
+      own.data<float>()[r] = a;
+      doubled.data<float>()[r] = 2.0f * a;
+    }
+    auto dyn = quantize_activation_for(ref, layer, x);
+    auto given = ref.quantize_input(layer, x, own);
+    ASSERT_TRUE(dyn) << dyn.message();
+    ASSERT_TRUE(given) << given.message();
+    EXPECT_EQ(given->key, *s.activation_key);
+    EXPECT_TRUE(same_bytes(dyn->quantized_tensor().data, given->data));
+    EXPECT_TRUE(same_bytes(dyn->quantized_tensor().scale, given->scale));
+    auto y_dense = ref.apply(layer, Activation::dense(x), nullptr);
+    auto y_given = ref.apply(layer, Activation::quantized(*given, DType::kBF16), nullptr);
+    ASSERT_TRUE(y_dense && y_given);
+    EXPECT_TRUE(same_bytes(*y_dense, *y_given));
+    // Twice the maxima: twice the scales (both rules are amax / max code, rounded to f32), and codes on that
+    // coarser grid: INT8 exactly RNE(x / s), FP8 within E4M3's rounding of x / s.
+    auto coarse = ref.quantize_input(layer, x, doubled);
+    ASSERT_TRUE(coarse) << coarse.message();
+    auto deq = dequantize(*coarse);
+    ASSERT_TRUE(deq) << deq.message();
+    for (int64_t r = 0; r < m; ++r) {
+      const float sr = coarse->scale.data<float>()[r];
+      EXPECT_EQ(sr, 2.0f * dyn->quantized_tensor().scale.data<float>()[r]) << "row " << r;
+      for (int64_t c = 0; c < k; ++c) {
+        const double v = bf16_to_float(x.data<uint16_t>()[r * k + c]);
+        if (s.family == Family::kInt8ScaledMM) {
+          ASSERT_EQ(coarse->data.data<int8_t>()[r * k + c], static_cast<int8_t>(std::nearbyint(v / sr)))
+              << r << "," << c;
+        } else {
+          ASSERT_LE(std::fabs(deq->data<float>()[r * k + c] - v), std::max(std::fabs(v) * 0x1p-4, sr * 0x1p-9))
+              << r << "," << c;
+        }
+      }
+    }
+  }
+  // Another key, a wrong shape, a negative maximum: errors that say which.
+  const LinearKernel& ref = *find_kernel("reference_int8_scaled_mm");
+  LinearLayer st = scheme_layer(*find_scheme("w8a8-int8-static"), 2);
+  ASSERT_TRUE(ref.process_weights_after_loading(st));
+  auto r = ref.quantize_input(st, random_normal(DType::kBF16, {2, 256}, 1), Tensor::zeros(DType::kF32, {2}));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.message().find("only dynamic per-token symmetric FP8 / INT8 activations take row maxima"),
+            std::string::npos) << r.message();
+  LinearLayer dy = scheme_layer(*find_scheme("w8a8-int8-dynamic"), 2);
+  ASSERT_TRUE(ref.process_weights_after_loading(dy));
+  r = ref.quantize_input(dy, random_normal(DType::kBF16, {2, 256}, 1), Tensor::zeros(DType::kF32, {3}));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.message().find("the maxima f32 [2]"), std::string::npos) << r.message();
+  Tensor neg = Tensor::zeros(DType::kF32, {2});
+  neg.data<float>()[1] = -1.0f;
+  r = ref.quantize_input(dy, random_normal(DType::kBF16, {2, 256}, 1), neg);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.message().find("row 1 has maximum"), std::string::npos) << r.message();
 }
 
 }  // namespace
