@@ -71,30 +71,25 @@ void apply_into(const Layer& self, const InArray& x, const OutArray& out, const 
                 want.to_string() + ", got x on " + xt.device().to_string() + " and out on " +
                 ot.device().to_string());
   }
-  Tensor bt;
-  if (bias) {
-    bt = borrow(*bias, "apply: bias");
-    if (bt.device() != want) {
-      throw Error("apply to " + self.where() + ": bias on " + bt.device().to_string() + ", expected " +
+  // An optional operand borrowed on the layer's device.
+  auto borrow_on_device = [&](const std::optional<InArray>& a, const char* what) {
+    if (!a) return Tensor();
+    Tensor t = borrow(*a, (std::string("apply: ") + what).c_str());
+    if (t.device() != want) {
+      throw Error("apply to " + self.where() + ": " + what + " on " + t.device().to_string() + ", expected " +
                   want.to_string());
     }
-  } else if (use_layer_bias) {
-    bt = on_cuda ? self.device_bias : self.bias;
-  }
-  Tensor amax;
-  if (row_amax) {
-    amax = borrow(*row_amax, "apply: row_amax");
-    if (amax.device() != want) {
-      throw Error("apply to " + self.where() + ": row_amax on " + amax.device().to_string() + ", expected " +
-                  want.to_string());
-    }
-  }
+    return t;
+  };
+  Tensor bt = borrow_on_device(bias, "bias");
+  if (!bias && use_layer_bias) bt = on_cuda ? self.device_bias : self.bias;
+  const Tensor amax = borrow_on_device(row_amax, "row_amax");
+  const Tensor* b = bt.defined() ? &bt : nullptr;
   nb::gil_scoped_release release;
   auto run = [&] {
-    if (!amax.defined()) return check(self.kernel->apply(self.layer, Activation::dense(xt), bt.defined() ? &bt : nullptr, ot));
+    if (!amax.defined()) return check(self.kernel->apply(self.layer, Activation::dense(xt), b, ot));
     QuantizedTensor q = unwrap(self.kernel->quantize_input(self.layer, xt, amax));
-    check(self.kernel->apply(self.layer, Activation::quantized(std::move(q), xt.dtype()), bt.defined() ? &bt : nullptr,
-                             ot));
+    check(self.kernel->apply(self.layer, Activation::quantized(std::move(q), xt.dtype()), b, ot));
   };
 #if QLINEAR_WITH_CUDA
   if (on_cuda && stream) {
