@@ -47,8 +47,8 @@ def _row_parallel_refusal(layer: Layer) -> str:
     takes = layer.kernel.input_quant_key(layer.config)
     if _per_token_dynamic(layer) and (takes is None or not takes == key):
         return (f"per-token dynamic activation scales, which a slice takes from the whole row's maximum, and its "
-                f"kernel {layer.kernel.name} takes no pre-quantized activations (kernel= one that does, e.g. on "
-                "CUDA)")
+                f"kernel {layer.kernel.name} takes no pre-quantized activations (pick one that does with kernel=, "
+                "e.g. a CUDA kernel)")
     if key.name == "kNvfp4DynamicGlobal":
         return "an NVFP4 input global scale computed per call from the whole activation"
     return ""
@@ -59,10 +59,11 @@ class ParallelQuantLinear(nn.Module):
     make its output the whole layer's.
 
     layer: this rank's slice (load_checkpoint(tp_rank=..., tp_size=...)); row slices must be loaded with
-    out_dtype equal to reduce_dtype (their partial sums: "f32", or "bf16"). group: the process group (default: the world). out_dtype: the
-    output dtype of a row-parallel layer (column layers keep their own). gather_output: column-parallel,
-    all-gather the full output (else each rank returns its columns). input_is_parallel: row-parallel, x is
-    already this rank's slice of the input features (else the full input, sliced here)."""
+    out_dtype equal to reduce_dtype (their partial sums: "f32", or "bf16"). group: the process group
+    (default: the world). out_dtype: the output dtype of a row-parallel layer (column layers keep their own).
+    gather_output: column-parallel, all-gather the full output (else each rank returns its columns).
+    input_is_parallel: row-parallel, x is already this rank's slice of the input features (else the full
+    input, sliced here)."""
 
     def __init__(self, layer: Layer, group=None, *, device: Union[str, torch.device, None] = None,
                  out_dtype: torch.dtype = torch.bfloat16, gather_output: bool = True,
