@@ -24,7 +24,8 @@ per-call global scale is refused too: the slices would compute different global 
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Union
+import re
+from typing import Dict, Union
 
 import torch
 import torch.distributed as dist
@@ -156,8 +157,8 @@ def load_parallel_linears(path: str, group=None, *, device: Union[str, torch.dev
                           layers: str = "", input_dtype: str = "bf16", out_dtype: str = "bf16",
                           reduce_dtype: str = "f32", **process_options) -> Dict[str, ParallelQuantLinear]:
     """This rank's slices of a checkpoint's quantized layers, by (fused) name, as ParallelQuantLinear modules
-    (column-parallel ones gather their output). The checkpoint is read twice for the two kinds of slice:
-    column slices with out_dtype, row slices with partial sums in reduce_dtype ("f32" or "bf16")."""
+    (column-parallel ones gather their output). Column slices give out_dtype; the row slices, read a second
+    time by name, give partial sums in reduce_dtype ("f32" or "bf16")."""
     if not dist.is_initialized():
         raise Error("load_parallel_linears: torch.distributed is not initialized (dist.init_process_group first)")
     rank, size = dist.get_rank(group), dist.get_world_size(group)
@@ -167,12 +168,16 @@ def load_parallel_linears(path: str, group=None, *, device: Union[str, torch.dev
                              out_dtype=out_dtype)
     if reduce_dtype not in ("f32", "bf16"):
         raise Error(f"load_parallel_linears: reduce_dtype {reduce_dtype!r}; expected \"f32\" or \"bf16\"")
-    row = load_checkpoint(path, tp_rank=rank, tp_size=size, layers=layers, input_dtype=input_dtype,
-                          out_dtype=reduce_dtype)
     out: Dict[str, ParallelQuantLinear] = {}
     for layer in column.layers:
         if layer.parallelism == "column":
             out[layer.name] = ParallelQuantLinear(layer, group, device=device, **process_options)
+    row_names = [layer.name for layer in column.layers if layer.parallelism == "row"]
+    if not row_names:
+        return out
+    # Layer configs are fixed at load: the row slices are loaded again, only they, for their f32 / bf16 sums.
+    row = load_checkpoint(path, tp_rank=rank, tp_size=size, layers="^(" + "|".join(map(re.escape, row_names)) + ")$",
+                          input_dtype=input_dtype, out_dtype=reduce_dtype)
     for layer in row.layers:
         if layer.parallelism == "row":
             out[layer.name] = ParallelQuantLinear(layer, group, device=device, out_dtype=_TORCH_DTYPES[out_dtype],

@@ -54,10 +54,11 @@ def test_two_ranks_give_the_one_process_layers(fixture, reduce_dtype):
                 assert got.shape == want.shape, (fixture, name)
                 if layer.parallelism == "column":
                     np.testing.assert_array_equal(got, want, err_msg=f"{fixture} {name} rank {rank}")
-                else:  # one BF16 rounding of a sum added in another order (BF16 partials: one more per rank);
-                    # INT8 sums are exact integers, so only the f32 products may differ (slices quantized with their
-                    # own row maxima instead of the whole row's measured 8e-3 here)
-                    bound = 1e-3 if "int8" in fixture else 4e-3 if reduce_dtype == "f32" else 8e-3
+                else:
+                    # f32 partials: the same sum added in another order, so at most a few BF16 roundings flip
+                    # (0.0 measured on every fixture; INT8 slices quantized with their own row maxima instead of
+                    # the whole row's measured 8e-3). BF16 partials: each rounded before the sum (3e-3 measured).
+                    bound = 1e-3 if reduce_dtype == "f32" else 5e-3
                     assert rel_err(got, want) < bound, (fixture, name, rank, rel_err(got, want))
 
 
