@@ -26,6 +26,7 @@
 #include "backends/reference/reference_kernels.hpp"
 #include "qlinear/cuda.hpp"
 #include "cuda/cuda_test_util.hpp"
+#include "cuda/graph_replay.hpp"
 #include "cuda/mma_reference_check.hpp"
 #include "cuda/mma_variants.hpp"
 #endif
@@ -405,26 +406,21 @@ TEST(CudaMmaDecode, CapturesAndReplaysInACudaGraph) {
         return x;
       };
       upload_x(seed + 10);
-      ASSERT_TRUE(c.kernel->apply(p->mine, Activation::dense(xd), &bd, od).is_ok());  // warm-up
-      cudaGraph_t graph = nullptr;
-      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-      const Status cs = c.kernel->apply(p->mine, Activation::dense(xd), &bd, od);
-      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-      ASSERT_TRUE(cs.is_ok()) << cs.message();
-      cudaGraphExec_t exec = nullptr;
-      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-      for (int replay = 0; replay < 3; ++replay) {
-        const Tensor x = upload_x(seed + 20 + replay);
-        ASSERT_TRUE(cuda::fill_bytes(od, 0xFF).is_ok());
-        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-        ASSERT_TRUE(c.kernel->apply(p->mine, Activation::dense(xd), &bd, direct).is_ok());
-        auto got = cuda::to_host(od).value();
-        auto want = cuda::to_host(direct).value();
-        EXPECT_EQ(std::memcmp(got.raw(), want.raw(), static_cast<size_t>(got.nbytes())), 0) << "replay " << replay;
-        EXPECT_EQ(compare(c, *p, x, &bias, got, nullptr), 0) << "replay " << replay;
-      }
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
+      Tensor x;
+      cuda_test::replay_captured_call(
+          stream, 3, [&] { return c.kernel->apply(p->mine, Activation::dense(xd), &bd, od); },
+          [&](int replay) {
+            x = upload_x(seed + 20 + replay);
+            ASSERT_TRUE(cuda::fill_bytes(od, 0xFF).is_ok());
+          },
+          [&](int replay) {
+            ASSERT_TRUE(c.kernel->apply(p->mine, Activation::dense(xd), &bd, direct).is_ok());
+            auto got = cuda::to_host(od).value();
+            auto want = cuda::to_host(direct).value();
+            EXPECT_EQ(std::memcmp(got.raw(), want.raw(), static_cast<size_t>(got.nbytes())), 0)
+                << "replay " << replay;
+            EXPECT_EQ(compare(c, *p, x, &bias, got, nullptr), 0) << "replay " << replay;
+          });
     }
   }
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.hpp"
+#include "cuda/graph_replay.hpp"
 #include "qlinear/formats.hpp"
 #include "qlinear/random.hpp"
 #include "qlinear/registry.hpp"
@@ -188,28 +189,21 @@ TEST(CudaWgmmaGemm, RoutesCaptureAndReplayInACudaGraph) {
                 cudaSuccess);
     };
     upload_x(seed + 10);
-    ASSERT_TRUE(kernel.apply(*layer, Activation::dense(xd), &bd, od).is_ok());  // warm-up
-    cudaGraph_t graph = nullptr;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    const Status cs = kernel.apply(*layer, Activation::dense(xd), &bd, od);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    ASSERT_TRUE(cs.is_ok()) << cs.message();
-    cudaGraphExec_t exec = nullptr;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    for (int replay = 0; replay < 2; ++replay) {
-      upload_x(seed + 20 + replay);
-      ASSERT_TRUE(cuda::fill_bytes(od, 0xFF).is_ok());
-      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-      ASSERT_TRUE(kernel.apply(*layer, Activation::dense(xd), &bd, direct).is_ok());
-      auto got = cuda::to_host(od).value();
-      auto want = cuda::to_host(direct).value();
-      EXPECT_EQ(std::memcmp(got.raw(), want.raw(), static_cast<size_t>(got.nbytes())), 0) << "replay " << replay;
-      int64_t nan = 0;
-      for (int64_t i = 0; i < m * n; ++i) nan += std::isnan(bf16_value(got.data<uint16_t>()[i]));
-      EXPECT_EQ(nan, 0) << "replay " << replay << ": outputs left unwritten";
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    cuda_test::replay_captured_call(
+        stream, 2, [&] { return kernel.apply(*layer, Activation::dense(xd), &bd, od); },
+        [&](int replay) {
+          upload_x(seed + 20 + replay);
+          ASSERT_TRUE(cuda::fill_bytes(od, 0xFF).is_ok());
+        },
+        [&](int replay) {
+          ASSERT_TRUE(kernel.apply(*layer, Activation::dense(xd), &bd, direct).is_ok());
+          auto got = cuda::to_host(od).value();
+          auto want = cuda::to_host(direct).value();
+          EXPECT_EQ(std::memcmp(got.raw(), want.raw(), static_cast<size_t>(got.nbytes())), 0) << "replay " << replay;
+          int64_t nan = 0;
+          for (int64_t i = 0; i < m * n; ++i) nan += std::isnan(bf16_value(got.data<uint16_t>()[i]));
+          EXPECT_EQ(nan, 0) << "replay " << replay << ": outputs left unwritten";
+        });
   }
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaStreamDestroy(stream);
