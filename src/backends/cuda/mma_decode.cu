@@ -335,25 +335,32 @@ Status launch_mma_decode(const MmaDecodeArgs& a, Stream stream) {
       case MmaCode::kE2M1: QL_RETURN_IF_ERROR(mma_detail::launch_e2m1(a, t, splits, p, stream)); break;
     }
   }
-  if (p != nullptr) {
-    const int64_t total = a.m * a.layout.n;
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 4 * a.sm_count));
-    // A programmatic dependent launch: its blocks are resident when the GEMM's last ones finish, which
-    // hides the launch gap of a second kernel behind the GEMM.
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(256);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    QL_RETURN_IF_ERROR(check(cudaLaunchKernelEx(&cfg, mma_detail::mma_decode_reduce_kernel, a, splits,
-                                                static_cast<const float*>(p)),
-                             "cudaLaunchKernelEx(mma_decode_reduce_kernel, programmatic)"));
-  }
+  if (p != nullptr) return mma_detail::launch_mma_decode_reduce(a, splits, p, stream);
   return Status::ok();
 }
+
+namespace mma_detail {
+
+Status launch_mma_decode_reduce(const MmaDecodeArgs& a, int splits, const float* p, Stream stream) {
+  const int64_t total = a.m * a.layout.n;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 4 * a.sm_count));
+  // A programmatic dependent launch: its blocks are resident when the GEMM's last ones finish, which
+  // hides the launch gap of a second kernel behind the GEMM.
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(256);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  QL_RETURN_IF_ERROR(check(cudaLaunchKernelEx(&cfg, mma_detail::mma_decode_reduce_kernel, a, splits,
+                                              static_cast<const float*>(p)),
+                           "cudaLaunchKernelEx(mma_decode_reduce_kernel, programmatic)"));
+  return Status::ok();
+}
+
+}  // namespace mma_detail
 
 }  // namespace qlinear::cuda

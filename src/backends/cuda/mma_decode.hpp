@@ -120,6 +120,8 @@ struct MmaDecodeForce {
                                                           // (layers whose plan fits), -1 = never
   int mx_fp8_probe = 0;                                   // its benchmark probes: stages skipped (wrong results;
                                                           // mx_fp8_block.hpp kProbe*)
+  int qgmma = 0;                                          // W4A4 MX at M <= 16: 1 = the FP8 tensor-core
+                                                          // kernel (qgmma_decode.hpp) where it applies, -1 = never
   bool operator==(const MmaDecodeForce&) const = default;
 };
 void mma_decode_force(const MmaDecodeForce& f);
@@ -164,6 +166,9 @@ Status launch_e2m1(const MmaDecodeArgs& a, const MmaTileConfig& t, int splits, f
 Status launch_regs_e4m3(const MmaDecodeArgs& a, int token_tiles, int depth, int splits, float* partial, Stream stream);
 Status launch_regs_fp6(const MmaDecodeArgs& a, int token_tiles, int depth, int splits, float* partial, Stream stream);
 Status launch_regs_e2m1(const MmaDecodeArgs& a, int token_tiles, int depth, int splits, float* partial, Stream stream);
+// Adds the [splits][M][N] FP32 partial sums in split order and writes the output through the epilogue (row
+// factor, activation factor, bias): a programmatic dependent launch after the GEMM that writes them.
+Status launch_mma_decode_reduce(const MmaDecodeArgs& a, int splits, const float* partial, Stream stream);
 // MX E2M1 / E2M3 / E3M2 weights widened to row-major E4M3 [N, K] (K % 128 == 0), each 128 x 128 block
 // divided by 2^blk_exp[block] (mx_fp8_block_math.hpp: exact for a layer whose plan is ok) (mma_widen.cu).
 Status widen_fp8(const MmaDecodeArgs& a, const int32_t* blk_exp, uint8_t* out, Stream stream);
