@@ -47,6 +47,8 @@ inline std::vector<MmaVariant> mma_variants() {
   add("p4", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kPartials; f.splits = 4; });
   // W4A4 MX at M <= 16: the FP8 tensor-core kernel (qgmma_decode.hpp), its split rule and forced splits.
   add("qg", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 1; });
+  add("qg2", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 2; });
+  add("qg2_s1", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 2; f.splits = 1; });
   add("qg_s1", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 1; f.splits = 1; });
   add("qg_s2", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 1; f.splits = 2; });
   add("qg_s4", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 1; f.splits = 4; });

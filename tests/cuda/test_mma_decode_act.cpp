@@ -331,16 +331,16 @@ TEST(CudaMmaDecodeAct, Fp8BlockRouteMatchesTheReference) {
   }
 }
 
-// The FP8 tensor-core kernel (qgmma_decode.hpp) forced on W4A4 MXFP4 (both activation rules): every M it
+// The FP8 tensor-core kernel (qgmma_decode.hpp) forced on W4A4 MXFP4, both variants: every M it
 // takes (8- and 16-token tiles), N off the 64-row blocks, K off 128 and 256, one and several splits (forced
 // and by its rule), input, bias and output dtypes; layers whose weight scales do not fold keep the BF16
 // kernel, and so does M = 17.
 TEST(CudaMmaDecodeAct, QgmmaKernelMatchesTheReference) {
   QL_REQUIRE_SM90();
   Scheme quark = *find_scheme("w4a4-mxfp4");
-  for (int splits : {0, 1, 3}) {
+  for (auto [variant, splits] : {std::pair{1, 0}, {1, 1}, {1, 3}, {2, 0}, {2, 3}}) {
     cuda::MmaDecodeForce f;
-    f.qgmma = 1;
+    f.qgmma = variant;
     f.splits = splits;
     cuda_test::ForceScope force(f);
     for (int64_t m : {1, 2, 3, 7, 8, 9, 16}) {

@@ -4,8 +4,9 @@
 // tile w (rows 16w .. 16w+15 of the wgmma's A), and the two warpgroups take alternate 128-K units of the
 // block's K range (one split of the units), adding their sums through shared memory at the end. The
 // activations of the whole K range (codes and scales, at most kMaxUnitsPerSplit units) are copied into shared
-// memory once, after the first units' weights are on their way; the K loop then has no barrier. Each warp
-// keeps kDepth units of its weights in flight in registers (16-byte loads that skip L1), and per unit:
+// memory once, after the first units' weights are on their way; the K loop then has no block barrier.
+// Each warp keeps kStages units of its weights in flight through its own shared-memory ring (cp.async, no
+// L1), and per unit:
 //   decode    a lane's two words per 32-group hold rows g, g+8 of its K slots in bytes: a shift and two
 //             masks per four codes make their E4M3 bytes (layout/qgmma_fragment.hpp).
 //   MMA       four wgmma m64nTk32 (one per group) into fresh accumulators, committed and waited together.
@@ -26,23 +27,27 @@ namespace qlinear::cuda {
 
 namespace qgmma_detail {
 
+using mma_detail::cp_async16;
 using mma_detail::cp_async16_zfill;
 using mma_detail::cp_async_commit;
 using mma_detail::cp_async_wait;
 using mma_detail::grid_dependency_wait;
 
 constexpr int kWarpgroups = 2, kThreads = 128 * kWarpgroups;
-// Units of weights in flight per warp: four at 8 tokens; two at 16, whose accumulators take the registers.
-template <int TOK>
-constexpr int kDepth = TOK == 8 ? 4 : 2;
+constexpr int kStages = 4;              // units in flight per warp (its shared-memory ring)
 constexpr int kMaxUnitsPerSplit = 32;   // 4096 K of activations in shared memory
 constexpr int kUnitBytes = 1024;        // E2M1: 32 lanes x 32 bytes
 constexpr int kScaleRecordBytes = 8;    // MX: 4 groups x rows g, g+8
+constexpr int kUnitScaleBytes = 8 * kScaleRecordBytes;
 
 template <int TOK>
 struct Smem {
   static constexpr int kGroupBytes = TOK * 32;  // a group's codes: [K half 2][TOK tokens][16 bytes]
-  static constexpr int bytes(int units) { return units * 4 * (kGroupBytes + TOK * 4); }
+  // The activations of `units` units (codes, then the scales as floats), then each warp's weight ring
+  // ([warp][stage][1024 bytes]) and scale ring ([warp][stage][64 bytes]).
+  static constexpr int x_bytes(int units) { return units * 4 * (kGroupBytes + TOK * 4); }
+  static constexpr int kRingBytes = kThreads / 32 * kStages * (kUnitBytes + kUnitScaleBytes);
+  static constexpr int bytes(int units) { return x_bytes(units) + kRingBytes; }
 };
 
 // The activations of group `local` as wgmma's B operand (TOK x 32, K-major, no swizzle): core matrices of
@@ -75,19 +80,6 @@ __device__ __forceinline__ void qgmma(float (&d)[8], const uint32_t (&a)[4], uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(0));
 }
 
-__device__ __forceinline__ uint4 load_stream16(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint2 load_stream8(const uint8_t* p) {
-  uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
-}
-
 // grid (N blocks, splits). partial: null -> the epilogue writes out; else [splits][M][N] f32 sums.
 template <int TOK>
 __global__ void __launch_bounds__(kThreads, 2)
@@ -109,29 +101,33 @@ __global__ void __launch_bounds__(kThreads, 2)
   // for each other in a path it deems divergent).
   const int my_units = max(0, u_end - u_begin) / 2;
 
-  // Weights and scales of unit i of this warp (units u_begin + wg + 2i), kDepth units ahead.
-  constexpr int kDepthT = kDepth<TOK>;
-  constexpr int64_t kStepW = 2 * kUnitBytes, kStepS = 2 * 8 * kScaleRecordBytes;
-  const uint8_t* wnext = a.w + (tile * k_slabs + u_begin + wg) * kUnitBytes + lane * 16;
-  const uint8_t* snext = a.w_scale + ((tile * k_slabs + u_begin + wg) * 8 + lane / 4) * kScaleRecordBytes;
-  uint4 wq[kDepthT][2];
-  uint2 sq[kDepthT];
+  // The weights reach registers through a per-warp shared-memory ring that cp.async fills kStages - 1 units
+  // ahead: a load straight into registers would make every wgmma.fence wait for it (the fence waits for
+  // the warp's pending register writes), so the prefetch would never be more than one unit deep.
+  const int groups = (u_end - u_begin) * 4;
+  uint8_t* ring = smem + Smem<TOK>::x_bytes(units_per_split);
+  uint8_t* wring = ring + warp * kStages * kUnitBytes;
+  uint8_t* sring = ring + kThreads / 32 * kStages * kUnitBytes + warp * kStages * kUnitScaleBytes;
+  constexpr int64_t kStepW = 2 * kUnitBytes, kStepS = 2 * kUnitScaleBytes;
+  const uint8_t* wsrc = a.w + (tile * k_slabs + u_begin + wg) * kUnitBytes + lane * 16;
+  const uint8_t* ssrc = a.w_scale + (tile * k_slabs + u_begin + wg) * kUnitScaleBytes + (lane % 4) * 16;
+  // Unit i of this warp into its stage. Past the last unit the stage (never read again) gets the last unit
+  // once more: no branch around the copies.
+  auto fill = [&](int i) {
+    const int from = min(i, max(my_units - 1, 0));
+    uint8_t* st = wring + (i % kStages) * kUnitBytes + lane * 16;
+    cp_async16(st, wsrc + from * kStepW);
+    cp_async16(st + 512, wsrc + from * kStepW + 512);
+    if (lane < 4) cp_async16(sring + (i % kStages) * kUnitScaleBytes + lane * 16, ssrc + from * kStepS);
+    cp_async_commit();
+  };
 #pragma unroll
-  for (int d = 0; d < kDepthT; ++d) {
-    if (d < my_units) {
-      wq[d][0] = load_stream16(wnext);
-      wq[d][1] = load_stream16(wnext + 512);
-      sq[d] = load_stream8(snext);
-    }
-    wnext += kStepW;
-    snext += kStepS;
-  }
+  for (int i = 0; i < kStages - 1; ++i) fill(i);
 
   // The activations of the block's K range: codes [group][K half][token][16 bytes], then the scales as
   // floats [group][token] (2^(xs - 127); zero rows beyond M and groups beyond K).
   grid_dependency_wait();
   const int64_t g_begin = static_cast<int64_t>(u_begin) * 4, groups_k = k / 32;
-  const int groups = (u_end - u_begin) * 4;
   float* xs_scale = reinterpret_cast<float*>(smem + groups * Smem<TOK>::kGroupBytes);
   for (int i = threadIdx.x; i < groups * 2 * TOK; i += kThreads) {
     const int gl = i / (2 * TOK), half = (i / TOK) % 2, t = i % TOK;
@@ -155,67 +151,66 @@ __global__ void __launch_bounds__(kThreads, 2)
   float acc[kD];
 #pragma unroll
   for (int e = 0; e < kD; ++e) acc[e] = 0.0f;
-  // The B descriptor of this warp's current unit (its low word: the address; groups kGroupBytes apart) and
-  // the activation scales of this lane's two tokens in it.
+  // The B descriptor of unit i of this warp (its low word: the address; groups kGroupBytes apart) and the
+  // activation scales of this lane's two tokens in it.
   constexpr uint32_t kDescGroup = Smem<TOK>::kGroupBytes >> 4;
   const uint64_t desc0 = x_desc<TOK>(mma_detail::smem_addr(smem) + wg * 4 * Smem<TOK>::kGroupBytes);
   const uint32_t desc_hi = static_cast<uint32_t>(desc0 >> 32);
-  uint32_t desc_lo = static_cast<uint32_t>(desc0);
-  const float* fx_next = xs_scale + wg * 4 * TOK + 2 * t4;
+  const uint32_t desc_lo0 = static_cast<uint32_t>(desc0);
+  const float* fx0 = xs_scale + wg * 4 * TOK + 2 * t4;
 
-  for (int base = 0; base < my_units; base += kDepthT) {
+  // Unit i: its stage landed (cp.async.wait: this lane's copies; __syncwarp: the other lanes', the scale
+  // record included), the refill of the stage read last time goes out, then the A fragments and the scales.
+  auto take = [&](int i, uint32_t (&af)[4][4], uint2& sc) {
+    cp_async_wait<kStages - 2>();
+    __syncwarp();
+    const uint8_t* st = wring + (i % kStages) * kUnitBytes + lane * 16;
+    const uint4 w0 = *reinterpret_cast<const uint4*>(st), w1 = *reinterpret_cast<const uint4*>(st + 512);
+    sc = *reinterpret_cast<const uint2*>(sring + (i % kStages) * kUnitScaleBytes + g * kScaleRecordBytes);
+    fill(i + kStages - 1);
+    const uint32_t words[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
-    for (int d = 0; d < kDepthT; ++d) {
-      const int i = base + d;
-      if (i >= my_units) break;
-      const bool refill = i + kDepthT < my_units;
-      // Decode first, so that the refill of this slot lands in the registers the codes leave.
-      const uint32_t words[8] = {wq[d][0].x, wq[d][0].y, wq[d][0].z, wq[d][0].w,
-                                 wq[d][1].x, wq[d][1].y, wq[d][1].z, wq[d][1].w};
-      uint32_t af[4][4];
-#pragma unroll
-      for (int gq = 0; gq < 4; ++gq) {
-        af[gq][0] = qgmma_e4m3_row_g(words[2 * gq]);       // rows g, K slots 4t .. 4t+3
-        af[gq][1] = qgmma_e4m3_row_g8(words[2 * gq]);      // rows g+8
-        af[gq][2] = qgmma_e4m3_row_g(words[2 * gq + 1]);   // rows g, K slots 16 + 4t ..
-        af[gq][3] = qgmma_e4m3_row_g8(words[2 * gq + 1]);  // rows g+8
-      }
-      // Past the last unit the slot reloads the unit just decoded (unused): an unconditional load, so the
-      // compiler keeps no copy of the slot for the path without it.
-      const uint8_t* wsrc = refill ? wnext : wnext - kDepthT * kStepW;
-      wq[d][0] = load_stream16(wsrc);
-      wq[d][1] = load_stream16(wsrc + 512);
-      wnext += kStepW;
-      float dq[4][kD];  // scale-d 0: written, not read (early-clobber outputs: never the A registers)
-      wgmma::wgmma_fence();
-#pragma unroll
-      for (int gq = 0; gq < 4; ++gq) {
-        const uint64_t desc = (uint64_t{desc_hi} << 32) | (desc_lo + gq * kDescGroup);
-        qgmma(dq[gq], af[gq], desc);
-      }
-      wgmma::wgmma_commit();
-      desc_lo += 8 * kDescGroup;
-      wgmma::wgmma_wait<0>();
-      const uint2 sc = sq[d];
-#pragma unroll
-      for (int gq = 0; gq < 4; ++gq) {
-        wgmma::fence_regs(dq[gq]);
-        // 2^(ws - 127 + 12): the weight scale and the 2^-6 of both operands' E4M3 codes.
-        const float fw0 = __uint_as_float((__byte_perm(sc.x, 0, 0x4440 + gq) + 12) << 23);
-        const float fw1 = __uint_as_float((__byte_perm(sc.y, 0, 0x4440 + gq) + 12) << 23);
-#pragma unroll
-        for (int j = 0; j < TOK / 8; ++j) {
-          const float2 fx = *reinterpret_cast<const float2*>(fx_next + gq * TOK + 8 * j);
-          acc[4 * j + 0] = fmaf(dq[gq][4 * j + 0] * fw0, fx.x, acc[4 * j + 0]);
-          acc[4 * j + 1] = fmaf(dq[gq][4 * j + 1] * fw0, fx.y, acc[4 * j + 1]);
-          acc[4 * j + 2] = fmaf(dq[gq][4 * j + 2] * fw1, fx.x, acc[4 * j + 2]);
-          acc[4 * j + 3] = fmaf(dq[gq][4 * j + 3] * fw1, fx.y, acc[4 * j + 3]);
-        }
-      }
-      fx_next += 8 * TOK;
-      sq[d] = load_stream8(refill ? snext : snext - kDepthT * kStepS);
-      snext += kStepS;
+    for (int gq = 0; gq < 4; ++gq) {
+      af[gq][0] = qgmma_e4m3_row_g(words[2 * gq]);       // rows g, K slots 4t .. 4t+3
+      af[gq][1] = qgmma_e4m3_row_g8(words[2 * gq]);      // rows g+8
+      af[gq][2] = qgmma_e4m3_row_g(words[2 * gq + 1]);   // rows g, K slots 16 + 4t ..
+      af[gq][3] = qgmma_e4m3_row_g8(words[2 * gq + 1]);  // rows g+8
     }
+  };
+  auto issue = [&](int i, const uint32_t (&af)[4][4], float (&dq)[4][kD]) {
+    wgmma::wgmma_fence();
+    const uint32_t lo = desc_lo0 + static_cast<uint32_t>(i) * 8 * kDescGroup;
+#pragma unroll
+    for (int gq = 0; gq < 4; ++gq) qgmma(dq[gq], af[gq], (uint64_t{desc_hi} << 32) | (lo + gq * kDescGroup));
+    wgmma::wgmma_commit();
+  };
+  auto promote = [&](int i, float (&dq)[4][kD], const uint2& sc) {
+    const float* fx = fx0 + i * 8 * TOK;
+#pragma unroll
+    for (int gq = 0; gq < 4; ++gq) {
+      wgmma::fence_regs(dq[gq]);
+      // 2^(ws - 127 + 12): the weight scale and the 2^-6 of both operands' E4M3 codes.
+      const float fw0 = __uint_as_float((__byte_perm(sc.x, 0, 0x4440 + gq) + 12) << 23);
+      const float fw1 = __uint_as_float((__byte_perm(sc.y, 0, 0x4440 + gq) + 12) << 23);
+#pragma unroll
+      for (int j = 0; j < TOK / 8; ++j) {
+        const float2 f = *reinterpret_cast<const float2*>(fx + gq * TOK + 8 * j);
+        acc[4 * j + 0] = fmaf(dq[gq][4 * j + 0] * fw0, f.x, acc[4 * j + 0]);
+        acc[4 * j + 1] = fmaf(dq[gq][4 * j + 1] * fw0, f.y, acc[4 * j + 1]);
+        acc[4 * j + 2] = fmaf(dq[gq][4 * j + 2] * fw1, f.x, acc[4 * j + 2]);
+        acc[4 * j + 3] = fmaf(dq[gq][4 * j + 3] * fw1, f.y, acc[4 * j + 3]);
+      }
+    }
+  };
+
+  for (int i = 0; i < my_units; ++i) {
+    uint32_t af[4][4];
+    uint2 sc;
+    float dq[4][kD];  // scale-d 0: written, not read (early-clobber outputs: never the A registers)
+    take(i, af, sc);
+    issue(i, af, dq);
+    wgmma::wgmma_wait<0>();
+    promote(i, dq, sc);
   }
 
   // The warpgroups' sums: warpgroup 1 hands its accumulators to warpgroup 0 ([value][thread]).
@@ -247,10 +242,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-// Units per split for a wanted split count: even (k_slabs is), at most kMaxUnitsPerSplit.
+// The most units per split: kMaxUnitsPerSplit, or half that for the variant that fits 4 blocks per SM at 8
+// tokens (MmaDecodeForce::qgmma == 2: 53 KB of shared memory per block instead of 72).
+inline int max_units_per_split() { return mma_decode_forced().qgmma == 2 ? kMaxUnitsPerSplit / 2 : kMaxUnitsPerSplit; }
+
+// Units per split for a wanted split count: even (k_slabs is), at most max_units_per_split().
 inline int units_per_split(int k_units, int splits) {
   const int per = (k_units + splits - 1) / splits;
-  return std::min(per + (per & 1), kMaxUnitsPerSplit);
+  return std::min(per + (per & 1), max_units_per_split());
 }
 
 template <int TOK>
@@ -313,7 +312,8 @@ int qgmma_decode_splits(const MmaDecodeArgs& a) {
   const int64_t n_blocks = (a.layout.n_tiles() + 3) / 4;
   // Enough splits for the activations to fit shared memory, and for two blocks per SM where N alone does
   // not give them, keeping at least two units per split (one per warpgroup).
-  int splits = std::max<int>((k_units + qgmma_detail::kMaxUnitsPerSplit - 1) / qgmma_detail::kMaxUnitsPerSplit,
+  const int most = qgmma_detail::max_units_per_split();
+  int splits = std::max<int>((k_units + most - 1) / most,
                              static_cast<int>((2 * a.sm_count + n_blocks - 1) / n_blocks));
   splits = std::max(1, std::min(splits, k_units / 2));
   const int per_split = qgmma_detail::units_per_split(k_units, splits);
@@ -342,11 +342,11 @@ Status launch_qgmma_decode(const QgmmaDecodeArgs& q, Stream stream) {
     QL_ASSIGN_OR_RETURN(partial, Scratch::make(sizeof(float) * splits * a.m * a.layout.n, stream));
   }
   float* p = splits > 1 ? partial.as<float>() : nullptr;
-  if (a.m <= 8) {
-    QL_RETURN_IF_ERROR(qgmma_detail::launch_tok<8>(q, per_split, splits, p, stream));
-  } else {
-    QL_RETURN_IF_ERROR(qgmma_detail::launch_tok<16>(q, per_split, splits, p, stream));
-  }
+  auto launch = [&]() -> Status {
+    using qgmma_detail::launch_tok;
+    return a.m <= 8 ? launch_tok<8>(q, per_split, splits, p, stream) : launch_tok<16>(q, per_split, splits, p, stream);
+  };
+  QL_RETURN_IF_ERROR(launch());
   if (p != nullptr) return mma_detail::launch_mma_decode_reduce(a, splits, p, stream);
   return Status::ok();
 }
