@@ -113,16 +113,16 @@ __global__ void __launch_bounds__(kThreads, 2)
   const uint8_t* ssrc = a.w_scale + (tile * k_slabs + u_begin + wg) * kUnitScaleBytes + (lane % 4) * 16;
   // Unit i of this warp into its stage. Past the last unit the stage (never read again) gets the last unit
   // once more: no branch around the copies.
-  auto fill = [&](int i) {
+  auto fill = [&](int i, int stage) {
     const int from = min(i, max(my_units - 1, 0));
-    uint8_t* st = wring + (i % kStages) * kUnitBytes + lane * 16;
+    uint8_t* st = wring + stage * kUnitBytes + lane * 16;
     cp_async16(st, wsrc + from * kStepW);
     cp_async16(st + 512, wsrc + from * kStepW + 512);
-    if (lane < 4) cp_async16(sring + (i % kStages) * kUnitScaleBytes + lane * 16, ssrc + from * kStepS);
+    if (lane < 4) cp_async16(sring + stage * kUnitScaleBytes + lane * 16, ssrc + from * kStepS);
     cp_async_commit();
   };
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) fill(i);
+  for (int i = 0; i < kStages - 1; ++i) fill(i, i);
 
   // The activations of the block's K range: codes [group][K half][token][16 bytes], then the scales as
   // floats [group][token] (2^(xs - 127); zero rows beyond M and groups beyond K).
@@ -161,13 +161,13 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   // Unit i: its stage landed (cp.async.wait: this lane's copies; __syncwarp: the other lanes', the scale
   // record included), the refill of the stage read last time goes out, then the A fragments and the scales.
-  auto take = [&](int i, uint32_t (&af)[4][4], uint2& sc) {
+  auto take = [&](int i, int stage, uint32_t (&af)[4][4], uint2& sc) {
     cp_async_wait<kStages - 2>();
     __syncwarp();
-    const uint8_t* st = wring + (i % kStages) * kUnitBytes + lane * 16;
+    const uint8_t* st = wring + stage * kUnitBytes + lane * 16;
     const uint4 w0 = *reinterpret_cast<const uint4*>(st), w1 = *reinterpret_cast<const uint4*>(st + 512);
-    sc = *reinterpret_cast<const uint2*>(sring + (i % kStages) * kUnitScaleBytes + g * kScaleRecordBytes);
-    fill(i + kStages - 1);
+    sc = *reinterpret_cast<const uint2*>(sring + stage * kUnitScaleBytes + g * kScaleRecordBytes);
+    fill(i + kStages - 1, (stage + kStages - 1) % kStages);
     const uint32_t words[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
     for (int gq = 0; gq < 4; ++gq) {
@@ -203,14 +203,20 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   };
 
-  for (int i = 0; i < my_units; ++i) {
-    uint32_t af[4][4];
-    uint2 sc;
-    float dq[4][kD];  // scale-d 0: written, not read (early-clobber outputs: never the A registers)
-    take(i, af, sc);
-    issue(i, af, dq);
-    wgmma::wgmma_wait<0>();
-    promote(i, dq, sc);
+  // Unrolled by the ring's depth, so that every stage address is a constant offset.
+  for (int base = 0; base < my_units; base += kStages) {
+#pragma unroll
+    for (int d = 0; d < kStages; ++d) {
+      const int i = base + d;
+      if (i >= my_units) break;
+      uint32_t af[4][4];
+      uint2 sc;
+      float dq[4][kD];  // scale-d 0: written, not read (early-clobber outputs: never the A registers)
+      take(i, d, af, sc);
+      issue(i, af, dq);
+      wgmma::wgmma_wait<0>();
+      promote(i, dq, sc);
+    }
   }
 
   // The warpgroups' sums: warpgroup 1 hands its accumulators to warpgroup 0 ([value][thread]).
