@@ -53,7 +53,7 @@ inline constexpr int64_t kDrawRows = 64;
 Tensor random_rows(DType dtype, int64_t rows, int64_t cols, uint64_t seed, double stddev);
 
 // ---- CPU ------------------------------------------------------------------------------------------------
-int64_t last_level_cache_bytes();  // this CPU's largest cache (sysconf), 32 MiB when it says nothing
+int64_t last_level_cache_bytes();  // this CPU's largest cache (sysfs, else sysconf), 32 MiB when neither says
 int64_t cold_set_bytes();          // max(256 MiB, 2 x the last-level cache)
 // Copies of `bytes` of weights that together exceed cold_set_bytes() (1 .. 64).
 int cold_copies_for(int64_t bytes);
