@@ -192,9 +192,12 @@ namespace {
 template <int MR, int NV>
 void ukernel_direct(const W8A16Gemm& g, const Decoder& dec, const uint16_t* a, int64_t lda, int64_t p0, float* c,
                     int64_t ldc) {
-  __m512 acc[MR][NV];
+  // At one or two rows, the two k pairs of a quad go to separate accumulators: two chains of dot products
+  // per column block instead of one, where the chain's latency, not the decode, set the pace.
+  constexpr bool kSplit = MR <= 2;
+  __m512 acc[MR][NV], acc2[MR][NV];
   for (int r = 0; r < MR; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (int v = 0; v < NV; ++v) acc[r][v] = acc2[r][v] = _mm512_setzero_ps();
   const int64_t quads = g.k_pad / 4;
   const bool mx = g.mode == W8ScaleMode::kMx;
   __m512i off[NV];
@@ -206,7 +209,16 @@ void ukernel_direct(const W8A16Gemm& g, const Decoder& dec, const uint16_t* a, i
       std::memcpy(&x23[r], a + r * lda + 4 * q + 2, 4);
     }
     for (int v = 0; v < NV; ++v) {
-      if (mx && q % 8 == 0) off[v] = mx_offsets(g.mx_scale + ((p0 + v) * (g.k_pad / 32) + q / 8) * 16);
+      // As decode_chunk: the weights (and MX exponents) kW8PrefetchBytes ahead of the decode, which keeps too
+      // few loads in flight to cover DRAM on its own once a stream crosses a 4 KiB page.
+      const uint8_t* src = g.elem == W8Elem::kE2M1 ? g.packed + (p0 + v) * 8 * g.k_pad + q * 32
+                                                    : g.packed + (p0 + v) * 16 * g.k_pad + q * 64;
+      _mm_prefetch(reinterpret_cast<const char*>(src + kW8PrefetchBytes), _MM_HINT_T0);
+      if (mx && q % 8 == 0) {
+        const uint8_t* codes = g.mx_scale + ((p0 + v) * (g.k_pad / 32) + q / 8) * 16;
+        _mm_prefetch(reinterpret_cast<const char*>(codes + 256), _MM_HINT_T0);
+        off[v] = mx_offsets(codes);
+      }
       __m512i w01, w23;
       dec.decode_any(g, p0 + v, q, w01, w23);
       if (mx) {
@@ -215,12 +227,19 @@ void ukernel_direct(const W8A16Gemm& g, const Decoder& dec, const uint16_t* a, i
       }
       for (int r = 0; r < MR; ++r) {
         acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)_mm512_set1_epi32(x01[r]), (__m512bh)w01);
-        acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)_mm512_set1_epi32(x23[r]), (__m512bh)w23);
+        if constexpr (kSplit) {
+          acc2[r][v] = _mm512_dpbf16_ps(acc2[r][v], (__m512bh)_mm512_set1_epi32(x23[r]), (__m512bh)w23);
+        } else {
+          acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)_mm512_set1_epi32(x23[r]), (__m512bh)w23);
+        }
       }
     }
   }
-  for (int r = 0; r < MR; ++r)
-    for (int v = 0; v < NV; ++v) _mm512_store_ps(c + r * ldc + v * 16, acc[r][v]);
+  for (int r = 0; r < MR; ++r) {
+    for (int v = 0; v < NV; ++v) {
+      _mm512_store_ps(c + r * ldc + v * 16, kSplit ? _mm512_add_ps(acc[r][v], acc2[r][v]) : acc[r][v]);
+    }
+  }
 }
 
 using DirectUkernel = void (*)(const W8A16Gemm&, const Decoder&, const uint16_t*, int64_t, int64_t, float*, int64_t);
