@@ -543,6 +543,24 @@ Status MmaDecodeLinearKernel::import_impl(LinearLayer& layer, const ProcessedWei
   return Status::ok();
 }
 
+// The decode GEMM's arguments that come from the layer's state and the call's M, bias and output.
+MmaDecodeArgs layer_gemm_args(const MmaLayerState& st, int64_t m, const Tensor* bias, Tensor& out) {
+  MmaDecodeArgs a;
+  a.layout = st.layout;
+  a.fold = st.fold;
+  a.w = static_cast<const uint8_t*>(st.w.raw());
+  a.w_scale = st.w_scale.defined() ? static_cast<const uint8_t*>(st.w_scale.raw()) : nullptr;
+  a.row_factor = st.row_factor.defined() ? static_cast<const MmaFactor*>(st.row_factor.raw()) : nullptr;
+  a.m = m;
+  a.bias = bias ? bias->raw() : nullptr;
+  a.bias_dtype = bias ? bias->dtype() : DType::kF32;
+  a.out = out.raw();
+  a.out_dtype = out.dtype();
+  a.sm_count = st.sm_count;
+  a.device_name = st.device_name;
+  return a;
+}
+
 // W4A4 through the FP8 tensor-core kernel: one pass writes the activations' E4M3 codes (permuted per
 // 32-group) and E8M0 exponents, then the GEMM (a programmatic dependent launch after it).
 Status apply_qgmma(const LinearLayer& layer, const MmaLayerState& st, const Tensor& xt, const Tensor* bias,
@@ -566,19 +584,8 @@ Status apply_qgmma(const LinearLayer& layer, const MmaLayerState& st, const Tens
   pass.scales = pass.codes + codes_bytes;
   QL_RETURN_IF_ERROR(launch_act_mx_codes(pass, stream));
   QgmmaDecodeArgs q;
-  MmaDecodeArgs& a = q.gemm;
-  a.layout = st.layout;
-  a.fold = st.fold;
-  a.w = static_cast<const uint8_t*>(st.w.raw());
-  a.w_scale = static_cast<const uint8_t*>(st.w_scale.raw());
-  a.m = m;
-  a.bias = bias ? bias->raw() : nullptr;
-  a.bias_dtype = bias ? bias->dtype() : DType::kF32;
-  a.out = out.raw();
-  a.out_dtype = out.dtype();
-  a.sm_count = st.sm_count;
-  a.device_name = st.device_name;
-  a.programmatic = !mma_decode_forced().no_programmatic;
+  q.gemm = layer_gemm_args(st, m, bias, out);
+  q.gemm.programmatic = !mma_decode_forced().no_programmatic;
   q.x_codes = pass.codes;
   q.x_scales = pass.scales;
   return launch_qgmma_decode(q, stream);
@@ -666,23 +673,11 @@ Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activat
                          "row stride that is a multiple of 8 elements (got stride " + std::to_string(ld) + ")");
   }
   if (!out.is_contiguous()) return Status::error("layer " + layer.name + ": the output must be contiguous");
-  MmaDecodeArgs a;
-  a.layout = st.layout;
-  a.fold = st.fold;
-  a.w = static_cast<const uint8_t*>(st.w.raw());
-  a.w_scale = st.w_scale.defined() ? static_cast<const uint8_t*>(st.w_scale.raw()) : nullptr;
-  a.row_factor = st.row_factor.defined() ? static_cast<const MmaFactor*>(st.row_factor.raw()) : nullptr;
+  MmaDecodeArgs a = layer_gemm_args(st, m, bias, out);
   a.x = xb;
   a.ld_x = ld;
   a.x_factor = factor;  // null unless the activations carry a factor
   a.x_factor_stride = 0;
-  a.m = m;
-  a.bias = bias ? bias->raw() : nullptr;
-  a.bias_dtype = bias ? bias->dtype() : DType::kF32;
-  a.out = out.raw();
-  a.out_dtype = out.dtype();
-  a.sm_count = st.sm_count;
-  a.device_name = st.device_name;
   a.programmatic = c.activation_key && m > 0 && !mma_decode_forced().no_programmatic;
   return launch_mma_decode(a, stream);
 }
