@@ -219,7 +219,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   }
 
-  // The warpgroups' sums: warpgroup 1 hands its accumulators to warpgroup 0 ([value][thread]).
+  // The warpgroups' sums: warpgroup 1 hands its accumulators to warpgroup 0 ([value][thread]). The ring's
+  // last refills (of units past the end) must land before the block ends and its shared memory is reused.
+  cp_async_wait<0>();
   __syncthreads();  // every warp is done with the staged activations
   float* red = reinterpret_cast<float*>(smem);
   const int tid = threadIdx.x % 128;
