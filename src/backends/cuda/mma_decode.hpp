@@ -122,8 +122,8 @@ struct MmaDecodeForce {
                                                           // mx_fp8_block.hpp kProbe*)
   int qgmma = 0;                                          // W4A4 MX at M <= 16: the FP8 tensor-core kernel
                                                           // (qgmma_decode.hpp) where it applies: 1, or 2 with
-                                                          // at most 2048 K per split (4 blocks per SM at 1-8
-                                                          // tokens); -1 = never
+                                                          // at most 2048 K per split (more, smaller
+                                                          // blocks); -1 = never
   bool operator==(const MmaDecodeForce&) const = default;
 };
 void mma_decode_force(const MmaDecodeForce& f);

@@ -250,8 +250,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-// The most units per split: kMaxUnitsPerSplit, or half that for the variant that fits 4 blocks per SM at 8
-// tokens (MmaDecodeForce::qgmma == 2: 53 KB of shared memory per block instead of 72).
+// The most units per split: kMaxUnitsPerSplit, or half that for the variant of more, smaller blocks
+// (MmaDecodeForce::qgmma == 2: at 8 tokens 53 KB of shared memory per block instead of 72).
 inline int max_units_per_split() { return mma_decode_forced().qgmma == 2 ? kMaxUnitsPerSplit / 2 : kMaxUnitsPerSplit; }
 
 // Units per split for a wanted split count: even (k_slabs is), at most max_units_per_split().
