@@ -127,7 +127,7 @@ std::string_view W8A16Kernel::summary() const {
   }
   if (family_ == Family::kMxfp4) {
     return "MXFP4 weights x BF16 activations, E2M1->BF16 by vpshufb with the E8M0 scale folded, vdpbf16ps, f32 "
-           "accumulation";
+           "accumulation; M <= 4: E8M0 on each block's sum";
   }
   return family_ == Family::kMxfp8
              ? "MXFP8 weights x BF16 activations, E4M3->BF16 in registers with the E8M0 scale folded, vdpbf16ps, "
