@@ -297,20 +297,8 @@ Status launch_tile(const Fp8MmaArgs& a, const Plan& p, float* partial, Stream st
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
   unsigned n_attr = 0;
-  if (window > 0) {
-    attr[n_attr].id = cudaLaunchAttributeAccessPolicyWindow;
-    attr[n_attr].val.accessPolicyWindow.base_ptr = const_cast<uint8_t*>(a.w);
-    attr[n_attr].val.accessPolicyWindow.num_bytes = static_cast<size_t>(std::min<int64_t>(a.n * a.ld_w, window));
-    attr[n_attr].val.accessPolicyWindow.hitRatio = 1.0f;
-    attr[n_attr].val.accessPolicyWindow.hitProp = cudaAccessPropertyStreaming;
-    attr[n_attr].val.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
-    ++n_attr;
-  }
-  if (a.programmatic) {
-    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
-    ++n_attr;
-  }
+  if (window > 0) attr[n_attr++] = mma_detail::streaming_window_attr(a.w, a.n * a.ld_w, window);
+  if (a.programmatic) attr[n_attr++] = mma_detail::programmatic_launch_attr();
   cfg.attrs = attr;
   cfg.numAttrs = n_attr;
   return check(cudaLaunchKernelEx(&cfg, kernel, a, p.steps_per_split, partial), "cudaLaunchKernelEx(fp8_mma_kernel)");

@@ -350,9 +350,7 @@ Status launch_mma_decode_reduce(const MmaDecodeArgs& a, int splits, const float*
   cfg.gridDim = dim3(blocks);
   cfg.blockDim = dim3(256);
   cfg.stream = stream;
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr = programmatic_launch_attr();
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
   QL_RETURN_IF_ERROR(check(cudaLaunchKernelEx(&cfg, mma_detail::mma_decode_reduce_kernel, a, splits,

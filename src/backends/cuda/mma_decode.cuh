@@ -564,16 +564,7 @@ Status launch_config(const MmaDecodeArgs& a, int splits, float* partial, Stream 
   cfg.stream = stream;
   cudaLaunchAttribute attr[3];
   unsigned n_attr = 0;
-  if (window > 0) {
-    attr[n_attr].id = cudaLaunchAttributeAccessPolicyWindow;
-    attr[n_attr].val.accessPolicyWindow.base_ptr = const_cast<uint8_t*>(a.w);
-    attr[n_attr].val.accessPolicyWindow.num_bytes =
-        static_cast<size_t>(std::min<int64_t>(a.layout.weight_bytes(), window));
-    attr[n_attr].val.accessPolicyWindow.hitRatio = 1.0f;
-    attr[n_attr].val.accessPolicyWindow.hitProp = cudaAccessPropertyStreaming;
-    attr[n_attr].val.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
-    ++n_attr;
-  }
+  if (window > 0) attr[n_attr++] = streaming_window_attr(a.w, a.layout.weight_bytes(), window);
   if (cluster) {
     attr[n_attr].id = cudaLaunchAttributeClusterDimension;
     attr[n_attr].val.clusterDim.x = 1;
@@ -581,11 +572,7 @@ Status launch_config(const MmaDecodeArgs& a, int splits, float* partial, Stream 
     attr[n_attr].val.clusterDim.z = 1;
     ++n_attr;
   }
-  if (a.programmatic) {
-    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
-    ++n_attr;
-  }
+  if (a.programmatic) attr[n_attr++] = programmatic_launch_attr();
   cfg.attrs = attr;
   cfg.numAttrs = n_attr;
   return check(cudaLaunchKernelEx(&cfg, kernel, a, per_split, partial, cluster, probe),

@@ -3,6 +3,7 @@
 // fp8_mma_gemm.cu): cp.async copies, programmatic-launch waits, ldmatrix, and the bias load and one-rounding
 // store of their epilogues. Device code only (nvcc).
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -42,6 +43,29 @@ __device__ __forceinline__ double load_bias(const void* bias, DType d, int64_t n
     case DType::kF16: return __half2float(static_cast<const __half*>(bias)[n]);
     default: return static_cast<const float*>(bias)[n];
   }
+}
+
+// Launch attributes the small-M GEMMs share (host side of their cudaLaunchKernelEx calls).
+// An L2 access-policy window marking the weights [base, base + bytes) streaming (evict first), clipped to
+// the device's largest window: read once, they replace each other rather than lines other kernels left in
+// the L2 (mma_decode.cuh says what that saves).
+inline cudaLaunchAttribute streaming_window_attr(const void* base, int64_t bytes, int window) {
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeAccessPolicyWindow;
+  attr.val.accessPolicyWindow.base_ptr = const_cast<void*>(base);
+  attr.val.accessPolicyWindow.num_bytes = static_cast<size_t>(bytes < window ? bytes : window);
+  attr.val.accessPolicyWindow.hitRatio = 1.0f;
+  attr.val.accessPolicyWindow.hitProp = cudaAccessPropertyStreaming;
+  attr.val.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+  return attr;
+}
+// A programmatic dependent launch: the kernel may start while the one before it on the stream finishes
+// (it waits with griddepcontrol.wait before reading that kernel's output).
+inline cudaLaunchAttribute programmatic_launch_attr() {
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  return attr;
 }
 
 // One rounding of the f64 value to the output dtype (cvt.rn.{bf16,f16,f32}.f64).
