@@ -104,8 +104,8 @@ Status launch_act_mx_codes(const ActMxCodesArgs& a, Stream stream) {
   if (a.k % 32 != 0) {
     return Status::error("act_mx_codes: K=" + std::to_string(a.k) + " is not a multiple of 32 (the MX block)");
   }
-  if (a.elem != ActElem::kE2M1 && a.elem != ActElem::kE2M3) {
-    return Status::error("act_mx_codes: only E2M1 and E2M3 activation codes fit E4M3 at 2^-6");
+  if (a.elem != ActElem::kE2M1) {
+    return Status::error("act_mx_codes: the FP8 tensor-core kernel takes E2M1 activations only (MXFP4, W4A4)");
   }
   if (reinterpret_cast<uintptr_t>(a.codes) % 8 != 0) return Status::error("act_mx_codes: codes must be 8-byte aligned");
   switch (a.x_dtype) {

@@ -285,20 +285,8 @@ Status launch_tok(const QgmmaDecodeArgs& q, int per_split, int splits, float* pa
   unsigned n_attr = 0;
   // The weights are read once: an L2 access-policy window marks them streaming (mma_decode.cuh says why).
   const int window = !mma_decode_forced().no_l2_streaming ? mma_detail::max_access_policy_window() : 0;
-  if (window > 0) {
-    attr[n_attr].id = cudaLaunchAttributeAccessPolicyWindow;
-    attr[n_attr].val.accessPolicyWindow.base_ptr = const_cast<uint8_t*>(a.w);
-    attr[n_attr].val.accessPolicyWindow.num_bytes = static_cast<size_t>(std::min<int64_t>(a.layout.weight_bytes(), window));
-    attr[n_attr].val.accessPolicyWindow.hitRatio = 1.0f;
-    attr[n_attr].val.accessPolicyWindow.hitProp = cudaAccessPropertyStreaming;
-    attr[n_attr].val.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
-    ++n_attr;
-  }
-  if (a.programmatic) {
-    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
-    ++n_attr;
-  }
+  if (window > 0) attr[n_attr++] = mma_detail::streaming_window_attr(a.w, a.layout.weight_bytes(), window);
+  if (a.programmatic) attr[n_attr++] = mma_detail::programmatic_launch_attr();
   cfg.attrs = attr;
   cfg.numAttrs = n_attr;
   return check(cudaLaunchKernelEx(&cfg, kernel, q, per_split, partial), "cudaLaunchKernelEx(qgmma_decode_kernel)");
@@ -343,7 +331,7 @@ Status launch_qgmma_decode(const QgmmaDecodeArgs& q, Stream stream) {
                          "with folding E8M0 scales, 1 <= M <= " + std::to_string(kQgmmaMaxM) + ")");
   }
   const int k_units = static_cast<int>(a.layout.k_slabs());
-  const int per_split = qgmma_detail::units_per_split(k_units, q.splits > 0 ? q.splits : qgmma_decode_splits(a));
+  const int per_split = qgmma_detail::units_per_split(k_units, qgmma_decode_splits(a));
   const int splits = (k_units + per_split - 1) / per_split;
   Scratch partial;
   if (splits > 1) {

@@ -38,13 +38,13 @@ struct QgmmaDecodeArgs {
   MmaDecodeArgs gemm;
   const uint8_t* x_codes = nullptr;
   const uint8_t* x_scales = nullptr;
-  int splits = 0;  // 0: qgmma_decode_splits
 };
 
 // Whether the kernel implements this layer and call: E2M1 weights whose E8M0 scales fold, E2M1 activations,
 // 1 <= m <= kQgmmaMaxM.
 bool qgmma_decode_applies(const MmaLayout& l, bool fold, ActElem act, int64_t m);
-// The split of K over blocks for these arguments (each split's activations fit the block's shared memory).
+// The split of K over blocks for these arguments (each split's activations fit the block's shared memory;
+// MmaDecodeForce::splits asks for a count).
 int qgmma_decode_splits(const MmaDecodeArgs& a);
 std::string qgmma_route_description(const MmaDecodeArgs& a);
 // Runs the GEMM on `stream` (after the pass that writes x_codes: a programmatic dependent launch when
