@@ -186,9 +186,6 @@ Bf16PanelUkernel bf16_panel_ukernel(int mr, int nv) {
 
 namespace {
 
-// Small M (decode): no scratch round trip. Each quad of each of the NV panels is decoded in registers and
-// multiplied at once; the sums of the whole K stay in registers (per-column and MX scales only: the
-// 128x128 mode needs per-block partial sums and takes the scratch path).
 // One quad of NV panels into the accumulators (acc: the first k pair; acc2: the second, or acc too).
 // kAddExp: the MX scale added to every decoded weight's exponent first (off: the panels' word offsets).
 template <int MR, int NV, bool kSplit, bool kAddExp>
@@ -214,7 +211,11 @@ __attribute__((always_inline)) inline void direct_quad(const W8A16Gemm& g, const
       }
     }
     __m512i w01, w23;
-    dec.decode_any(g, p0 + v, q, w01, w23);
+    if (g.elem == W8Elem::kE2M1) {
+      dec.decode_fp4(src, w01, w23);
+    } else {
+      dec.decode(src, w01, w23);
+    }
     if constexpr (kAddExp) {
       w01 = add_exponent(w01, off[v]);
       w23 = add_exponent(w23, off[v]);
