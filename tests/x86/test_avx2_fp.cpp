@@ -348,18 +348,16 @@ TEST(X86Avx2Fp, MxScalesOutOfFoldRangeTakeTheReference) {
   EXPECT_EQ(std::memcmp(r->got.raw(), r->want.raw(), static_cast<size_t>(r->got.nbytes())), 0);
 }
 
-// MXFP8 scales far from 1 (2^73, 2^-107): E4M3 decodes through FP16 (value * 2^-8) with the multiplier
-// 2^(8 + e), inside f32's exact range for these, so the AVX2 engine keeps the layer (it does not
-// hand scales above 2^7 to the reference) and must still match it.
-TEST(X86Avx2Fp, Mxfp8ScalesFarFromOneStayExact) {
+// MXFP8 layers whose scale codes follow `pattern` (index -> code) keep the AVX2 engine and match the reference
+// within the f32 summation bound.
+void expect_mxfp8_scales_stay_exact(uint8_t (*pattern)(int64_t)) {
   const LinearKernel& k = x86::kAvx2Mxfp8;
-  QL_SKIP_UNLESS_SUPPORTED(k);
   const Case c{3, 32, 96, DType::kF32, DType::kF32, false};
-  auto r = x86_test::run_with_edited_scales(k, *find_scheme("w8a16-mxfp8"), c, 31, [](uint8_t* e, int64_t count) {
-    for (int64_t i = 0; i < count; ++i) e[i] = i % 3 == 0 ? 200 : (i % 3 == 1 ? 20 : 127);
+  auto r = x86_test::run_with_edited_scales(k, *find_scheme("w8a16-mxfp8"), c, 31, [&](uint8_t* e, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) e[i] = pattern(i);
   });
   ASSERT_TRUE(r);
-  EXPECT_FALSE(uses_reference(k, r->layer)) << "scales up to 2^118 fold exactly; the engine must keep the layer";
+  EXPECT_FALSE(uses_reference(k, r->layer)) << "these scales fold exactly; the engine must keep the layer";
   EXPECT_EQ(k.apply_route(r->layer, Activation::dense(Tensor::empty(DType::kF32, {1, c.k}))), "x86_avx2_mxfp8");
   auto wd = reference::dequantized_weight(r->ref_layer);
   ASSERT_TRUE(wd);
@@ -371,6 +369,21 @@ TEST(X86Avx2Fp, Mxfp8ScalesFarFromOneStayExact) {
       EXPECT_LE(std::fabs(g - want), c.k * 0x1p-24 * mag + std::ldexp(std::fabs(want), -23)) << i << "," << j;
     }
   }
+}
+
+// MXFP8 scales far from 1 (2^73, 2^-107): E4M3 decodes through FP16 (value * 2^-8) with the multiplier
+// 2^(8 + e), inside f32's exact range for these, so the AVX2 engine keeps the layer (it does not
+// hand scales above 2^7 to the reference) and must still match it.
+TEST(X86Avx2Fp, Mxfp8ScalesFarFromOneStayExact) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAvx2Mxfp8);
+  expect_mxfp8_scales_stay_exact([](int64_t i) -> uint8_t { return i % 3 == 0 ? 200 : (i % 3 == 1 ? 20 : 127); });
+}
+
+// Scales up to 2^7 (code 134) take the f32 decode route (value * 2^-120, multipliers 2^(e - 7)): its edge,
+// and small scales whose multipliers are near f32's smallest normals, with the random codes' subnormals.
+TEST(X86Avx2Fp, Mxfp8ScalesOfTheF32RouteStayExact) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAvx2Mxfp8);
+  expect_mxfp8_scales_stay_exact([](int64_t i) -> uint8_t { return i % 3 == 0 ? 134 : (i % 3 == 1 ? 20 : 120); });
 }
 
 TEST(X86Avx2Fp, NanWeightCodeGivesNanColumn) {

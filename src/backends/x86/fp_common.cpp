@@ -46,6 +46,7 @@ struct FpState {
   int64_t block_cols = 0;
   float block_scale_lo = 0.0f, block_scale_hi = 0.0f;  // 128x128: the least and largest nonzero finite |scale|
                                                       // (derived at process and import, not stored)
+  bool e4m3_f32_groups = false;      // MXFP8 whose every scale code is at most kFpE4m3F32MaxScale (derived, not stored)
   std::vector<float> col_scale;      // [n_pad], empty = 1
   std::vector<float> col_nan;        // [n_pad], empty = no NaN weight code
   float in_scale = 1.0f;             // fp8 static activations (max over shards, as vLLM)
@@ -67,11 +68,14 @@ bool nonzero_range(const float* v, size_t n, float& lo, float& hi) {
   return hi > 0.0f;
 }
 
-// block_scale_lo / hi from the panels' 128x128 scales (after process and after import).
-void set_block_scale_range(FpState& st) {
+// What the engine derives from the stored scales (after process and after import): block_scale_lo / hi from
+// the panels' 128x128 scales, and whether an MXFP8 layer's E4M3 records can take the f32 decode route.
+void set_derived(FpState& st) {
   if (!nonzero_range(st.block_scale.data(), st.block_scale.size(), st.block_scale_lo, st.block_scale_hi)) {
     st.block_scale_lo = st.block_scale_hi = 0.0f;
   }
+  st.e4m3_f32_groups = st.elem == FpElem::kE4M3 && st.group_scale == FpGroupScale::kE8M0 &&
+                       std::all_of(st.grp.begin(), st.grp.end(), [](uint8_t e) { return e <= kFpE4m3F32MaxScale; });
 }
 
 // Code panels: n_pad/16 panels of k_pad records (record(): a record holds one k of the panel's 16 columns).
@@ -356,7 +360,6 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
   } else if (g == kBlock128x128) {
     st->block_cols = (c.k + 127) / 128;
     st->block_scale = panel_block_scales(c, ws, st->n_pad);
-    set_block_scale_range(*st);
   } else {
     st->col_scale = per_column(c, ws, st->n_pad, g.is_per_channel());
   }
@@ -364,6 +367,7 @@ Status FpAvx2Kernel::process_impl(LinearLayer& layer) const {
   if (c.activation_key && c.activation_key->scale2 && c.activation_key->scale2->is_static) {
     st->in_global = max_of(layer.params.at("input_global_scale"));
   }
+  set_derived(*st);
   layer.kernel_state = st;
   layer.params.erase("weight");  // the panels replace it; row_major_weight rebuilds it
   return Status::ok();
@@ -435,7 +439,7 @@ Result<ProcessedWeights> FpAvx2Kernel::export_impl(const LinearLayer& layer) con
 }
 
 Status FpAvx2Kernel::import_impl(LinearLayer& layer, const ProcessedWeights& w) const {
-  return import_host_state(fp_schema(), planned_fp_state(layer.config), w, layer, &set_block_scale_range);
+  return import_host_state(fp_schema(), planned_fp_state(layer.config), w, layer, &set_derived);
 }
 
 Result<Tensor> FpAvx2Kernel::row_major_weight(const LinearLayer& layer) const {
@@ -620,6 +624,7 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   g.n_pad = st.n_pad;
   g.k_pad = st.k_pad;
   g.group_scale = st.group_scale;
+  g.e4m3_f32_groups = st.e4m3_f32_groups;
   g.grp = st.grp.data();
   g.group = st.group;
   g.block_scale = st.block_scale.empty() ? nullptr : st.block_scale.data();

@@ -54,11 +54,10 @@ struct Mult {
 // How an E4M3 record becomes f32. kF16: the code as an FP16 bit pattern widened by F16C (value * 2^-8), the
 // route of MX group scales, whose multipliers 2^(8 + e - 127) stay normal for every scale the engine folds.
 // kF32: the code's bits placed straight into an f32 (value * 2^-120; E4M3 subnormals land on f32
-// subnormals, exactly), for layers without group scales, whose one multiplier is 2^120: sign-extend, shift,
-// mask. On Zen 3 the F16C route costs 5.3 cycles per record with its FMAs and this one 4.2 (vcvtph2ps and the
+// subnormals, exactly), for layers without group scales (one multiplier, 2^120) and MXFP8 layers whose
+// scales are at most 2^7 (FpGemm::e4m3_f32_groups; multipliers 2^(e - 7)): sign-extend, shift, mask. On Zen 3 the F16C route costs 5.3 cycles per record with its FMAs and this one 4.2 (vcvtph2ps and the
 // shifts share the two FMA pipes there; the mask runs beside them), which is what M = 1 is bound by.
 enum class E4m3Route : uint8_t { kF16, kF32 };
-constexpr int kE4m3F32DecodeExp = 120;
 
 // Two f32 vectors (columns 0-7, 8-15) of one E4M3 record: value(code) * 2^-(decode exponent) * mult (exact,
 // fp_isa.hpp).
@@ -92,18 +91,18 @@ __attribute__((always_inline)) inline void decode(const uint8_t* rec, const Mult
 // The multipliers of a constant multiplier (no group scales: the E4M3 F32 route).
 template <FpElem E>
 Mult constant_mult() {
-  const __m256 v = _mm256_set1_ps(pow2(kE4m3F32DecodeExp));
+  const __m256 v = _mm256_set1_ps(pow2(kFpE4m3F32DecodeExp));
   return {v, v};
 }
 
-// Multipliers of 16 columns from their scale codes: 2^kDecodeExp times the group scale.
-template <FpElem E>
+// Multipliers of 16 columns from their scale codes: 2^(the route's decode exponent) times the group scale.
+template <FpElem E, E4m3Route R = E4m3Route::kF16>
 Mult group_mult(const FpGemm& g, const uint8_t* codes) {
   const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
   const __m256i d0 = _mm256_cvtepu8_epi32(c), d1 = _mm256_cvtepu8_epi32(_mm_srli_si128(c, 8));
   Mult m;
   if (g.group_scale == FpGroupScale::kE8M0) {  // f32 exponent field code + kDecodeExp (checked at process)
-    const __m256i off = _mm256_set1_epi32(kDecodeExp<E>);
+    const __m256i off = _mm256_set1_epi32(R == E4m3Route::kF32 ? kFpE4m3F32DecodeExp : kDecodeExp<E>);
     m.lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(d0, off), 23));
     m.hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(d1, off), 23));
   } else {
@@ -121,7 +120,7 @@ Mult group_mult(const FpGemm& g, const uint8_t* codes) {
   return m;
 }
 
-// Calls f(k, mult) for records [k0, k0 + len) of panel p, with the multipliers of their groups.
+// Calls f.operator()<route>(k, mult) for records [k0, k0 + len) of panel p, with the multipliers of their groups.
 template <FpElem E, class F>
 void for_each_record(const FpGemm& g, int64_t p, int64_t k0, int64_t len, F&& f) {
   if (g.group_scale == FpGroupScale::kNone) {
@@ -131,8 +130,14 @@ void for_each_record(const FpGemm& g, int64_t p, int64_t k0, int64_t len, F&& f)
   }
   const int64_t groups = g.k_pad / g.group;
   for (int64_t k = 0; k < len; k += g.group) {
-    const Mult m = group_mult<E>(g, g.grp + (p * groups + (k0 + k) / g.group) * 16);
-    for (int64_t i = k; i < k + g.group; ++i) f.template operator()<E4m3Route::kF16>(i, m);
+    const uint8_t* codes = g.grp + (p * groups + (k0 + k) / g.group) * 16;
+    if (g.e4m3_f32_groups) {
+      const Mult m = group_mult<E, E4m3Route::kF32>(g, codes);
+      for (int64_t i = k; i < k + g.group; ++i) f.template operator()<E4m3Route::kF32>(i, m);
+    } else {
+      const Mult m = group_mult<E>(g, codes);
+      for (int64_t i = k; i < k + g.group; ++i) f.template operator()<E4m3Route::kF16>(i, m);
+    }
   }
 }
 
@@ -242,12 +247,21 @@ void fused_chunk(const FpGemm& g, int64_t p0, int64_t k0, int64_t len, const flo
     for (int64_t k = 0; k < len; ++k) fused_step<E, E4m3Route::kF32, MR, PANELS>(rec, k, a, lda, m, acc);
   } else {
     const int64_t groups = g.k_pad / g.group;
+    const bool f32_route = g.e4m3_f32_groups;
     for (int64_t k = 0; k < len; k += g.group) {
+      if (f32_route) {
 #pragma GCC unroll 4
-      for (int j = 0; j < PANELS; ++j) {
-        m[j] = group_mult<E>(g, g.grp + ((p0 + j) * groups + (k0 + k) / g.group) * 16);
+        for (int j = 0; j < PANELS; ++j) {
+          m[j] = group_mult<E, E4m3Route::kF32>(g, g.grp + ((p0 + j) * groups + (k0 + k) / g.group) * 16);
+        }
+        for (int64_t i = k; i < k + g.group; ++i) fused_step<E, E4m3Route::kF32, MR, PANELS>(rec, i, a, lda, m, acc);
+      } else {
+#pragma GCC unroll 4
+        for (int j = 0; j < PANELS; ++j) {
+          m[j] = group_mult<E>(g, g.grp + ((p0 + j) * groups + (k0 + k) / g.group) * 16);
+        }
+        for (int64_t i = k; i < k + g.group; ++i) fused_step<E, E4m3Route::kF16, MR, PANELS>(rec, i, a, lda, m, acc);
       }
-      for (int64_t i = k; i < k + g.group; ++i) fused_step<E, E4m3Route::kF16, MR, PANELS>(rec, i, a, lda, m, acc);
     }
   }
 #pragma GCC unroll 4

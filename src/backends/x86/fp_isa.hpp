@@ -51,6 +51,10 @@ enum class FpElem : uint8_t { kE4M3, kE3M2, kE2M3, kE2M1 };
 // By FpElem: the power of two a decoded code lacks (above); MX multipliers 2^(e8m0 - 127 + this) must be
 // normal f32 (checked at process, fp_common.cpp).
 constexpr int kFpDecodeExp[4] = {8, 12, 14, 0};
+// E4M3's f32 route (fp_gemm_avx2.cpp): value * 2^-120, so an MX multiplier 2^(e - 127 + 120) is a normal f32
+// only for scale codes e up to 134 (2^7); layers with larger scales keep the FP16 route.
+constexpr int kFpE4m3F32DecodeExp = 120;
+constexpr int kFpE4m3F32MaxScale = 254 - kFpE4m3F32DecodeExp;
 
 // How the per-group multiplier of a panel is made from its scale bytes grp[p][group][16].
 enum class FpGroupScale : uint8_t {
@@ -64,6 +68,8 @@ struct FpGemm {
   FpElem elem = FpElem::kE4M3;
   int64_t n = 0, n_pad = 0, k_pad = 0;
   FpGroupScale group_scale = FpGroupScale::kNone;
+  // MXFP8 whose scale codes are all at most kFpE4m3F32MaxScale: its records take the f32 decode route too.
+  bool e4m3_f32_groups = false;
   const uint8_t* grp = nullptr;     // [n_pad/16][k_pad/group][16] scale codes
   int64_t group = 32;               // 32 (MX) or 16 (NVFP4)
   // 128x128 weight blocks: partial sums over each 128-wide K block times block_scale[n/16][k/128], the scale
