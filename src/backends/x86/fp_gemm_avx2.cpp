@@ -51,12 +51,13 @@ struct Mult {
   __m256 lo, hi;
 };
 
-// How an E4M3 record becomes f32. kF16: the code as an FP16 bit pattern widened by F16C (value * 2^-8), the
-// route of MX group scales, whose multipliers 2^(8 + e - 127) stay normal for every scale the engine folds.
-// kF32: the code's bits placed straight into an f32 (value * 2^-120; E4M3 subnormals land on f32
-// subnormals, exactly), for layers without group scales (one multiplier, 2^120) and MXFP8 layers whose
-// scales are at most 2^7 (FpGemm::e4m3_f32_groups; multipliers 2^(e - 7)): sign-extend, shift, mask. On Zen 3 the F16C route costs 5.3 cycles per record with its FMAs and this one 4.2 (vcvtph2ps and the
-// shifts share the two FMA pipes there; the mask runs beside them), which is what M = 1 is bound by.
+// How an E4M3 record becomes f32. kF16: the code as an FP16 bit pattern widened by F16C (value * 2^-8), for
+// MX layers with scales above 2^7, whose multipliers 2^(8 + e - 127) stay normal where the other route's
+// would not. kF32: the code's bits placed straight into an f32 (value * 2^-120; E4M3 subnormals land on f32
+// subnormals, exactly): sign-extend, shift, mask. It serves layers without group scales (one multiplier,
+// 2^120) and MXFP8 layers whose scales are at most 2^7 (FpGemm::e4m3_f32_groups; multipliers 2^(e - 7)).
+// On Zen 3 a record with its two FMAs costs 5.3 cycles by F16C and 4.2 this way (vcvtph2ps issues one per
+// cycle there, in the multiplies' slots), which is what M = 1 is bound by.
 enum class E4m3Route : uint8_t { kF16, kF32 };
 
 // Two f32 vectors (columns 0-7, 8-15) of one E4M3 record: value(code) * 2^-(decode exponent) * mult (exact,

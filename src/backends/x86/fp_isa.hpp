@@ -23,9 +23,10 @@
 // times a multiplier 2^kFpDecodeExp[elem] * s:
 //   E4M3, E3M2, E2M3: the code as an FP16 bit pattern (sign to bit 15, the other bits under it so that
 //       the code's exponent field is the low end of FP16's), widened by F16C: value * 2^-(15 - bias)
-//       (FP16's exponent bias is 15; subnormals map to subnormals). E4M3 without group scales instead places
-//       the code's bits straight into an f32 (value * 2^-120, subnormals on f32 subnormals) with a multiplier
-//       of 2^120: no F16C, which on Zen 3 shares the FMA pipes (fp_gemm_avx2.cpp, E4m3Route). FP6 quad records give their codes as
+//       (FP16's exponent bias is 15; subnormals map to subnormals). E4M3 without group scales, or with MX
+//       scales of at most 2^7, instead places the code's bits straight into an f32 (value * 2^-120,
+//       subnormals on f32 subnormals) under a multiplier 2^120 * s: no F16C, whose vcvtph2ps on Zen 3 runs
+//       one per cycle in the multiplies' slots (fp_gemm_avx2.cpp, E4m3Route). FP6 quad records give their codes as
 //       two ymm of bytes (low nibbles split as for E2M1, the top bits of all 64 codes one broadcast xmm
 //       shifted per 128-bit lane and placed by vpshufb), each 16-byte half 2 k x 8 columns.
 //   E2M1: a quad record (one ymm) is split into its low and high nibbles; two vpshufb tables give the low
