@@ -89,8 +89,7 @@ __attribute__((always_inline)) inline void decode(const uint8_t* rec, const Mult
   out_hi = _mm256_mul_ps(hi, m.hi);
 }
 
-// The multipliers of a constant multiplier (no group scales: the E4M3 F32 route).
-template <FpElem E>
+// The multipliers of layers without group scales (the E4M3 F32 route's 2^120; other scales in the epilogue).
 Mult constant_mult() {
   const __m256 v = _mm256_set1_ps(pow2(kFpE4m3F32DecodeExp));
   return {v, v};
@@ -125,19 +124,20 @@ Mult group_mult(const FpGemm& g, const uint8_t* codes) {
 template <FpElem E, class F>
 void for_each_record(const FpGemm& g, int64_t p, int64_t k0, int64_t len, F&& f) {
   if (g.group_scale == FpGroupScale::kNone) {
-    const Mult m = constant_mult<E>();
+    const Mult m = constant_mult();
     for (int64_t k = 0; k < len; ++k) f.template operator()<E4m3Route::kF32>(k, m);
     return;
   }
   const int64_t groups = g.k_pad / g.group;
+  auto one_group = [&]<E4m3Route R>(int64_t k) {
+    const Mult m = group_mult<E, R>(g, g.grp + (p * groups + (k0 + k) / g.group) * 16);
+    for (int64_t i = k; i < k + g.group; ++i) f.template operator()<R>(i, m);
+  };
   for (int64_t k = 0; k < len; k += g.group) {
-    const uint8_t* codes = g.grp + (p * groups + (k0 + k) / g.group) * 16;
     if (g.e4m3_f32_groups) {
-      const Mult m = group_mult<E, E4m3Route::kF32>(g, codes);
-      for (int64_t i = k; i < k + g.group; ++i) f.template operator()<E4m3Route::kF32>(i, m);
+      one_group.template operator()<E4m3Route::kF32>(k);
     } else {
-      const Mult m = group_mult<E>(g, codes);
-      for (int64_t i = k; i < k + g.group; ++i) f.template operator()<E4m3Route::kF16>(i, m);
+      one_group.template operator()<E4m3Route::kF16>(k);
     }
   }
 }
@@ -229,41 +229,41 @@ __attribute__((always_inline)) inline void fused_step(const uint8_t* const (&rec
   }
 }
 
+// The grouped records [k0, k0 + len) of panels p0.. into acc by route R: each group's multipliers, then its
+// records.
+template <FpElem E, E4m3Route R, int MR, int PANELS>
+__attribute__((always_inline)) inline void fused_groups(const FpGemm& g, const uint8_t* const (&rec)[PANELS], int64_t p0,
+                                                        int64_t k0, int64_t len, const float* a,
+                                                        __m256 (&acc)[PANELS][MR][2]) {
+  Mult m[PANELS];
+  const int64_t groups = g.k_pad / g.group;
+  for (int64_t k = 0; k < len; k += g.group) {
+#pragma GCC unroll 4
+    for (int j = 0; j < PANELS; ++j) m[j] = group_mult<E, R>(g, g.grp + ((p0 + j) * groups + (k0 + k) / g.group) * 16);
+    for (int64_t i = k; i < k + g.group; ++i) fused_step<E, R, MR, PANELS>(rec, i, a, g.lda, m, acc);
+  }
+}
+
 template <FpElem E, int MR, int PANELS, bool kScaled>
 void fused_chunk(const FpGemm& g, int64_t p0, int64_t k0, int64_t len, const float* a, float* c, int64_t c_panel,
                  const float* s) {
   const uint8_t* rec[PANELS];
   __m256 acc[PANELS][MR][2];
-  Mult m[PANELS];
 #pragma GCC unroll 4
   for (int j = 0; j < PANELS; ++j) {
     rec[j] = g.packed + ((p0 + j) * g.k_pad + k0) * kRecordBytes<E>;
 #pragma GCC unroll 4
     for (int r = 0; r < MR; ++r) acc[j][r][0] = acc[j][r][1] = _mm256_setzero_ps();
   }
-  const int64_t lda = g.lda;
   if (g.group_scale == FpGroupScale::kNone) {
+    Mult m[PANELS];
 #pragma GCC unroll 4
-    for (int j = 0; j < PANELS; ++j) m[j] = constant_mult<E>();
-    for (int64_t k = 0; k < len; ++k) fused_step<E, E4m3Route::kF32, MR, PANELS>(rec, k, a, lda, m, acc);
+    for (int j = 0; j < PANELS; ++j) m[j] = constant_mult();
+    for (int64_t k = 0; k < len; ++k) fused_step<E, E4m3Route::kF32, MR, PANELS>(rec, k, a, g.lda, m, acc);
+  } else if (g.e4m3_f32_groups) {
+    fused_groups<E, E4m3Route::kF32, MR, PANELS>(g, rec, p0, k0, len, a, acc);
   } else {
-    const int64_t groups = g.k_pad / g.group;
-    const bool f32_route = g.e4m3_f32_groups;
-    for (int64_t k = 0; k < len; k += g.group) {
-      if (f32_route) {
-#pragma GCC unroll 4
-        for (int j = 0; j < PANELS; ++j) {
-          m[j] = group_mult<E, E4m3Route::kF32>(g, g.grp + ((p0 + j) * groups + (k0 + k) / g.group) * 16);
-        }
-        for (int64_t i = k; i < k + g.group; ++i) fused_step<E, E4m3Route::kF32, MR, PANELS>(rec, i, a, lda, m, acc);
-      } else {
-#pragma GCC unroll 4
-        for (int j = 0; j < PANELS; ++j) {
-          m[j] = group_mult<E>(g, g.grp + ((p0 + j) * groups + (k0 + k) / g.group) * 16);
-        }
-        for (int64_t i = k; i < k + g.group; ++i) fused_step<E, E4m3Route::kF16, MR, PANELS>(rec, i, a, lda, m, acc);
-      }
-    }
+    fused_groups<E, E4m3Route::kF16, MR, PANELS>(g, rec, p0, k0, len, a, acc);
   }
 #pragma GCC unroll 4
   for (int j = 0; j < PANELS; ++j) add_partials<MR, kScaled>(acc[j], c + j * c_panel, s + j * kMr);
