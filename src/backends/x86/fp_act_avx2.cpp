@@ -86,7 +86,9 @@ __m256d e2m1_round4(__m256d t) {
 // One NVFP4 block of 16 activations, as the reference (nvfp4_quant.cpp) and the scalar rule above:
 // sf = E4M3(amax / 6 * g), out = E2M1(x * g / sf) * sf in double (x * g is exact: 24-bit by 24-bit
 // mantissas; the quotient is one IEEE division, as in scalar code).
-void nvfp4_block(const void* row, FloatKind kind, int64_t b, double gs, float* out, bool* finite, bool* exact) {
+// code2 / mult (null: not wanted): the integer form of the block (FpActQuant::e2m1_code2).
+void nvfp4_block(const void* row, FloatKind kind, int64_t b, double gs, float* out, int8_t* code2, float* mult,
+                 bool* finite, bool* exact) {
   const __m256 x0 = load8(row, kind, b), x1 = load8(row, kind, b + 8);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   const __m256 ax = _mm256_max_ps(_mm256_and_ps(x0, abs_mask), _mm256_and_ps(x1, abs_mask));
@@ -97,9 +99,11 @@ void nvfp4_block(const void* row, FloatKind kind, int64_t b, double gs, float* o
   for (float v : lanes) amax = v > amax ? v : amax;
   if (_mm256_movemask_ps(bad) != 0 || !(amax <= 3.4028234663852886e38f)) *finite = false;
   const double sf = grid_round(static_cast<double>(amax) / 6.0 * gs, grid_of(FpElem::kE4M3));
+  if (mult) *mult = static_cast<float>(sf / 4.0);  // an E4M3 value over 4: exact
   if (sf == 0) {
     _mm256_storeu_ps(out, _mm256_setzero_ps());
     _mm256_storeu_ps(out + 8, _mm256_setzero_ps());
+    if (code2) std::memset(code2, 0, 16);
     return;
   }
   const __m256d g = _mm256_set1_pd(gs), s = _mm256_set1_pd(sf);
@@ -108,8 +112,15 @@ void nvfp4_block(const void* row, FloatKind kind, int64_t b, double gs, float* o
                             _mm256_extractf128_ps(x1, 1)};
   for (int h = 0; h < 4; ++h) {
     const __m256d t = _mm256_div_pd(_mm256_mul_pd(_mm256_cvtps_pd(halves[h]), g), s);
-    const __m256d v = _mm256_mul_pd(e2m1_round4(t), s);
+    const __m256d e = e2m1_round4(t);
+    const __m256d v = _mm256_mul_pd(e, s);
     const __m128 f = _mm256_cvtpd_ps(v);
+    if (code2) {  // 2 * E2M1 value: an integer in [-12, 12]
+      const __m128i i = _mm256_cvtpd_epi32(_mm256_add_pd(e, e));
+      alignas(16) int32_t lanes4[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(lanes4), i);
+      for (int j = 0; j < 4; ++j) code2[4 * h + j] = static_cast<int8_t>(lanes4[j]);
+    }
     _mm_storeu_ps(out + 4 * h, f);
     exact_all = _mm256_and_pd(exact_all, _mm256_cmp_pd(_mm256_cvtps_pd(f), v, _CMP_EQ_OQ));
   }
@@ -205,10 +216,14 @@ void prepare_row(const FpActQuant& q, int64_t r, double tensor_scale) {
                 : q.mx_rule == FpMxRule::kQuarkEven ? quark_even_exponent(amax, g)
                                                     : ceil_log2_ratio(amax, g.max);
         e = e < -127 ? -127 : (e > 127 ? 127 : e);
+        const bool ints = q.e2m1_code2 && q.elem == FpElem::kE2M1;
+        if (ints) q.e2m1_mult[r * (q.k_pad / 32) + b / 32] = static_cast<float>(std::ldexp(1.0, e - 2));  // >= 2^-129
         for (int64_t i = b; i < b + 32; ++i) {
-          const double v = std::ldexp(grid_round(std::ldexp(static_cast<double>(load1(row, q.x_kind, i)), -e), g), e);
+          const double c = grid_round(std::ldexp(static_cast<double>(load1(row, q.x_kind, i)), -e), g);
+          const double v = std::ldexp(c, e);
           out[i] = static_cast<float>(v);
           exact = exact && static_cast<double>(out[i]) == v;
+          if (ints) q.e2m1_code2[r * q.k_pad + i] = static_cast<int8_t>(2.0 * c);
         }
       }
       q.row_scale[r] = 1.0f;
@@ -216,12 +231,21 @@ void prepare_row(const FpActQuant& q, int64_t r, double tensor_scale) {
     }
     case FpActMode::kNvfp4Dyn: {
       const double gs = q.global_scale;
-      for (int64_t b = 0; b < q.k; b += 16) nvfp4_block(row, q.x_kind, b, gs, out + b, &finite, &exact);
+      for (int64_t b = 0; b < q.k; b += 16) {
+        int8_t* code2 = q.e2m1_code2 ? q.e2m1_code2 + r * q.k_pad + b : nullptr;
+        float* mult = q.e2m1_mult ? q.e2m1_mult + r * (q.k_pad / 16) + b / 16 : nullptr;
+        nvfp4_block(row, q.x_kind, b, gs, out + b, code2, mult, &finite, &exact);
+      }
       q.row_scale[r] = static_cast<float>(1.0 / gs);
       break;
     }
   }
   for (int64_t i = q.k; i < q.k_pad; ++i) out[i] = 0.0f;
+  if (q.e2m1_code2) {  // the padding columns: zero codes; groups wholly past k: zero multipliers
+    const int64_t group = q.mode == FpActMode::kNvfp4Dyn ? 16 : 32;
+    for (int64_t i = q.k; i < q.k_pad; ++i) q.e2m1_code2[r * q.k_pad + i] = 0;
+    for (int64_t b = (q.k + group - 1) / group; b < q.k_pad / group; ++b) q.e2m1_mult[r * (q.k_pad / group) + b] = 0.0f;
+  }
   if (!finite) q.bad_input[0] = 1;
   if (!exact) q.inexact[0] = 1;
 }

@@ -85,6 +85,11 @@ struct FpGemm {
   const float* col_nan = nullptr;    // [n_pad] 0 or NaN (columns holding a NaN weight code), or null
   const float* act = nullptr;        // f32 [m, lda], columns k..k_pad-1 zero
   int64_t lda = 0;
+  // E2M1 weights and E2M1 activations (W4A4 MXFP4 / NVFP4), when set: the activations in integer form for
+  // fp_quad_avx2.cpp's integer path, act = code2 * mult exactly. act_pairs[m][k_pad / 2]: the codes 2 * value
+  // of k = 2j and 2j + 1 as bytes 0 and 1 of dword j, repeated in bytes 2 and 3; act_mult[m][k_pad / group].
+  const uint32_t* act_pairs = nullptr;
+  const float* act_mult = nullptr;
   int64_t m = 0;
   void* out = nullptr;               // [m, n]
   FloatKind out_kind = FloatKind::kBF16;
@@ -137,6 +142,11 @@ struct FpActQuant {
   bool dynamic_global = false;
   // Outputs.
   float* act = nullptr;          // [m, k_pad], columns k.. zero
+  // E2M1 activations (kMxDyn with elem kE2M1, kNvfp4Dyn), when set: each code as the integer 2 * value
+  // [m][k_pad] and each group's multiplier scale / 4 [m][k_pad / group] (32 or 16 k), so that every value of
+  // act is code2 * mult exactly (as a product of an integer and a power of two or an E4M3 value).
+  int8_t* e2m1_code2 = nullptr;
+  float* e2m1_mult = nullptr;
   int64_t k_pad = 0;
   float* row_scale = nullptr;    // [m]
   float* block_scale = nullptr;  // [m][ceil(k/128)] (kFp8Dyn1x128)

@@ -233,9 +233,117 @@ void grouped_run_rows(int mr, const float* a, int64_t lda, const float* buf, int
   }
 }
 
+// W4A4 (E2M1 weights and activations, FpGemm::act_pairs): each group's sum is exact in integers. A code
+// times 2 is an integer in [-12, 12]: one table lookup gives the weights' (signed), vpsignb moves their
+// signs onto the activations, and vpmaddubsw sums two products per column (|w| unsigned times signed a) in
+// 16 bits -- 64 products in 6 vector ops where f32 needs 24. A group's sum (at most 32 * 144) is converted
+// once and added as C = fma(sum * act_mult, weight multiplier, C): sum * act_mult is exact (at most 13 bits
+// times a power of two or an E4M3 value), so a group contributes the exact product the reference sums, and
+// each row's operations do not depend on the other rows (M).
+struct E2M1IntDecoder {
+  const __m256i lo4 = _mm256_set1_epi8(0x0F);
+  // 2 * the value of code i (bit 3 the sign), in both 128-bit lanes.
+  const __m256i twice = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+};
+
+// Rows [m0, m0 + MR) of panels [p0, p0 + PANELS) over records [k0, k0 + len) into c[j][r][16] (panel
+// stride c_panel). In a record's code vector (QuadDecoder<kE2M1>::codes) bytes 2i and 2i + 1 are one
+// column's two k, so vpmaddubsw's 16 words are columns 0-3, 8-11 (low lane) and 4-7, 12-15 (high lane);
+// vpermq puts them in order once per group. Panels run group by group side by side: their streams stay
+// in step (one panel's chunk alone is 2 KiB, too short for the hardware prefetcher to lock on).
+template <int MR, int PANELS>
+void quad_int_rows(const FpGemm& g, int64_t p0, int64_t m0, int64_t k0, int64_t len, float* c, int64_t c_panel) {
+  const E2M1IntDecoder dec;
+  constexpr int64_t kRec = kRecordBytes<FpElem::kE2M1>;
+  const int64_t groups = g.k_pad / g.group, half_k = g.k_pad / 2, g0 = k0 / g.group;
+  const uint8_t* rec[PANELS];
+#pragma GCC unroll 4
+  for (int j = 0; j < PANELS; ++j) rec[j] = g.packed + ((p0 + j) * g.k_pad + k0) * kRec;
+  const uint32_t* ap[MR];
+  const float* am[MR];
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r) {
+    ap[r] = g.act_pairs + (m0 + r) * half_k + k0 / 2;
+    am[r] = g.act_mult + (m0 + r) * groups + g0;
+  }
+  for (int64_t kb = 0, gi = 0; kb < len; kb += g.group, ++gi) {
+    __m256i acc[PANELS][MR];
+#pragma GCC unroll 4
+    for (int j = 0; j < PANELS; ++j) {
+#pragma GCC unroll 6
+      for (int r = 0; r < MR; ++r) acc[j][r] = _mm256_setzero_si256();
+    }
+    for (int64_t q = kb; q < kb + g.group; q += 4) {
+#pragma GCC unroll 4
+      for (int j = 0; j < PANELS; ++j) {
+        const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(rec[j] + q * kRec));
+        const __m256i w0 = _mm256_shuffle_epi8(dec.twice, _mm256_and_si256(x, dec.lo4));  // k = q, q + 1
+        const __m256i w1 = _mm256_shuffle_epi8(dec.twice, _mm256_and_si256(_mm256_srli_epi16(x, 4), dec.lo4));
+        const __m256i u0 = _mm256_abs_epi8(w0), u1 = _mm256_abs_epi8(w1);
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; ++r) {
+          const __m256i a0 = _mm256_set1_epi32(static_cast<int>(ap[r][q / 2]));
+          const __m256i a1 = _mm256_set1_epi32(static_cast<int>(ap[r][q / 2 + 1]));
+          const __m256i s0 = _mm256_maddubs_epi16(u0, _mm256_sign_epi8(a0, w0));
+          const __m256i s1 = _mm256_maddubs_epi16(u1, _mm256_sign_epi8(a1, w1));
+          acc[j][r] = _mm256_add_epi16(acc[j][r], _mm256_add_epi16(s0, s1));
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < PANELS; ++j) {
+      __m256 w0, w1;
+      quad_group_scale<FpElem::kE2M1>(g, g.grp + ((p0 + j) * groups + g0 + gi) * 16, w0, w1);
+#pragma GCC unroll 6
+      for (int r = 0; r < MR; ++r) {
+        const __m256i sum = _mm256_permute4x64_epi64(acc[j][r], 0xD8);  // columns 0-3, 4-7, 8-11, 12-15
+        const __m256 m = _mm256_broadcast_ss(am[r] + gi);
+        const __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(sum))), m);
+        const __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(sum, 1))), m);
+        float* cr = c + j * c_panel + r * 16;
+        _mm256_store_ps(cr, _mm256_fmadd_ps(f0, w0, _mm256_load_ps(cr)));
+        _mm256_store_ps(cr + 8, _mm256_fmadd_ps(f1, w1, _mm256_load_ps(cr + 8)));
+      }
+    }
+  }
+}
+
+template <int MR>
+void quad_int_tile(const FpGemm& g, int64_t p0, int panels, int64_t m0, int64_t k0, int64_t len, float* c,
+                   int64_t c_panel) {
+  constexpr int kPanels = fused_panels(MR);
+  int j = 0;
+  if constexpr (kPanels > 1) {
+    for (; j + kPanels <= panels; j += kPanels) quad_int_rows<MR, kPanels>(g, p0 + j, m0, k0, len, c + j * c_panel, c_panel);
+  }
+  for (; j < panels; ++j) quad_int_rows<MR, 1>(g, p0 + j, m0, k0, len, c + j * c_panel, c_panel);
+}
+
+// Panels [p0, p0 + panels) of rows [m_begin, m_end) (several panels: at most kFpFusedMaxRows rows), C tiles
+// c[panel][rows][16], in tiles of at most kFpTileRows rows.
+void quad_int_chunk(const FpGemm& g, int64_t p0, int panels, int64_t m_begin, int64_t m_end, int64_t k0, int64_t len,
+                    float* c) {
+  const int64_t rows = m_end - m_begin, cp = rows * 16;
+  for (int64_t m0 = m_begin; m0 < m_end; m0 += kFpTileRows) {
+    float* ct = c + (m0 - m_begin) * 16;
+    switch (min64(kFpTileRows, m_end - m0)) {
+      case 6: quad_int_tile<6>(g, p0, panels, m0, k0, len, ct, cp); break;
+      case 5: quad_int_tile<5>(g, p0, panels, m0, k0, len, ct, cp); break;
+      case 4: quad_int_tile<4>(g, p0, panels, m0, k0, len, ct, cp); break;
+      case 3: quad_int_tile<3>(g, p0, panels, m0, k0, len, ct, cp); break;
+      case 2: quad_int_tile<2>(g, p0, panels, m0, k0, len, ct, cp); break;
+      default: quad_int_tile<1>(g, p0, panels, m0, k0, len, ct, cp); break;
+    }
+  }
+}
+
 template <FpElem E>
 void quad_chunk(const FpGemm& g, int64_t p0, int panels, int64_t m_begin, int64_t m_end, int64_t k0, int64_t len,
                 float* buf, float* c) {
+  if constexpr (E == FpElem::kE2M1) {
+    if (g.act_pairs) return quad_int_chunk(g, p0, panels, m_begin, m_end, k0, len, c);
+  }
   const int64_t rows = m_end - m_begin;
   const float* a = g.act + m_begin * g.lda + k0;
   switch (rows) {
