@@ -386,6 +386,52 @@ TEST(X86Avx2Fp, Mxfp8ScalesOfTheF32RouteStayExact) {
   expect_mxfp8_scales_stay_exact([](int64_t i) -> uint8_t { return i % 3 == 0 ? 134 : (i % 3 == 1 ? 20 : 120); });
 }
 
+// E2M1 weights with E2M1 / E2M3 activations sum each group in 16-bit integers (fp_quad_avx2.cpp): at the
+// largest sums -- every weight +-6 and every activation at its element's maximum (6, 7.5), so that a column's
+// group sums to 32 * 12 * 12 or 32 * 12 * 60 as integers -- the output is still the reference's (MX: exactly,
+// NVFP4: within its global scales' roundings). Columns
+// alternate all +6 and all -6 weights; rows 1 and 3 negate the activations; K = 288 ends off the 256 chunk.
+TEST(X86Avx2Fp, IntegerGroupSumsAtTheirLargestMatchTheReference) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAvx2Mxfp4);
+  const int64_t m = 4, n = 35, k = 288;
+  for (const char* name : {"w4a4-mxfp4", "w4a6-mxfp4-mxfp6-e2m3", "w4a4-nvfp4"}) {
+    SCOPED_TRACE(name);
+    const Scheme& scheme = *find_scheme(name);
+    const LinearKernel& kernel = scheme.family == Family::kNvfp4 ? static_cast<const LinearKernel&>(x86::kAvx2Nvfp4)
+                                                                 : x86::kAvx2Mxfp4;
+    Tensor w = Tensor::empty(DType::kF32, {n, k});
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t i = 0; i < k; ++i) w.data<float>()[j * k + i] = j % 2 ? -6.0f : 6.0f;
+    }
+    const float amax = std::string(name).find("e2m3") != std::string::npos ? 7.5f : 6.0f;
+    Tensor x = Tensor::empty(DType::kF32, {m, k});
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t i = 0; i < k; ++i) x.data<float>()[r * k + i] = r % 2 ? -amax : amax;
+    }
+    MakeLayerOptions opt;
+    opt.input_dtype = opt.out_dtype = DType::kF32;
+    opt.input_min = -amax;
+    opt.input_max = amax;
+    auto made = quantize_layer("x86_test", scheme, w, opt);
+    ASSERT_TRUE(made) << made.message();
+    LinearLayer layer = std::move(*made), ref_layer = layer;
+    ASSERT_TRUE(kernel.process_weights_after_loading(layer));
+    ASSERT_TRUE(x86_test::reference_for(scheme.family).process_weights_after_loading(ref_layer));
+    auto got = kernel.apply(layer, Activation::dense(x));
+    auto want = x86_test::reference_for(scheme.family).apply(ref_layer, Activation::dense(x));
+    ASSERT_TRUE(got && want);
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t j = 0; j < n; ++j) {
+        const double g = element_as_double(*got, r * n + j), v = element_as_double(*want, r * n + j);
+        // MX: products of powers of two, every partial sum exact; NVFP4: the global scales' f32 roundings.
+        const double tol = scheme.family == Family::kNvfp4 ? std::ldexp(std::fabs(v), -21) : 0.0;
+        EXPECT_LE(std::fabs(g - v), tol) << "out[" << r << "," << j << "] = " << g << ", reference " << v;
+        EXPECT_NE(v, 0.0);
+      }
+    }
+  }
+}
+
 TEST(X86Avx2Fp, NanWeightCodeGivesNanColumn) {
   const LinearKernel& k = x86::kAvx2Fp8WeightOnly;
   QL_SKIP_UNLESS_SUPPORTED(k);

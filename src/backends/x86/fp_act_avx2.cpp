@@ -86,7 +86,7 @@ __m256d e2m1_round4(__m256d t) {
 // One NVFP4 block of 16 activations, as the reference (nvfp4_quant.cpp) and the scalar rule above:
 // sf = E4M3(amax / 6 * g), out = E2M1(x * g / sf) * sf in double (x * g is exact: 24-bit by 24-bit
 // mantissas; the quotient is one IEEE division, as in scalar code).
-// code2 / mult (null: not wanted): the integer form of the block (FpActQuant::e2m1_code2).
+// code2 / mult (null: not wanted): the integer form of the block (FpActQuant::int_codes, E2M1: shift 1).
 void nvfp4_block(const void* row, FloatKind kind, int64_t b, double gs, float* out, int8_t* code2, float* mult,
                  bool* finite, bool* exact) {
   const __m256 x0 = load8(row, kind, b), x1 = load8(row, kind, b + 8);
@@ -99,7 +99,7 @@ void nvfp4_block(const void* row, FloatKind kind, int64_t b, double gs, float* o
   for (float v : lanes) amax = v > amax ? v : amax;
   if (_mm256_movemask_ps(bad) != 0 || !(amax <= 3.4028234663852886e38f)) *finite = false;
   const double sf = grid_round(static_cast<double>(amax) / 6.0 * gs, grid_of(FpElem::kE4M3));
-  if (mult) *mult = static_cast<float>(sf / 4.0);  // an E4M3 value over 4: exact
+  if (mult) *mult = static_cast<float>(sf / 4.0);  // sf * 2^-(1 + 1), an E4M3 value over 4: exact
   if (sf == 0) {
     _mm256_storeu_ps(out, _mm256_setzero_ps());
     _mm256_storeu_ps(out + 8, _mm256_setzero_ps());
@@ -216,14 +216,15 @@ void prepare_row(const FpActQuant& q, int64_t r, double tensor_scale) {
                 : q.mx_rule == FpMxRule::kQuarkEven ? quark_even_exponent(amax, g)
                                                     : ceil_log2_ratio(amax, g.max);
         e = e < -127 ? -127 : (e > 127 ? 127 : e);
-        const bool ints = q.e2m1_code2 && q.elem == FpElem::kE2M1;
-        if (ints) q.e2m1_mult[r * (q.k_pad / 32) + b / 32] = static_cast<float>(std::ldexp(1.0, e - 2));  // >= 2^-129
+        const int shift = fp_act_int_shift(q.elem);
+        const bool ints = q.int_codes && shift >= 0;  // the multiplier is at least 2^-131: an exact f32
+        if (ints) q.int_mult[r * (q.k_pad / 32) + b / 32] = static_cast<float>(std::ldexp(1.0, e - shift - 1));
         for (int64_t i = b; i < b + 32; ++i) {
           const double c = grid_round(std::ldexp(static_cast<double>(load1(row, q.x_kind, i)), -e), g);
           const double v = std::ldexp(c, e);
           out[i] = static_cast<float>(v);
           exact = exact && static_cast<double>(out[i]) == v;
-          if (ints) q.e2m1_code2[r * q.k_pad + i] = static_cast<int8_t>(2.0 * c);
+          if (ints) q.int_codes[r * q.k_pad + i] = static_cast<int8_t>(std::ldexp(c, shift));
         }
       }
       q.row_scale[r] = 1.0f;
@@ -232,8 +233,8 @@ void prepare_row(const FpActQuant& q, int64_t r, double tensor_scale) {
     case FpActMode::kNvfp4Dyn: {
       const double gs = q.global_scale;
       for (int64_t b = 0; b < q.k; b += 16) {
-        int8_t* code2 = q.e2m1_code2 ? q.e2m1_code2 + r * q.k_pad + b : nullptr;
-        float* mult = q.e2m1_mult ? q.e2m1_mult + r * (q.k_pad / 16) + b / 16 : nullptr;
+        int8_t* code2 = q.int_codes ? q.int_codes + r * q.k_pad + b : nullptr;
+        float* mult = q.int_mult ? q.int_mult + r * (q.k_pad / 16) + b / 16 : nullptr;
         nvfp4_block(row, q.x_kind, b, gs, out + b, code2, mult, &finite, &exact);
       }
       q.row_scale[r] = static_cast<float>(1.0 / gs);
@@ -241,10 +242,10 @@ void prepare_row(const FpActQuant& q, int64_t r, double tensor_scale) {
     }
   }
   for (int64_t i = q.k; i < q.k_pad; ++i) out[i] = 0.0f;
-  if (q.e2m1_code2) {  // the padding columns: zero codes; groups wholly past k: zero multipliers
+  if (q.int_codes) {  // the padding columns: zero codes; groups wholly past k: zero multipliers
     const int64_t group = q.mode == FpActMode::kNvfp4Dyn ? 16 : 32;
-    for (int64_t i = q.k; i < q.k_pad; ++i) q.e2m1_code2[r * q.k_pad + i] = 0;
-    for (int64_t b = (q.k + group - 1) / group; b < q.k_pad / group; ++b) q.e2m1_mult[r * (q.k_pad / group) + b] = 0.0f;
+    for (int64_t i = q.k; i < q.k_pad; ++i) q.int_codes[r * q.k_pad + i] = 0;
+    for (int64_t b = (q.k + group - 1) / group; b < q.k_pad / group; ++b) q.int_mult[r * (q.k_pad / group) + b] = 0.0f;
   }
   if (!finite) q.bad_input[0] = 1;
   if (!exact) q.inexact[0] = 1;

@@ -543,14 +543,16 @@ namespace {
 
 // A pre-quantized MX activation (input_quant_key) as the f32 values code * 2^(e - 127), what
 // fp_prepare_activations_avx2 makes of dense input; *inexact when one is not an f32 (or a scale is NaN).
-// With code2 / mult (E2M1 only): also the integer form of FpActQuant::e2m1_code2.
-void decode_mx_activation(const QuantizedTensor& xq, int64_t k_pad, float* act, int8_t* code2, float* mult,
+// With int_codes / int_mult (an element of fp_act_int_shift >= 0): also the integer form of
+// FpActQuant::int_codes.
+void decode_mx_activation(const QuantizedTensor& xq, int64_t k_pad, float* act, int8_t* int_codes, float* int_mult,
                           uint8_t* inexact) {
   const DType elem = xq.key.dtype;
   const Tensor data = xq.data.contiguous(), scale = xq.scale.contiguous();
   const uint8_t* codes = static_cast<const uint8_t*>(data.raw());
   const uint8_t* e8m0 = static_cast<const uint8_t*>(scale.raw());
   const int64_t k = xq.cols, blocks = k / 32;
+  const int shift = fp_act_int_shift(elem_of(elem));
   const int64_t row_bytes = is_packed(elem) ? storage_bytes(elem, k) : k;
   for (int64_t r = 0; r < xq.rows; ++r) {
     const uint8_t* row = codes + r * row_bytes;
@@ -561,23 +563,24 @@ void decode_mx_activation(const QuantizedTensor& xq, int64_t k_pad, float* act, 
       const double v = std::ldexp(decode(elem, code), static_cast<int>(e) - 127);
       out[i] = static_cast<float>(v);
       if (e == 0xFF || static_cast<double>(out[i]) != v) *inexact = 1;
-      if (code2) code2[r * k_pad + i] = static_cast<int8_t>(2.0 * decode(elem, code));
+      if (int_codes) int_codes[r * k_pad + i] = static_cast<int8_t>(std::ldexp(decode(elem, code), shift));
     }
     std::fill(out + k, out + k_pad, 0.0f);
-    if (code2) {
-      std::fill(code2 + r * k_pad + k, code2 + (r + 1) * k_pad, int8_t{0});
+    if (int_codes) {
+      std::fill(int_codes + r * k_pad + k, int_codes + (r + 1) * k_pad, int8_t{0});
       for (int64_t b = 0; b < k_pad / 32; ++b) {
-        mult[r * (k_pad / 32) + b] = b < blocks ? static_cast<float>(std::ldexp(1.0, e8m0[r * blocks + b] - 127 - 2)) : 0.0f;
+        const int e = b < blocks ? e8m0[r * blocks + b] - 127 - shift - 1 : 0;
+        int_mult[r * (k_pad / 32) + b] = b < blocks ? static_cast<float>(std::ldexp(1.0, e)) : 0.0f;
       }
     }
   }
 }
 
 // The integer form's codes as FpGemm::act_pairs: per dword j the codes of k = 2j, 2j + 1, twice.
-std::vector<uint32_t> act_code_pairs(const std::vector<int8_t>& code2) {
-  std::vector<uint32_t> pairs(code2.size() / 2);
+std::vector<uint32_t> act_code_pairs(const std::vector<int8_t>& ints) {
+  std::vector<uint32_t> pairs(ints.size() / 2);
   for (size_t j = 0; j < pairs.size(); ++j) {
-    const uint32_t lo = static_cast<uint8_t>(code2[2 * j]), hi = static_cast<uint8_t>(code2[2 * j + 1]);
+    const uint32_t lo = static_cast<uint8_t>(ints[2 * j]), hi = static_cast<uint8_t>(ints[2 * j + 1]);
     pairs[j] = (lo | hi << 8) * 0x00010001u;
   }
   return pairs;
@@ -681,22 +684,23 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   q.act = reinterpret_cast<float*>(act.get());
   q.bad_input = &bad;
   q.inexact = &inexact;
-  // W4A4 on E2M1 weights: the activations' integer form too (the integer path of fp_quad_avx2.cpp).
-  const bool e2m1_act = x.is_quantized() ? x.quantized_tensor().key.dtype == DType::kF4E2M1
-                                         : q.mode == FpActMode::kNvfp4Dyn || (q.mode == FpActMode::kMxDyn && q.elem == FpElem::kE2M1);
+  // E2M1 weights with E2M1 / E2M3 activations: their integer form too (the integer path of fp_quad_avx2.cpp).
+  const bool int_act = x.is_quantized() ? fp_act_int_shift(elem_of(x.quantized_tensor().key.dtype)) >= 0
+                                        : q.mode == FpActMode::kNvfp4Dyn ||
+                                              (q.mode == FpActMode::kMxDyn && fp_act_int_shift(q.elem) >= 0);
   const int64_t act_group = q.mode == FpActMode::kNvfp4Dyn ? 16 : 32;
-  std::vector<int8_t> code2;
-  std::vector<float> code_mult;
-  if (st.elem == FpElem::kE2M1 && e2m1_act && st.group == act_group) {
-    code2.resize(static_cast<size_t>(m * st.k_pad));
-    code_mult.resize(static_cast<size_t>(m * (st.k_pad / st.group)));
-    q.e2m1_code2 = code2.data();
-    q.e2m1_mult = code_mult.data();
+  std::vector<int8_t> int_codes;
+  std::vector<float> int_mult;
+  if (st.elem == FpElem::kE2M1 && int_act && st.group == act_group) {
+    int_codes.resize(static_cast<size_t>(m * st.k_pad));
+    int_mult.resize(static_cast<size_t>(m * (st.k_pad / st.group)));
+    q.int_codes = int_codes.data();
+    q.int_mult = int_mult.data();
   }
   // Dense rows convert at ~1 element/ns; the quantizing modes round each element in double (~20 ns).
   q.threads = threads::threads_for(0, m * c.k * (q.mode == FpActMode::kDense ? 1 : 20), 1.0);
   if (x.is_quantized()) {
-    decode_mx_activation(x.quantized_tensor(), st.k_pad, q.act, q.e2m1_code2, q.e2m1_mult, &inexact);
+    decode_mx_activation(x.quantized_tensor(), st.k_pad, q.act, q.int_codes, q.int_mult, &inexact);
   } else {
     fp_prepare_activations_avx2(q);
   }
@@ -705,10 +709,10 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
   if (!act_block.empty() && !block_scale_products_normal(st, act_block)) return reference_apply(layer, x, bias, out);
   g.act = q.act;
   std::vector<uint32_t> pairs;
-  if (q.e2m1_code2) {
-    pairs = act_code_pairs(code2);
+  if (q.int_codes) {
+    pairs = act_code_pairs(int_codes);
     g.act_pairs = pairs.data();
-    g.act_mult = code_mult.data();
+    g.act_mult = int_mult.data();
   }
   if (!bf16 || !fp_records_gemm_bf16(g, mma)) fp_gemm_avx2(g);
   return Status::ok();

@@ -85,9 +85,11 @@ struct FpGemm {
   const float* col_nan = nullptr;    // [n_pad] 0 or NaN (columns holding a NaN weight code), or null
   const float* act = nullptr;        // f32 [m, lda], columns k..k_pad-1 zero
   int64_t lda = 0;
-  // E2M1 weights and E2M1 activations (W4A4 MXFP4 / NVFP4), when set: the activations in integer form for
-  // fp_quad_avx2.cpp's integer path, act = code2 * mult exactly. act_pairs[m][k_pad / 2]: the codes 2 * value
-  // of k = 2j and 2j + 1 as bytes 0 and 1 of dword j, repeated in bytes 2 and 3; act_mult[m][k_pad / group].
+  // E2M1 weights with E2M1 or E2M3 activations (W4A4 MXFP4 / NVFP4, W4A6), when set: the activations in
+  // integer form (FpActQuant::int_codes) for fp_quad_avx2.cpp's integer path, each product of an activation
+  // integer, a weight integer (2 * value) and act_mult the exact product of values. act_pairs[m][k_pad / 2]:
+  // the integers of k = 2j and 2j + 1 as bytes 0 and 1 of dword j, repeated in bytes 2 and 3;
+  // act_mult[m][k_pad / group].
   const uint32_t* act_pairs = nullptr;
   const float* act_mult = nullptr;
   int64_t m = 0;
@@ -108,6 +110,11 @@ constexpr int kFpMaxFusedPanels = 4;
 // [p0, p0 + panels) into C tiles c[panel][rows][16]; buf: kFpChunk * 16 floats of scratch.
 void fp_quad_chunk_avx2(const FpGemm& g, int64_t p0, int panels, int64_t m_begin, int64_t m_end, int64_t k0,
                         int64_t len, float* buf, float* c);
+
+// The activation elements whose codes the integer path takes (FpActQuant::int_codes): value * 2^shift is an
+// integer whose products with E2M1 weights (2 * value, at most 12) sum to at most 2^15 - 1 per group of 32:
+// E2M1 (x 2: [-12, 12]) and E2M3 (x 8: [-60, 60]); -1: not an integer path element.
+constexpr int fp_act_int_shift(FpElem e) { return e == FpElem::kE2M1 ? 1 : e == FpElem::kE2M3 ? 3 : -1; }
 
 // Activation preparation: dense rows to f32, or quantized bit-identically to the reference quantizer
 // (src/quant) and handed on as the exact f32 values of the codes (times the group scale where that is
@@ -142,11 +149,11 @@ struct FpActQuant {
   bool dynamic_global = false;
   // Outputs.
   float* act = nullptr;          // [m, k_pad], columns k.. zero
-  // E2M1 activations (kMxDyn with elem kE2M1, kNvfp4Dyn), when set: each code as the integer 2 * value
-  // [m][k_pad] and each group's multiplier scale / 4 [m][k_pad / group] (32 or 16 k), so that every value of
-  // act is code2 * mult exactly (as a product of an integer and a power of two or an E4M3 value).
-  int8_t* e2m1_code2 = nullptr;
-  float* e2m1_mult = nullptr;
+  // Activations of an integer element (fp_act_int_shift >= 0: kMxDyn, kNvfp4Dyn), when set: each code as the
+  // integer value * 2^shift [m][k_pad] and each group's multiplier scale * 2^-(shift + 1) [m][k_pad / group]
+  // (32 or 16 k; the + 1 is the weights' 2 * value), so that act = int_codes * int_mult * 2 exactly.
+  int8_t* int_codes = nullptr;
+  float* int_mult = nullptr;
   int64_t k_pad = 0;
   float* row_scale = nullptr;    // [m]
   float* block_scale = nullptr;  // [m][ceil(k/128)] (kFp8Dyn1x128)

@@ -233,11 +233,12 @@ void grouped_run_rows(int mr, const float* a, int64_t lda, const float* buf, int
   }
 }
 
-// W4A4 (E2M1 weights and activations, FpGemm::act_pairs): each group's sum is exact in integers. A code
-// times 2 is an integer in [-12, 12]: one table lookup gives the weights' (signed), vpsignb moves their
-// signs onto the activations, and vpmaddubsw sums two products per column (|w| unsigned times signed a) in
-// 16 bits -- 64 products in 6 vector ops where f32 needs 24. A group's sum (at most 32 * 144) is converted
-// once and added as C = fma(sum * act_mult, weight multiplier, C): sum * act_mult is exact (at most 13 bits
+// E2M1 weights with E2M1 or E2M3 activations (W4A4, W4A6; FpGemm::act_pairs): each group's sum is exact in
+// integers. A weight code times 2 is an integer in [-12, 12] (an E2M1 activation's times 2 too, an E2M3
+// one's times 8 is in [-60, 60]): one table lookup gives the weights' (signed), vpsignb moves their signs onto
+// the activations, and vpmaddubsw sums two products per column (|w| unsigned times signed a) in 16 bits --
+// 64 products in 6 vector ops where f32 needs 24. A group's sum (at most 32 * 12 * 60 < 2^15) is converted
+// once and added as C = fma(sum * act_mult, weight multiplier, C): sum * act_mult is exact (at most 15 bits
 // times a power of two or an E4M3 value), so a group contributes the exact product the reference sums, and
 // each row's operations do not depend on the other rows (M).
 struct E2M1IntDecoder {
