@@ -221,9 +221,21 @@ TEST(X86Avx2Fp, ActivationQuantizerIsBitIdenticalToTheReference) {
         q.block_scale = bs.data();
         q.bad_input = &bad;
         q.inexact = &inexact;
+        // The integer form too where the element has one (E2M1, E2M3: the integer W4A4 / W4A6 path).
+        const int64_t group = md.mode == x86::FpActMode::kNvfp4Dyn ? 16 : 32;
+        const bool ints = md.mode == x86::FpActMode::kNvfp4Dyn ||
+                          (md.mode == x86::FpActMode::kMxDyn && x86::fp_act_int_shift(q.elem) >= 0);
+        std::vector<int8_t> int_codes(ints ? m * kp : 0, 99);
+        std::vector<float> int_mult(ints ? m * (kp / group) : 0, -1.0f);
+        q.int_codes = ints ? int_codes.data() : nullptr;
+        q.int_mult = ints ? int_mult.data() : nullptr;
         x86::fp_prepare_activations_avx2(q);
         ASSERT_EQ(bad, 0);
         ASSERT_EQ(inexact, 0);
+        for (int64_t i = 0; ints && i < m * kp; ++i) {  // act = int * mult * 2, exactly
+          const double v = static_cast<double>(int_codes[i]) * int_mult[i / kp * (kp / group) + i % kp / group] * 2.0;
+          ASSERT_EQ(v, static_cast<double>(act[i])) << "integer form of row " << i / kp << " col " << i % kp;
+        }
         const Tensor data = ref->data, scale = ref->scale;
         int mismatches = 0;
         for (int64_t r = 0; r < m; ++r) {

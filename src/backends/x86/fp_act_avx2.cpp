@@ -8,7 +8,8 @@
 // same order in double (IEEE division and multiplication are correctly rounded, so the results are the
 // same bits), and rounds to the element grid with nearbyint on the exact power-of-two-scaled value: the
 // grid of a format with mbits mantissa bits and minimum normal exponent emin, at |t| in [2^e, 2^(e+1)), is
-// 2^(max(e, emin) - mbits); ties go to the even multiple, which is the even code. No a*b+c appears, so FMA
+// 2^(max(e, emin) - mbits); ties go to the even multiple, which is the even code -- four doubles at a time
+// (grid_round4), the scalar rule for row tails. No a*b+c appears, so FMA
 // contraction cannot change a rounding.
 #include <immintrin.h>
 
@@ -83,6 +84,52 @@ __m256d e2m1_round4(__m256d t) {
   return _mm256_or_pd(r, _mm256_and_pd(t, sign));
 }
 
+// grid_round(t, g) on 4 doubles of normal or zero magnitude (the operations of the scalar rule: the binade's
+// spacing 2^(max(e, emin) - mbits) as exact powers of two, RNE, saturation at max, the sign of t kept).
+__m256d grid_round4(__m256d t, const Grid& g) {
+  const __m256d sign = _mm256_set1_pd(-0.0);
+  const __m256d a = _mm256_andnot_pd(sign, t);
+  // e = max(floor(log2 a), emin) from the exponent field (zero: -1023, lifted to emin); the 32-bit max is the
+  // 64-bit one here: both are small, so each lane's high half is its sign extension
+  const __m256i field = _mm256_srli_epi64(_mm256_castpd_si256(a), 52);
+  const __m256i e = _mm256_max_epi32(_mm256_sub_epi64(field, _mm256_set1_epi64x(1023)), _mm256_set1_epi64x(g.emin));
+  // 2^(mbits - e) and 2^(e - mbits) as bit patterns ((exponent + 1023) << 52)
+  const __m256i bias = _mm256_set1_epi64x(1023);
+  const __m256i mb = _mm256_set1_epi64x(g.mbits);
+  const __m256d up = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(_mm256_sub_epi64(mb, e), bias), 52));
+  const __m256d down = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(_mm256_sub_epi64(e, mb), bias), 52));
+  __m256d r = _mm256_mul_pd(_mm256_round_pd(_mm256_mul_pd(a, up), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), down);
+  const __m256d max = _mm256_set1_pd(g.max);
+  r = _mm256_blendv_pd(_mm256_min_pd(max, r), max, _mm256_cmp_pd(a, max, _CMP_GE_OQ));
+  return _mm256_or_pd(r, _mm256_and_pd(t, sign));
+}
+
+// One MX block of 32 activations with shared exponent e, as the scalar rule: out = grid_round(x * 2^-e) * 2^e
+// (both products exact in double: |x| >= 2^-149 and |e| <= 127). ints / mult (null: not wanted): the integer
+// form (FpActQuant::int_codes), the element's value times 2^shift.
+void mx_block(const void* row, FloatKind kind, int64_t b, int e, const Grid& g, float* out, int8_t* ints, int shift,
+              bool* exact) {
+  const __m256d down = _mm256_set1_pd(pow2d(-e)), up = _mm256_set1_pd(pow2d(e)), to_int = _mm256_set1_pd(pow2d(shift));
+  __m256d exact_all = _mm256_castsi256_pd(_mm256_set1_epi64x(-1));
+  for (int i = 0; i < 32; i += 8) {
+    const __m256 x = load8(row, kind, b + i);
+    const __m128 halves[2] = {_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1)};
+    for (int h = 0; h < 2; ++h) {
+      const __m256d c = grid_round4(_mm256_mul_pd(_mm256_cvtps_pd(halves[h]), down), g);
+      const __m256d v = _mm256_mul_pd(c, up);
+      const __m128 f = _mm256_cvtpd_ps(v);
+      _mm_storeu_ps(out + i + 4 * h, f);
+      exact_all = _mm256_and_pd(exact_all, _mm256_cmp_pd(_mm256_cvtps_pd(f), v, _CMP_EQ_OQ));
+      if (ints) {
+        alignas(16) int32_t lanes4[4];
+        _mm_store_si128(reinterpret_cast<__m128i*>(lanes4), _mm256_cvtpd_epi32(_mm256_mul_pd(c, to_int)));
+        for (int j = 0; j < 4; ++j) ints[i + 4 * h + j] = static_cast<int8_t>(lanes4[j]);
+      }
+    }
+  }
+  if (_mm256_movemask_pd(exact_all) != 0xF) *exact = false;
+}
+
 // One NVFP4 block of 16 activations, as the reference (nvfp4_quant.cpp) and the scalar rule above:
 // sf = E4M3(amax / 6 * g), out = E2M1(x * g / sf) * sf in double (x * g is exact: 24-bit by 24-bit
 // mantissas; the quotient is one IEEE division, as in scalar code).
@@ -134,13 +181,51 @@ const void* row_ptr(const FpActQuant& q, int64_t r) {
 
 // max |x| over [b, e) of a row; sets *finite to false on Inf/NaN.
 double amax_of(const void* row, FloatKind kind, int64_t b, int64_t e, bool* finite) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 flt_max = _mm256_set1_ps(3.4028234663852886e38f);
+  __m256 ax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+  int64_t i = b;
+  for (; i + 8 <= e; i += 8) {
+    const __m256 a = _mm256_and_ps(load8(row, kind, i), abs_mask);
+    ax = _mm256_max_ps(ax, a);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, flt_max, _CMP_NLE_UQ));  // Inf or NaN
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, ax);
   double m = 0;
-  for (int64_t i = b; i < e; ++i) {
+  for (float v : lanes) m = v > m ? v : m;
+  if (_mm256_movemask_ps(bad) != 0) *finite = false;
+  for (; i < e; ++i) {
     const double v = std::fabs(static_cast<double>(load1(row, kind, i)));
     if (!(v <= HUGE_VAL) || v == HUGE_VAL) *finite = false;
     m = v > m ? v : m;
   }
   return m;
+}
+
+// out[i - b] = grid_round(x[i] / s, E4M3) for i in [b, e) (the division one IEEE operation in double), 8 at a
+// time, the tail by the scalar rule; *finite false on Inf / NaN.
+void e4m3_quotients(const void* row, FloatKind kind, int64_t b, int64_t e, double s, float* out, bool* finite) {
+  const Grid g = grid_of(FpElem::kE4M3);
+  const __m256d sv = _mm256_set1_pd(s);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 flt_max = _mm256_set1_ps(3.4028234663852886e38f);
+  __m256 bad = _mm256_setzero_ps();
+  int64_t i = b;
+  for (; i + 8 <= e; i += 8) {
+    const __m256 x = load8(row, kind, i);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(x, abs_mask), flt_max, _CMP_NLE_UQ));
+    const __m256d lo = grid_round4(_mm256_div_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x)), sv), g);
+    const __m256d hi = grid_round4(_mm256_div_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)), sv), g);
+    _mm_storeu_ps(out + i - b, _mm256_cvtpd_ps(lo));
+    _mm_storeu_ps(out + i - b + 4, _mm256_cvtpd_ps(hi));
+  }
+  if (_mm256_movemask_ps(bad) != 0) *finite = false;
+  for (; i < e; ++i) {
+    const double v = load1(row, kind, i);
+    *finite = *finite && std::isfinite(v);
+    out[i - b] = static_cast<float>(grid_round(v / s, g));
+  }
 }
 
 // ceil(log2(a / m)) exactly (mx_quant.cpp).
@@ -170,7 +255,6 @@ void prepare_row(const FpActQuant& q, int64_t r, double tensor_scale) {
   const void* row = row_ptr(q, r);
   float* out = q.act + r * q.k_pad;
   bool finite = true, exact = true;
-  const Grid e4m3 = grid_of(FpElem::kE4M3);
   switch (q.mode) {
     case FpActMode::kDense: {
       int64_t i = 0;
@@ -188,11 +272,7 @@ void prepare_row(const FpActQuant& q, int64_t r, double tensor_scale) {
         s = to_f32(amax / 448.0);
         s = s > kMinScale ? s : kMinScale;
       }
-      for (int64_t i = 0; i < q.k; ++i) {
-        const double v = load1(row, q.x_kind, i);
-        finite = finite && std::isfinite(v);
-        out[i] = static_cast<float>(grid_round(v / s, e4m3));
-      }
+      e4m3_quotients(row, q.x_kind, 0, q.k, s, out, &finite);
       q.row_scale[r] = static_cast<float>(s);
       break;
     }
@@ -202,7 +282,7 @@ void prepare_row(const FpActQuant& q, int64_t r, double tensor_scale) {
         const int64_t e = b * 128 + 128 < q.k ? b * 128 + 128 : q.k;
         const double amax = amax_of(row, q.x_kind, b * 128, e, &finite);
         const double s = to_f32((amax > kGroupAmaxFloor ? amax : kGroupAmaxFloor) / 448.0);
-        for (int64_t i = b * 128; i < e; ++i) out[i] = static_cast<float>(grid_round(load1(row, q.x_kind, i) / s, e4m3));
+        e4m3_quotients(row, q.x_kind, b * 128, e, s, out + b * 128, &finite);
         q.block_scale[r * blocks + b] = static_cast<float>(s);
       }
       q.row_scale[r] = 1.0f;
@@ -219,13 +299,7 @@ void prepare_row(const FpActQuant& q, int64_t r, double tensor_scale) {
         const int shift = fp_act_int_shift(q.elem);
         const bool ints = q.int_codes && shift >= 0;  // the multiplier is at least 2^-131: an exact f32
         if (ints) q.int_mult[r * (q.k_pad / 32) + b / 32] = static_cast<float>(std::ldexp(1.0, e - shift - 1));
-        for (int64_t i = b; i < b + 32; ++i) {
-          const double c = grid_round(std::ldexp(static_cast<double>(load1(row, q.x_kind, i)), -e), g);
-          const double v = std::ldexp(c, e);
-          out[i] = static_cast<float>(v);
-          exact = exact && static_cast<double>(out[i]) == v;
-          if (ints) q.int_codes[r * q.k_pad + i] = static_cast<int8_t>(std::ldexp(c, shift));
-        }
+        mx_block(row, q.x_kind, b, e, g, out + b, ints ? q.int_codes + r * q.k_pad + b : nullptr, shift, &exact);
       }
       q.row_scale[r] = 1.0f;
       break;
