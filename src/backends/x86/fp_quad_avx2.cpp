@@ -91,24 +91,25 @@ struct QuadDecoder {
 template <FpElem E>
 __attribute__((always_inline)) inline void quad_group_scale(const FpGemm& g, const uint8_t* codes, __m256& lo, __m256& hi) {
   const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
-  const __m256i d0 = _mm256_cvtepu8_epi32(c), d1 = _mm256_cvtepu8_epi32(_mm_srli_si128(c, 8));
   static_assert(kDecodeExp<FpElem::kE2M1> == 0, "NVFP4's E4M3 scales below carry no decode exponent");
   if (g.group_scale == FpGroupScale::kE8M0) {
+    const __m256i d0 = _mm256_cvtepu8_epi32(c), d1 = _mm256_cvtepu8_epi32(_mm_srli_si128(c, 8));
     const __m256i off = _mm256_set1_epi32(kDecodeExp<E>);
     lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(d0, off), 23));
     hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(d1, off), 23));
     return;
   }
-  // E4M3 bits placed as an f32 with the exponent 120 too small (subnormal codes land on f32 subnormals), times 2^120.
-  const __m256i mag = _mm256_set1_epi32(0x7F), sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  // E4M3 bits placed as an f32 with the exponent 120 too small (subnormal codes land on f32 subnormals), times
+  // 2^120: the code sign-extended and shifted so that eeee is the low end of f32's exponent field and mmm the
+  // top of its mantissa; the mask keeps those and the sign (the E4M3 f32 route of fp_gemm_avx2.cpp).
+  const __m256i keep = _mm256_set1_epi32(static_cast<int>(0x87F00000u));
   const __m256 k = _mm256_set1_ps(0x1p120f);  // NVFP4: E2M1, kDecodeExp 0
-  auto one = [&](__m256i d) {
-    const __m256i b = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(d, mag), 20),
-                                      _mm256_and_si256(_mm256_slli_epi32(d, 24), sign));
+  auto one = [&](__m128i bytes) {
+    const __m256i b = _mm256_and_si256(_mm256_slli_epi32(_mm256_cvtepi8_epi32(bytes), 20), keep);
     return _mm256_mul_ps(_mm256_castsi256_ps(b), k);
   };
-  lo = one(d0);
-  hi = one(d1);
+  lo = one(c);
+  hi = one(_mm_srli_si128(c, 8));
 }
 
 // C tiles c[j][r][16] (+)= the scaled groups of records [k0, k0 + len) of panels p0.., MR rows a[r][k - k0],
