@@ -444,6 +444,26 @@ TEST(X86Avx2Fp, IntegerGroupSumsAtTheirLargestMatchTheReference) {
   }
 }
 
+// Every E4M3 block-scale code (zero, subnormal, normal, the largest; some with the sign bit) through the quad
+// engine's NVFP4 group multipliers, on the f32 path (W4A16) and the integer one (W4A4), fused and tiled rows.
+TEST(X86Avx2Fp, Nvfp4EveryBlockScaleCode) {
+  QL_SKIP_UNLESS_SUPPORTED(x86::kAvx2Nvfp4);
+  for (const Scheme* s : {&kNvfp4A16, find_scheme("w4a4-nvfp4")}) {
+    for (const int64_t m : {1, 7}) {
+      const Case c{m, 48, 2048, DType::kBF16, DType::kF32, true};
+      auto r = x86_test::run_with_edited_scales(x86::kAvx2Nvfp4, *s, c, 37, [&](uint8_t* e, int64_t count) {
+        for (int64_t i = 0; i < count; ++i) {
+          const bool sub = (i / (c.k / 16)) % 2 == 0;  // even columns: subnormal codes only
+          e[i] = static_cast<uint8_t>((sub ? i % 8 : (i * 7) % 127) | (i % 5 == 0 ? 0x80 : 0));
+        }
+      });
+      ASSERT_TRUE(r);
+      SCOPED_TRACE(std::string(s->name) + " M=" + std::to_string(m));
+      x86_test::expect_within_tolerance(r->ref_layer, r->x, nullptr, r->got, r->want, c, f32_sum_rel(c.k));
+    }
+  }
+}
+
 TEST(X86Avx2Fp, NanWeightCodeGivesNanColumn) {
   const LinearKernel& k = x86::kAvx2Fp8WeightOnly;
   QL_SKIP_UNLESS_SUPPORTED(k);
