@@ -122,9 +122,19 @@ def main():
                 if n < 300:  # a 3-pixel line across the plot; its three points alone are ~120
                     failures.append(f"speedup: the line of {scheme} ({colour}) is not drawn ({n} pixels)")
         else:
+            # Each scheme's points alone (the others' removed): where two schemes measure alike, points drawn
+            # later cover earlier ones, which says nothing about whether they are drawn.
             for scheme, colour in legend:
+                alone = re.sub(r"<g class='point' data-scheme='(?!" + re.escape(scheme) + r"')[^']+'>.*?</g>", "",
+                               svg, flags=re.S)
+                html1 = os.path.join(work, f"roofline-{scheme}.html")
+                png1 = os.path.join(work, f"roofline-{scheme}.png")
+                open(html1, "w").write("<!DOCTYPE html><html><body style='margin:0'>" + alone + "</body></html>")
+                screenshot(chromium, html1, png1, CHART_W, CHART_H)
+                _, _, rows1 = read_png(png1)
                 rgb = hex_rgb(colour)
-                n = sum(1 for row in rows for px in row[:PLOT_RIGHT] if px == rgb)
+                n = sum(1 for row in rows1 for px in row[:PLOT_RIGHT] if px == rgb)
+                print(f"roofline: {scheme} {colour}: {n} pixels in the plot area")
                 if n < 3 * 20:  # three points of radius 4
                     failures.append(f"roofline: the points of {scheme} ({colour}) are not drawn ({n} pixels)")
     full = os.path.join(work, "page.png")
