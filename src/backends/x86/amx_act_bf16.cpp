@@ -3,8 +3,8 @@
 // read: dense BF16 rows copied, or quantized bit-identically to the reference quantizers and handed on as exact
 // BF16 values: MX (E8M0 per 1x32, elements E4M3 / E3M2 / E2M3 / E2M1; src/quant/mx_quant.cpp) as code * 2^e,
 // NVFP4 (nvfp4_quant.cpp) as code * sf with 1/g per row, FP8 per tensor / per token / per 1x128 group
-// (fp8_quant.cpp) as the code with s per row or group. SIMD instead of fp_act_avx2.cpp's scalar double path
-// (~20 ns per element), which still runs pre-quantized input and K off the 16-element steps.
+// (fp8_quant.cpp) as the code with s per row or group. AVX-512 f32 here; fp_act_avx2.cpp (four doubles at a
+// time) still runs pre-quantized input and K off the 16-element steps.
 //
 // NVFP4 and FP8 divide in double exactly as the reference does (x * g / sf, x / s: IEEE division is correctly
 // rounded, so the quotients are the same bits) and round to the element grid in double by the same (|t| + C) - C
