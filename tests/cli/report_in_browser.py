@@ -67,6 +67,22 @@ def screenshot(chromium, html, png, width, height):
     assert os.path.exists(png), f"chromium wrote no screenshot: {' '.join(cmd)}\n{r.stdout[-2000:]}"
 
 
+def pixels_alone(chromium, work, kind, svg, group, scheme, colour):
+    """Pixels of `colour` in the plot area with only `scheme`'s <g class='group'> elements kept: where two schemes
+    measure alike, what is drawn later covers what was drawn before, which says nothing about whether it is drawn."""
+    alone = re.sub(r"<g class='" + group + r"' data-scheme='(?!" + re.escape(scheme) + r"')[^']+'>.*?</g>", "",
+                   svg, flags=re.S)
+    html = os.path.join(work, f"{kind}-{scheme}.html")
+    png = os.path.join(work, f"{kind}-{scheme}.png")
+    open(html, "w").write("<!DOCTYPE html><html><body style='margin:0'>" + alone + "</body></html>")
+    screenshot(chromium, html, png, CHART_W, CHART_H)
+    _, _, rows = read_png(png)
+    rgb = hex_rgb(colour)
+    n = sum(1 for row in rows for px in row[:PLOT_RIGHT] if px == rgb)
+    print(f"{kind}: {scheme} {colour}: {n} pixels in the plot area")
+    return n
+
+
 def hex_rgb(colour):
     return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
 
@@ -106,35 +122,13 @@ def main():
             lines = re.findall(r"<g class='line' data-scheme='([^']+)'", svg)
             if lines != SCHEMES:
                 failures.append(f"speedup: lines {lines}, expected one per scheme {SCHEMES}")
-            # Each line alone (the others' groups removed): lines drawn later may cover an earlier one where
-            # two schemes measure alike, which says nothing about whether it is drawn.
             for scheme, colour in legend:
-                alone = re.sub(r"<g class='line' data-scheme='(?!" + re.escape(scheme) + r"')[^']+'>.*?</g>", "",
-                               svg, flags=re.S)
-                html1 = os.path.join(work, f"speedup-{scheme}.html")
-                png1 = os.path.join(work, f"speedup-{scheme}.png")
-                open(html1, "w").write("<!DOCTYPE html><html><body style='margin:0'>" + alone + "</body></html>")
-                screenshot(chromium, html1, png1, CHART_W, CHART_H)
-                _, _, rows1 = read_png(png1)
-                rgb = hex_rgb(colour)
-                n = sum(1 for row in rows1 for px in row[:PLOT_RIGHT] if px == rgb)
-                print(f"speedup: {scheme} {colour}: {n} pixels in the plot area")
+                n = pixels_alone(chromium, work, kind, svg, "line", scheme, colour)
                 if n < 300:  # a 3-pixel line across the plot; its three points alone are ~120
                     failures.append(f"speedup: the line of {scheme} ({colour}) is not drawn ({n} pixels)")
         else:
-            # Each scheme's points alone (the others' removed): where two schemes measure alike, points drawn
-            # later cover earlier ones, which says nothing about whether they are drawn.
             for scheme, colour in legend:
-                alone = re.sub(r"<g class='point' data-scheme='(?!" + re.escape(scheme) + r"')[^']+'>.*?</g>", "",
-                               svg, flags=re.S)
-                html1 = os.path.join(work, f"roofline-{scheme}.html")
-                png1 = os.path.join(work, f"roofline-{scheme}.png")
-                open(html1, "w").write("<!DOCTYPE html><html><body style='margin:0'>" + alone + "</body></html>")
-                screenshot(chromium, html1, png1, CHART_W, CHART_H)
-                _, _, rows1 = read_png(png1)
-                rgb = hex_rgb(colour)
-                n = sum(1 for row in rows1 for px in row[:PLOT_RIGHT] if px == rgb)
-                print(f"roofline: {scheme} {colour}: {n} pixels in the plot area")
+                n = pixels_alone(chromium, work, kind, svg, "point", scheme, colour)
                 if n < 3 * 20:  # three points of radius 4
                     failures.append(f"roofline: the points of {scheme} ({colour}) are not drawn ({n} pixels)")
     full = os.path.join(work, "page.png")

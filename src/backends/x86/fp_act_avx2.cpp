@@ -68,22 +68,6 @@ double grid_round(double t, const Grid& g) {
 
 double to_f32(double v) { return static_cast<double>(static_cast<float>(v)); }
 
-// grid_round(t, E2M1) on 4 doubles: |t| rounded (RNE) on E2M1's grid at its binade (spacing 0.5 below 2,
-// 1 below 4, 2 above), saturated at 6, the sign of t kept (also for zeros).
-__m256d e2m1_round4(__m256d t) {
-  const __m256d sign = _mm256_set1_pd(-0.0);
-  const __m256d a = _mm256_andnot_pd(sign, t);
-  const __m256d below2 = _mm256_cmp_pd(a, _mm256_set1_pd(2.0), _CMP_LT_OQ);
-  const __m256d below4 = _mm256_cmp_pd(a, _mm256_set1_pd(4.0), _CMP_LT_OQ);
-  // 1 / spacing: 2 below 2, 1 below 4, 0.5 above (powers of two: the products below are exact)
-  const __m256d inv = _mm256_blendv_pd(_mm256_blendv_pd(_mm256_set1_pd(0.5), _mm256_set1_pd(1.0), below4),
-                                       _mm256_set1_pd(2.0), below2);
-  const __m256d spacing = _mm256_div_pd(_mm256_set1_pd(1.0), inv);
-  __m256d r = _mm256_mul_pd(_mm256_round_pd(_mm256_mul_pd(a, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), spacing);
-  r = _mm256_min_pd(r, _mm256_set1_pd(6.0));
-  return _mm256_or_pd(r, _mm256_and_pd(t, sign));
-}
-
 // grid_round(t, g) on 4 doubles of normal or zero magnitude (the operations of the scalar rule: the binade's
 // spacing 2^(max(e, emin) - mbits) as exact powers of two, RNE, saturation at max, the sign of t kept).
 __m256d grid_round4(__m256d t, const Grid& g) {
@@ -104,6 +88,13 @@ __m256d grid_round4(__m256d t, const Grid& g) {
   return _mm256_or_pd(r, _mm256_and_pd(t, sign));
 }
 
+// The 4 integer-valued doubles v (each in [-128, 127]) as int8 at out[0..3].
+void store_int8x4(int8_t* out, __m256d v) {
+  const __m128i i32 = _mm256_cvtpd_epi32(v);
+  const int32_t bytes = _mm_cvtsi128_si32(_mm_packs_epi16(_mm_packs_epi32(i32, i32), _mm_setzero_si128()));
+  std::memcpy(out, &bytes, 4);
+}
+
 // One MX block of 32 activations with shared exponent e, as the scalar rule: out = grid_round(x * 2^-e) * 2^e
 // (both products exact in double: |x| >= 2^-149 and |e| <= 127). ints / mult (null: not wanted): the integer
 // form (FpActQuant::int_codes), the element's value times 2^shift.
@@ -120,11 +111,7 @@ void mx_block(const void* row, FloatKind kind, int64_t b, int e, const Grid& g, 
       const __m128 f = _mm256_cvtpd_ps(v);
       _mm_storeu_ps(out + i + 4 * h, f);
       exact_all = _mm256_and_pd(exact_all, _mm256_cmp_pd(_mm256_cvtps_pd(f), v, _CMP_EQ_OQ));
-      if (ints) {
-        alignas(16) int32_t lanes4[4];
-        _mm_store_si128(reinterpret_cast<__m128i*>(lanes4), _mm256_cvtpd_epi32(_mm256_mul_pd(c, to_int)));
-        for (int j = 0; j < 4; ++j) ints[i + 4 * h + j] = static_cast<int8_t>(lanes4[j]);
-      }
+      if (ints) store_int8x4(ints + i + 4 * h, _mm256_mul_pd(c, to_int));
     }
   }
   if (_mm256_movemask_pd(exact_all) != 0xF) *exact = false;
@@ -153,21 +140,17 @@ void nvfp4_block(const void* row, FloatKind kind, int64_t b, double gs, float* o
     if (code2) std::memset(code2, 0, 16);
     return;
   }
+  const Grid e2m1 = grid_of(FpElem::kE2M1);
   const __m256d g = _mm256_set1_pd(gs), s = _mm256_set1_pd(sf);
   __m256d exact_all = _mm256_castsi256_pd(_mm256_set1_epi64x(-1));
   const __m128 halves[4] = {_mm256_castps256_ps128(x0), _mm256_extractf128_ps(x0, 1), _mm256_castps256_ps128(x1),
                             _mm256_extractf128_ps(x1, 1)};
   for (int h = 0; h < 4; ++h) {
     const __m256d t = _mm256_div_pd(_mm256_mul_pd(_mm256_cvtps_pd(halves[h]), g), s);
-    const __m256d e = e2m1_round4(t);
+    const __m256d e = grid_round4(t, e2m1);
     const __m256d v = _mm256_mul_pd(e, s);
     const __m128 f = _mm256_cvtpd_ps(v);
-    if (code2) {  // 2 * E2M1 value: an integer in [-12, 12]
-      const __m128i i = _mm256_cvtpd_epi32(_mm256_add_pd(e, e));
-      alignas(16) int32_t lanes4[4];
-      _mm_store_si128(reinterpret_cast<__m128i*>(lanes4), i);
-      for (int j = 0; j < 4; ++j) code2[4 * h + j] = static_cast<int8_t>(lanes4[j]);
-    }
+    if (code2) store_int8x4(code2 + 4 * h, _mm256_add_pd(e, e));  // 2 * E2M1 value: in [-12, 12]
     _mm_storeu_ps(out + 4 * h, f);
     exact_all = _mm256_and_pd(exact_all, _mm256_cmp_pd(_mm256_cvtps_pd(f), v, _CMP_EQ_OQ));
   }

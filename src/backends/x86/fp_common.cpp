@@ -560,18 +560,17 @@ void decode_mx_activation(const QuantizedTensor& xq, int64_t k_pad, float* act, 
     for (int64_t i = 0; i < k; ++i) {
       const uint8_t e = e8m0[r * blocks + i / 32];
       const uint32_t code = is_packed(elem) ? unpack_code(elem, row, i) : row[i];
-      const double v = std::ldexp(decode(elem, code), static_cast<int>(e) - 127);
+      const double c = decode(elem, code), v = std::ldexp(c, static_cast<int>(e) - 127);
       out[i] = static_cast<float>(v);
       if (e == 0xFF || static_cast<double>(out[i]) != v) *inexact = 1;
-      if (int_codes) int_codes[r * k_pad + i] = static_cast<int8_t>(std::ldexp(decode(elem, code), shift));
+      if (int_codes) int_codes[r * k_pad + i] = static_cast<int8_t>(std::ldexp(c, shift));
     }
     std::fill(out + k, out + k_pad, 0.0f);
-    if (int_codes) {
+    if (int_codes) {  // padding: zero codes, zero multipliers
       std::fill(int_codes + r * k_pad + k, int_codes + (r + 1) * k_pad, int8_t{0});
-      for (int64_t b = 0; b < k_pad / 32; ++b) {
-        const int e = b < blocks ? e8m0[r * blocks + b] - 127 - shift - 1 : 0;
-        int_mult[r * (k_pad / 32) + b] = b < blocks ? static_cast<float>(std::ldexp(1.0, e)) : 0.0f;
-      }
+      float* mult = int_mult + r * (k_pad / 32);
+      std::fill(mult, mult + k_pad / 32, 0.0f);
+      for (int64_t b = 0; b < blocks; ++b) mult[b] = static_cast<float>(std::ldexp(1.0, e8m0[r * blocks + b] - 127 - shift - 1));
     }
   }
 }
@@ -697,8 +696,9 @@ Status FpAvx2Kernel::apply_impl(const LinearLayer& layer, const Activation& x, c
     q.int_codes = int_codes.data();
     q.int_mult = int_mult.data();
   }
-  // Dense rows convert at ~1 element/ns; the quantizing modes round each element in double (~20 ns).
-  q.threads = threads::threads_for(0, m * c.k * (q.mode == FpActMode::kDense ? 1 : 20), 1.0);
+  // Dense rows convert at ~1 element/ns; the quantizing modes round in double, 4 at a time (~3-4 ns an element
+  // on a Zen 3 core).
+  q.threads = threads::threads_for(0, m * c.k * (q.mode == FpActMode::kDense ? 1 : 4), 1.0);
   if (x.is_quantized()) {
     decode_mx_activation(x.quantized_tensor(), st.k_pad, q.act, q.int_codes, q.int_mult, &inexact);
   } else {
