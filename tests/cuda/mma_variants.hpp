@@ -48,6 +48,8 @@ inline std::vector<MmaVariant> mma_variants() {
   // W4A4 MX at M <= 16: the FP8 tensor-core kernel (qgmma_decode.hpp), its split rule and forced splits.
   add("qg", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 1; });
   add("qg2", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 2; });
+  add("qg_ov", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 1; f.qgmma_overlap = true; });
+  add("qg2_ov", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 2; f.qgmma_overlap = true; });
   add("qg2_s1", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 2; f.splits = 1; });
   add("qg_s1", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 1; f.splits = 1; });
   add("qg_s2", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 1; f.splits = 2; });

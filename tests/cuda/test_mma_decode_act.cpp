@@ -331,17 +331,24 @@ TEST(CudaMmaDecodeAct, Fp8BlockRouteMatchesTheReference) {
   }
 }
 
-// The FP8 tensor-core kernel (qgmma_decode.hpp) forced on W4A4 MXFP4, both variants: every M it
+// The FP8 tensor-core kernel (qgmma_decode.hpp) forced on W4A4 MXFP4, every variant (block size, overlapped
+// MMAs and promotion): every M it
 // takes (8- and 16-token tiles), N off the 64-row blocks, K off 128 and 256, one and several splits (forced
 // and by its rule), input, bias and output dtypes; layers whose weight scales do not fold keep the BF16
 // kernel, and so does M = 17.
 TEST(CudaMmaDecodeAct, QgmmaKernelMatchesTheReference) {
   QL_REQUIRE_SM90();
   Scheme quark = *find_scheme("w4a4-mxfp4");
-  for (auto [variant, splits] : {std::pair{1, 0}, {1, 1}, {1, 3}, {2, 0}, {2, 3}}) {
+  struct Variant {
+    int qgmma, splits;
+    bool overlap;
+  };
+  for (Variant v : {Variant{1, 0, false}, {1, 1, false}, {1, 3, false}, {2, 0, false}, {2, 3, false}, {1, 0, true},
+                    {1, 1, true}, {1, 3, true}, {2, 0, true}}) {
     cuda::MmaDecodeForce f;
-    f.qgmma = variant;
-    f.splits = splits;
+    f.qgmma = v.qgmma;
+    f.splits = v.splits;
+    f.qgmma_overlap = v.overlap;
     cuda_test::ForceScope force(f);
     for (int64_t m : {1, 2, 3, 7, 8, 9, 16}) {
       for (Case c : {Case{quark, m, 256, 1024}, Case{quark, m, 200, 800}, Case{quark, m, 72, 96}}) {

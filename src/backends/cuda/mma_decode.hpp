@@ -124,6 +124,8 @@ struct MmaDecodeForce {
                                                           // (qgmma_decode.hpp) where it applies: 1, or 2 with
                                                           // at most 2048 K per split (more, smaller
                                                           // blocks); -1 = never
+  bool qgmma_overlap = false;                             // that kernel issuing unit i + 1's MMAs before unit
+                                                          // i's promotion (two fragment and result sets)
   bool operator==(const MmaDecodeForce&) const = default;
 };
 void mma_decode_force(const MmaDecodeForce& f);

@@ -173,9 +173,10 @@ bool takes_fp8_block(int64_t m) {
 }
 
 // Whether apply takes the FP8 tensor-core kernel (qgmma_decode.hpp) at M: W4A4 MX layers whose scales fold,
-// M <= 16, while it is forced (MmaDecodeForce::qgmma), until it is measured ahead of the BF16 decode kernel.
+// M <= 16, while it is forced or QLINEAR_QGMMA asks for it (qgmma_choice), until it is measured ahead of the
+// BF16 decode kernel.
 bool takes_qgmma(const MmaLayerState& st, const LinearConfig& c, int64_t m) {
-  if (mma_decode_forced().qgmma <= 0 || !c.activation_key) return false;
+  if (qgmma_choice().blocks <= 0 || !c.activation_key) return false;
   const Result<ActPlan> plan = act_plan_of(c);
   return plan && plan->mode == ActBf16Mode::kMx32 && qgmma_decode_applies(st.layout, st.fold, plan->elem, m);
 }

@@ -18,6 +18,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "backends/cuda/mma_decode.cuh"
 #include "backends/cuda/qgmma_decode.hpp"
@@ -81,7 +83,10 @@ __device__ __forceinline__ void qgmma(float (&d)[8], const uint32_t (&a)[4], uin
 }
 
 // grid (N blocks, splits). partial: null -> the epilogue writes out; else [splits][M][N] f32 sums.
-template <int TOK>
+// OVERLAP: unit i + 1's MMAs go out before unit i is promoted (wgmma.wait_group 1), so the promotion's FMAs
+// run while the tensor cores work; the A fragments and results then need two sets each, as a wgmma reads
+// its A registers asynchronously until its group retires.
+template <int TOK, bool OVERLAP>
 __global__ void __launch_bounds__(kThreads, 2)
     qgmma_decode_kernel(const QgmmaDecodeArgs q, int units_per_split, float* __restrict__ partial) {
   const MmaDecodeArgs& a = q.gemm;
@@ -203,19 +208,44 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   };
 
-  // Unrolled by the ring's depth, so that every stage address is a constant offset.
-  for (int base = 0; base < my_units; base += kStages) {
+  // Unrolled by the ring's depth, so that every stage address (and, overlapped, every set) is constant.
+  if constexpr (!OVERLAP) {
+    for (int base = 0; base < my_units; base += kStages) {
 #pragma unroll
-    for (int d = 0; d < kStages; ++d) {
-      const int i = base + d;
-      if (i >= my_units) break;
-      uint32_t af[4][4];
-      uint2 sc;
-      float dq[4][kD];  // scale-d 0: written, not read (early-clobber outputs: never the A registers)
-      take(i, d, af, sc);
-      issue(i, af, dq);
-      wgmma::wgmma_wait<0>();
-      promote(i, dq, sc);
+      for (int d = 0; d < kStages; ++d) {
+        const int i = base + d;
+        if (i >= my_units) break;
+        uint32_t af[4][4];
+        uint2 sc;
+        float dq[4][kD];  // scale-d 0: written, not read (early-clobber outputs: never the A registers)
+        take(i, d, af, sc);
+        issue(i, af, dq);
+        wgmma::wgmma_wait<0>();
+        promote(i, dq, sc);
+      }
+    }
+  } else {
+    // In pairs: units i and i + 1 go out together, unit i is promoted while i + 1 runs. No group stays in
+    // flight across a pair, which keeps ptxas's wgmma pipeline analysis (C7514) out of the loop's back edge.
+    // An odd count's last pair takes the last unit twice (the ring repeats it) and drops the second result.
+    static_assert(kStages % 2 == 0, "pairs of units start on even stages");
+    uint32_t af[2][4][4];
+    uint2 sc[2];
+    float dq[2][4][kD];
+    for (int base = 0; base < my_units; base += kStages) {
+#pragma unroll
+      for (int d = 0; d < kStages; d += 2) {
+        const int i = base + d;
+        if (i >= my_units) break;
+        take(i, d, af[0], sc[0]);
+        issue(i, af[0], dq[0]);
+        take(i + 1, d + 1, af[1], sc[1]);
+        issue(min(i + 1, my_units - 1), af[1], dq[1]);
+        wgmma::wgmma_wait<1>();
+        promote(i, dq[0], sc[0]);
+        wgmma::wgmma_wait<0>();
+        if (i + 1 < my_units) promote(i + 1, dq[1], sc[1]);
+      }
     }
   }
 
@@ -252,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 // The most units per split: kMaxUnitsPerSplit, or half that for the variant of more, smaller blocks
 // (MmaDecodeForce::qgmma == 2: at 8 tokens 53 KB of shared memory per block instead of 72).
-inline int max_units_per_split() { return mma_decode_forced().qgmma == 2 ? kMaxUnitsPerSplit / 2 : kMaxUnitsPerSplit; }
+inline int max_units_per_split() { return qgmma_choice().blocks == 2 ? kMaxUnitsPerSplit / 2 : kMaxUnitsPerSplit; }
 
 // Units per split for a wanted split count: even (k_slabs is), at most max_units_per_split().
 inline int units_per_split(int k_units, int splits) {
@@ -260,10 +290,10 @@ inline int units_per_split(int k_units, int splits) {
   return std::min(per + (per & 1), max_units_per_split());
 }
 
-template <int TOK>
+template <int TOK, bool OVERLAP>
 Status launch_tok(const QgmmaDecodeArgs& q, int per_split, int splits, float* partial, Stream stream) {
   const MmaDecodeArgs& a = q.gemm;
-  auto kernel = qgmma_decode_kernel<TOK>;
+  auto kernel = qgmma_decode_kernel<TOK, OVERLAP>;
   const int smem = std::max(Smem<TOK>::bytes(per_split), kThreads * (TOK / 2) * 4);
   static std::atomic<uint64_t> attr_set{0};
   int device = 0;
@@ -293,6 +323,21 @@ Status launch_tok(const QgmmaDecodeArgs& q, int per_split, int splits, float* pa
 }
 
 }  // namespace qgmma_detail
+
+QgmmaChoice qgmma_choice() {
+  const MmaDecodeForce& f = mma_decode_forced();
+  if (f.qgmma != 0) return QgmmaChoice{std::max(f.qgmma, 0), f.qgmma_overlap};
+  static const QgmmaChoice from_env = [] {
+    QgmmaChoice c;
+    const char* e = std::getenv("QLINEAR_QGMMA");
+    const std::string list = std::string(",") + (e != nullptr ? e : "") + ",";
+    if (list.find(",on,") != std::string::npos) c.blocks = 1;
+    if (list.find(",small,") != std::string::npos) c.blocks = 2;
+    c.overlap = c.blocks > 0 && list.find(",overlap,") != std::string::npos;
+    return c;
+  }();
+  return from_env;
+}
 
 bool qgmma_decode_applies(const MmaLayout& l, bool fold, ActElem act, int64_t m) {
   return l.code == MmaCode::kE2M1 && l.scale == MmaScale::kMx32 && fold && act == ActElem::kE2M1 && m >= 1 &&
@@ -340,7 +385,12 @@ Status launch_qgmma_decode(const QgmmaDecodeArgs& q, Stream stream) {
   float* p = splits > 1 ? partial.as<float>() : nullptr;
   auto launch = [&]() -> Status {
     using qgmma_detail::launch_tok;
-    return a.m <= 8 ? launch_tok<8>(q, per_split, splits, p, stream) : launch_tok<16>(q, per_split, splits, p, stream);
+    if (qgmma_choice().overlap) {
+      return a.m <= 8 ? launch_tok<8, true>(q, per_split, splits, p, stream)
+                      : launch_tok<16, true>(q, per_split, splits, p, stream);
+    }
+    return a.m <= 8 ? launch_tok<8, false>(q, per_split, splits, p, stream)
+                    : launch_tok<16, false>(q, per_split, splits, p, stream);
   };
   QL_RETURN_IF_ERROR(launch());
   if (p != nullptr) return mma_detail::launch_mma_decode_reduce(a, splits, p, stream);

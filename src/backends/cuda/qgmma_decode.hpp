@@ -40,6 +40,16 @@ struct QgmmaDecodeArgs {
   const uint8_t* x_scales = nullptr;
 };
 
+// Whether apply takes the kernel where it applies, with which block size and loop: the forced variant
+// (MmaDecodeForce::qgmma, qgmma_overlap) when one is set, else QLINEAR_QGMMA, a comma list of "on" (4096 K
+// per split), "small" (2048: more, smaller blocks), "overlap" (the next unit's MMAs before this one's
+// promotion); unset or "off": the BF16 decode kernel (the FP8 kernel is not yet measured ahead of it).
+struct QgmmaChoice {
+  int blocks = 0;  // 0: not taken; 1: up to 4096 K per split; 2: up to 2048
+  bool overlap = false;
+};
+QgmmaChoice qgmma_choice();
+
 // Whether the kernel implements this layer and call: E2M1 weights whose E8M0 scales fold, E2M1 activations,
 // 1 <= m <= kQgmmaMaxM.
 bool qgmma_decode_applies(const MmaLayout& l, bool fold, ActElem act, int64_t m);
