@@ -24,6 +24,8 @@ const std::vector<OptionSpec> kSpecs = [] {
       {"--reps", "N", "timed repetitions per measurement (default 10)"},
       {"--no-check", "", "skip the comparison with the reference kernel"},
       {"--tp", "N", "split every layer across GPUs 0..N-1 (NCCL) and check it against one GPU"},
+      {"--tp-reduce", "f32|output", "with --tp: row-parallel partial sums in f32 (default) or in the output dtype "
+                                     "(half the bytes, one output rounding per rank more)"},
       {"--json", "", "machine-readable output (one record per layer and M)"},
       {"--weight-cache", "DIR", "load processed weights from DIR when valid, else process and store them there"},
       {"--help", "", "this help"},
@@ -63,7 +65,7 @@ int cmd_run(int argc, char** argv) {
     return 2;
   }
   if (args->flag("--help")) {
-    std::printf("Usage: qlinear run CKPT [--m 1,16,256] [--layers REGEX] [--tp-rank R --tp-size W | --tp N] "
+    std::printf("Usage: qlinear run CKPT [--m 1,16,256] [--layers REGEX] [--tp-rank R --tp-size W | --tp N [--tp-reduce f32|output]] "
                 "[--weight-cache DIR] [--json]\n\n%s",
                 options_help(kSpecs).c_str());
     return 0;
@@ -83,13 +85,24 @@ int cmd_run(int argc, char** argv) {
   }
   CheckpointInput input;
   if (int code = load_checkpoint_input(*args, "run", input); code != 0) return code;
+  const std::optional<std::string> reduce = args->get("--tp-reduce");
+  if (reduce && !args->flag("--tp")) {
+    std::fprintf(stderr, "qlinear run: --tp-reduce applies to --tp N (the split across this machine's GPUs)\n");
+    return 2;
+  }
+  if (reduce && *reduce != "f32" && *reduce != "output") {
+    std::fprintf(stderr, "qlinear run: --tp-reduce %s: expected f32 or output\n", reduce->c_str());
+    return 2;
+  }
   if (args->flag("--tp")) {
     if (input.options.tp_size != 1) {
       std::fprintf(stderr, "qlinear run: --tp runs every rank itself; it does not combine with --tp-rank/--tp-size\n");
       return 2;
     }
+    tp::ParallelOptions po;
+    if (reduce && *reduce == "output") po.row_reduction = tp::RowReduction::kOutputDtype;
     return run_tensor_parallel({static_cast<int>(*tp), std::move(input.model), input.options, *ms,
-                                args->flag("--json")});
+                                args->flag("--json"), po});
   }
   const LoadOptions& lo = input.options;
   const Platform* platform = &input.platform;

@@ -102,7 +102,7 @@ int run_tensor_parallel(const TpCheckInput& in) {
       fail("one GPU: " + one.message());
       continue;
     }
-    auto pl = tp::ParallelLinear::create(**group, std::move(slices));
+    auto pl = tp::ParallelLinear::create(**group, std::move(slices), in.parallel);
     if (!pl) {
       fail(pl.message());
       continue;
@@ -164,14 +164,16 @@ int run_tensor_parallel(const TpCheckInput& in) {
         }
         worst = std::max(worst, rel_diff(*got, *ref));
       }
-      // Column splits compute the same dot products; row splits add W f32 partials: a few output ulps.
+      // Column splits compute the same dot products; row splits add W f32 partials: a few output ulps (W
+      // more roundings with partials in the output dtype).
       const bool ok = worst <= 1e-2;
       failures += ok ? 0 : 1;
       const std::string kname((*pl)->kernel(0).name());
       if (in.json) {
         records.push_back({{"layer", l.layer.name}, {"scheme", l.scheme->name}, {"split", row ? "row" : "column"},
                            {"kernel_rank0", kname}, {"m", m}, {"n", n}, {"k", k}, {"tp", w},
-                           {"rel_diff_one_gpu", worst}, {"one_gpu_ms", one_ms}, {"tp_ms", tp_ms}, {"ok", ok}});
+                           {"rel_diff_one_gpu", worst}, {"one_gpu_ms", one_ms}, {"tp_ms", tp_ms},
+                           {"reduction", (*pl)->reduction()}, {"ok", ok}});
       } else {
         std::printf("%-44s %-20.*s %-7s %-26s %6lld %9.2e%s %10.3f %10.3f\n", l.layer.name.c_str(),
                     static_cast<int>(l.scheme->name.size()), l.scheme->name.data(), row ? "row" : "column",
@@ -181,8 +183,15 @@ int run_tensor_parallel(const TpCheckInput& in) {
   }
   if (in.json) std::printf("%s\n", records.dump(2).c_str());
   if (failures > 0 && !in.json) std::printf("\n%d check(s) failed\n", failures);
-  if (!in.json) std::printf("\n(times: wall clock of one call each, first call included; `qlinear bench` and the "
-                            "TP benchmark measure speed)\n");
+  if (!in.json) {
+    std::printf("\nrow-parallel layers: %s\n",
+                in.parallel.row_reduction == tp::RowReduction::kF32
+                    ? "f32 partials reduce-scattered, rounded once, all-gathered in the output dtype (--tp-reduce output: "
+                      "partials in the output dtype, half the bytes)"
+                    : "partials in the output dtype, all-reduced in place (one output rounding per rank more than one GPU)");
+    std::printf("(times: wall clock of one call each, first call included; `qlinear bench` and the TP benchmark "
+                "measure speed)\n");
+  }
   return failures == 0 ? 0 : 1;
 }
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "qlinear/loader.hpp"
+#include "qlinear/tensor_parallel.hpp"
 
 namespace qlinear::cli {
 
@@ -13,6 +14,7 @@ struct TpCheckInput {
   LoadOptions options;  // layer filter and dtypes; tp_rank/tp_size are set per rank
   std::vector<int64_t> ms;
   bool json = false;
+  tp::ParallelOptions parallel;  // how row-parallel layers sum their ranks' partials
 };
 
 // Prints a table (or JSON records) and returns the exit code: 0 when every layer matched one GPU.

@@ -1,5 +1,6 @@
-// The tensor-parallel group (tensor_parallel.hpp): NCCL communicators over the GPUs of one host, one
-// host thread per rank inside run(), abort on the first failure or on the watchdog's timeout.
+// The tensor-parallel group (tensor_parallel.hpp): NCCL communicators over the GPUs of one host driven by
+// one process (create) or one rank of a group of processes (join), one host thread per local rank inside
+// run(), abort on the first failure or on the watchdog's timeout.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -8,6 +9,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <cstring>
 #include <set>
 #include <string>
 #include <thread>
@@ -26,6 +28,20 @@ Status nccl_check(ncclResult_t r, const char* call) {
                        ")");
 }
 #define QL_NCCL_CHECK(call) QL_RETURN_IF_ERROR(nccl_check((call), #call))
+
+// A call on a non-blocking communicator (join's) may return ncclInProgress: it finishes in the background
+// and the communicator says when (ncclCommGetAsyncError). Blocking communicators never return it.
+Status nccl_settle(ncclComm_t comm, ncclResult_t r, const char* call) {
+  while (r == ncclInProgress) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+    if (q != ncclSuccess) return nccl_check(q, "ncclCommGetAsyncError");
+    r = state;
+    if (r == ncclInProgress) std::this_thread::yield();
+  }
+  return nccl_check(r, call);
+}
+#define QL_NCCL_CALL(comm, call) QL_RETURN_IF_ERROR(nccl_settle((comm), (call), #call))
 
 Result<ncclDataType_t> nccl_type(const Tensor& t) {
   switch (t.dtype()) {
@@ -62,7 +78,53 @@ double timeout_seconds() {
 
 bool available() { return true; }
 
+Result<UniqueId> UniqueId::create() {
+  ncclUniqueId id;
+  QL_NCCL_CHECK(ncclGetUniqueId(&id));
+  static_assert(sizeof(id.internal) == sizeof(UniqueId{}.bytes), "NCCL_UNIQUE_ID_BYTES is 128");
+  UniqueId out;
+  std::memcpy(out.bytes.data(), id.internal, out.bytes.size());
+  return out;
+}
+
+std::string UniqueId::hex() const {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  s.reserve(bytes.size() * 2);
+  for (uint8_t b : bytes) {
+    s.push_back(digits[b >> 4]);
+    s.push_back(digits[b & 15]);
+  }
+  return s;
+}
+
+Result<UniqueId> UniqueId::from_hex(std::string_view hex) {
+  UniqueId out;
+  if (hex.size() != out.bytes.size() * 2) {
+    return Status::error("a tensor-parallel group id is " + std::to_string(out.bytes.size() * 2) +
+                         " hex digits (UniqueId::hex), got " + std::to_string(hex.size()) + " characters");
+  }
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < out.bytes.size(); ++i) {
+    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) {
+      return Status::error("a tensor-parallel group id is hex digits; character " + std::to_string(hi < 0 ? 2 * i : 2 * i + 1) +
+                           " is '" + std::string(1, hex[hi < 0 ? 2 * i : 2 * i + 1]) + "'");
+    }
+    out.bytes[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return out;
+}
+
+// Per local rank (a slot): its global rank, device, communicator and streams.
 struct Group::Impl {
+  int world = 0;
+  std::vector<int> ranks;  // ascending
   std::vector<int> devices;
   std::vector<ncclComm_t> comms;
   std::vector<cudaStream_t> streams;
@@ -70,6 +132,12 @@ struct Group::Impl {
   std::mutex mutex;
   std::string failure;  // set once the communicators were aborted; the group refuses work after that
 
+  int slot_of(int rank) const {
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (ranks[i] == rank) return static_cast<int>(i);
+    }
+    return -1;
+  }
   // Aborts every communicator once (unblocks ranks waiting in a collective).
   void abort_all(const std::string& why) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -80,16 +148,55 @@ struct Group::Impl {
       c = nullptr;
     }
   }
-  Status check_comm(int rank) {
+  // The communicator of a local rank, or why there is none.
+  Result<ncclComm_t> comm(int rank) {
     std::lock_guard<std::mutex> lock(mutex);
     if (!failure.empty()) return Status::error("the tensor-parallel group was aborted: " + failure);
-    if (rank < 0 || rank >= static_cast<int>(comms.size())) {
-      return Status::error("rank " + std::to_string(rank) + " is outside the group of " +
-                           std::to_string(comms.size()));
+    const int s = slot_of(rank);
+    if (s < 0) {
+      return Status::error("rank " + std::to_string(rank) + " is not driven by this process (the group of " +
+                           std::to_string(world) + " runs it elsewhere)");
+    }
+    return comms[static_cast<size_t>(s)];
+  }
+  // Streams for every slot, on its device.
+  Status make_streams() {
+    streams.assign(devices.size(), nullptr);
+    comm_streams.assign(devices.size(), nullptr);
+    for (size_t r = 0; r < devices.size(); ++r) {
+      cuda::DeviceGuard guard;
+      QL_RETURN_IF_ERROR(guard.set(devices[r]));
+      QL_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
+      QL_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_streams[r], cudaStreamNonBlocking));
     }
     return Status::ok();
   }
 };
+
+namespace {
+
+Status check_devices(const std::vector<int>& devices, int group_size) {
+  int count = 0;
+  QL_CUDA_CHECK(cudaGetDeviceCount(&count));
+  std::set<int> seen;
+  for (int d : devices) {
+    if (d < 0 || d >= count) {
+      return Status::error("tensor parallelism over " + std::to_string(group_size) + " GPUs: device " +
+                           std::to_string(d) + " does not exist (this machine has " + std::to_string(count) +
+                           " CUDA device" + (count == 1 ? "" : "s") + ")");
+    }
+    if (!seen.insert(d).second) return Status::error("device " + std::to_string(d) + " appears twice in the group");
+  }
+  return Status::ok();
+}
+
+void log_group(const std::string& what) {
+  if (log_enabled("tp")) {
+    log_line("tp", what + " on NCCL " + std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR));
+  }
+}
+
+}  // namespace
 
 Group::Group(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -109,71 +216,117 @@ Group::~Group() {
 Result<std::unique_ptr<Group>> Group::create(const std::vector<int>& devices) {
   if (devices.empty()) return Status::error("a tensor-parallel group needs at least one GPU");
   QL_RETURN_IF_ERROR(keep_nvls_off());
-  int count = 0;
-  QL_CUDA_CHECK(cudaGetDeviceCount(&count));
-  std::set<int> seen;
-  for (int d : devices) {
-    if (d < 0 || d >= count) {
-      return Status::error("tensor parallelism over " + std::to_string(devices.size()) + " GPUs: device " +
-                           std::to_string(d) + " does not exist (this machine has " + std::to_string(count) +
-                           " CUDA device" + (count == 1 ? "" : "s") + ")");
-    }
-    if (!seen.insert(d).second) return Status::error("device " + std::to_string(d) + " appears twice in the group");
-  }
+  QL_RETURN_IF_ERROR(check_devices(devices, static_cast<int>(devices.size())));
   auto impl = std::make_unique<Impl>();
+  impl->world = static_cast<int>(devices.size());
   impl->devices = devices;
+  for (int r = 0; r < impl->world; ++r) impl->ranks.push_back(r);
   impl->comms.assign(devices.size(), nullptr);
-  impl->streams.assign(devices.size(), nullptr);
-  impl->comm_streams.assign(devices.size(), nullptr);
   auto group = std::unique_ptr<Group>(new Group(std::move(impl)));
-  for (size_t r = 0; r < devices.size(); ++r) {
-    cuda::DeviceGuard guard;
-    QL_RETURN_IF_ERROR(guard.set(devices[r]));
-    QL_CUDA_CHECK(cudaStreamCreateWithFlags(&group->impl_->streams[r], cudaStreamNonBlocking));
-    QL_CUDA_CHECK(cudaStreamCreateWithFlags(&group->impl_->comm_streams[r], cudaStreamNonBlocking));
-  }
+  QL_RETURN_IF_ERROR(group->impl_->make_streams());
   QL_NCCL_CHECK(ncclCommInitAll(group->impl_->comms.data(), static_cast<int>(devices.size()), devices.data()));
-  if (log_enabled("tp")) {
-    log_line("tp", "group of " + std::to_string(devices.size()) + " GPUs on NCCL " + std::to_string(NCCL_MAJOR) + "." +
-                       std::to_string(NCCL_MINOR));
-  }
+  log_group("group of " + std::to_string(devices.size()) + " GPUs in one process");
   return group;
 }
 
-int Group::size() const { return static_cast<int>(impl_->devices.size()); }
-int Group::device(int rank) const { return impl_->devices.at(static_cast<size_t>(rank)); }
-cuda::Stream Group::stream(int rank) const { return impl_->streams.at(static_cast<size_t>(rank)); }
-cuda::Stream Group::comm_stream(int rank) const { return impl_->comm_streams.at(static_cast<size_t>(rank)); }
+Result<std::unique_ptr<Group>> Group::join(const UniqueId& id, int rank, int size, int device) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return Status::error("joining a tensor-parallel group as rank " + std::to_string(rank) + " of " +
+                         std::to_string(size) + ": the rank must be in [0, size) and the size at least 1");
+  }
+  QL_RETURN_IF_ERROR(keep_nvls_off());
+  QL_RETURN_IF_ERROR(check_devices({device}, size));
+  auto impl = std::make_unique<Impl>();
+  impl->world = size;
+  impl->ranks = {rank};
+  impl->devices = {device};
+  impl->comms.assign(1, nullptr);
+  auto group = std::unique_ptr<Group>(new Group(std::move(impl)));
+  QL_RETURN_IF_ERROR(group->impl_->make_streams());
+  cuda::DeviceGuard guard;
+  QL_RETURN_IF_ERROR(guard.set(device));
+  ncclUniqueId nid;
+  std::memcpy(nid.internal, id.bytes.data(), id.bytes.size());
+  // Non-blocking, so that a rank that never comes ends in an error here instead of a hang.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  const ncclResult_t started = ncclCommInitRankConfig(&comm, size, nid, rank, &config);
+  if (started != ncclSuccess && started != ncclInProgress) {
+    return nccl_check(started, "ncclCommInitRankConfig");
+  }
+  const auto limit = std::chrono::duration<double>(timeout_seconds());
+  const auto t0 = std::chrono::steady_clock::now();
+  ncclResult_t state = started;
+  while (state == ncclInProgress) {
+    if (std::chrono::steady_clock::now() - t0 > limit) {
+      ncclCommAbort(comm);
+      return Status::error("rank " + std::to_string(rank) + " of " + std::to_string(size) + " (cuda:" +
+                           std::to_string(device) + "): the group's other " + std::to_string(size - 1) + " rank" +
+                           (size == 2 ? "" : "s") + " did not all join within " +
+                           std::to_string(static_cast<int>(timeout_seconds())) +
+                           " s (QLINEAR_TP_TIMEOUT_S); every process must call join with the same id");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+    if (q != ncclSuccess) state = q;
+  }
+  if (state != ncclSuccess) {
+    ncclCommAbort(comm);
+    return nccl_check(state, "ncclCommInitRankConfig");
+  }
+  group->impl_->comms[0] = comm;
+  log_group("rank " + std::to_string(rank) + " of a group of " + std::to_string(size) + " processes");
+  return group;
+}
+
+int Group::size() const { return impl_->world; }
+const std::vector<int>& Group::local_ranks() const { return impl_->ranks; }
+bool Group::is_local(int rank) const { return impl_->slot_of(rank) >= 0; }
+int Group::device(int rank) const {
+  const int s = impl_->slot_of(rank);
+  return s < 0 ? -1 : impl_->devices[static_cast<size_t>(s)];
+}
+cuda::Stream Group::stream(int rank) const {
+  const int s = impl_->slot_of(rank);
+  return s < 0 ? nullptr : impl_->streams[static_cast<size_t>(s)];
+}
+cuda::Stream Group::comm_stream(int rank) const {
+  const int s = impl_->slot_of(rank);
+  return s < 0 ? nullptr : impl_->comm_streams[static_cast<size_t>(s)];
+}
 
 Status Group::run(const std::function<Status(int rank)>& fn) {
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     if (!impl_->failure.empty()) return Status::error("the tensor-parallel group was aborted: " + impl_->failure);
   }
-  const int w = size();
+  const int w = static_cast<int>(impl_->ranks.size());
   std::vector<Status> results(static_cast<size_t>(w), Status::ok());
   std::mutex done_mutex;
   std::condition_variable done_cv;
   int done = 0;
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(w));
-  for (int r = 0; r < w; ++r) {
-    threads.emplace_back([&, r] {
+  for (int i = 0; i < w; ++i) {
+    threads.emplace_back([&, i] {
+      const int r = impl_->ranks[static_cast<size_t>(i)];
       Status s = [&]() -> Status {
         cuda::DeviceGuard guard;
-        QL_RETURN_IF_ERROR(guard.set(device(r)));
-        cuda::StreamGuard stream_guard(stream(r));
+        QL_RETURN_IF_ERROR(guard.set(impl_->devices[static_cast<size_t>(i)]));
+        cuda::StreamGuard stream_guard(impl_->streams[static_cast<size_t>(i)]);
         QL_RETURN_IF_ERROR(fn(r));
-        QL_CUDA_CHECK(cudaStreamSynchronize(impl_->streams[static_cast<size_t>(r)]));
-        QL_CUDA_CHECK(cudaStreamSynchronize(impl_->comm_streams[static_cast<size_t>(r)]));
+        QL_CUDA_CHECK(cudaStreamSynchronize(impl_->streams[static_cast<size_t>(i)]));
+        QL_CUDA_CHECK(cudaStreamSynchronize(impl_->comm_streams[static_cast<size_t>(i)]));
         return Status::ok();
       }();
       if (!s.is_ok()) {
-        s = Status::error("rank " + std::to_string(r) + " (cuda:" + std::to_string(device(r)) + "): " + s.message());
+        s = Status::error("rank " + std::to_string(r) + " (cuda:" + std::to_string(impl_->devices[static_cast<size_t>(i)]) +
+                          "): " + s.message());
         impl_->abort_all(s.message());
       }
       std::lock_guard<std::mutex> lock(done_mutex);
-      results[static_cast<size_t>(r)] = std::move(s);
+      results[static_cast<size_t>(i)] = std::move(s);
       ++done;
       done_cv.notify_all();
     });
@@ -201,30 +354,42 @@ Status Group::run(const std::function<Status(int rank)>& fn) {
 }
 
 Status Group::all_reduce_sum(int rank, Tensor& t) {
-  QL_RETURN_IF_ERROR(impl_->check_comm(rank));
+  QL_ASSIGN_OR_RETURN(ncclComm_t comm, impl_->comm(rank));
   QL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(t));
-  QL_NCCL_CHECK(ncclAllReduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), type, ncclSum,
-                              impl_->comms[static_cast<size_t>(rank)], cuda::current_stream()));
+  QL_NCCL_CALL(comm, ncclAllReduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), type, ncclSum, comm,
+                                   cuda::current_stream()));
   return Status::ok();
 }
 
 Status Group::all_reduce_max(int rank, Tensor& t) {
-  QL_RETURN_IF_ERROR(impl_->check_comm(rank));
+  QL_ASSIGN_OR_RETURN(ncclComm_t comm, impl_->comm(rank));
   QL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(t));
-  QL_NCCL_CHECK(ncclAllReduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), type, ncclMax,
-                              impl_->comms[static_cast<size_t>(rank)], cuda::current_stream()));
+  QL_NCCL_CALL(comm, ncclAllReduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), type, ncclMax, comm,
+                                   cuda::current_stream()));
   return Status::ok();
 }
 
 Status Group::all_gather(int rank, const Tensor& in, Tensor& out) {
-  QL_RETURN_IF_ERROR(impl_->check_comm(rank));
+  QL_ASSIGN_OR_RETURN(ncclComm_t comm, impl_->comm(rank));
   QL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(in));
   if (out.numel() != in.numel() * size() || out.dtype() != in.dtype()) {
     return Status::error("all_gather: output " + out.describe() + " must hold " + std::to_string(size()) + " x " +
                          in.describe());
   }
-  QL_NCCL_CHECK(ncclAllGather(in.raw(), out.raw(), static_cast<size_t>(in.numel()), type,
-                              impl_->comms[static_cast<size_t>(rank)], cuda::current_stream()));
+  QL_NCCL_CALL(comm, ncclAllGather(in.raw(), out.raw(), static_cast<size_t>(in.numel()), type, comm,
+                                   cuda::current_stream()));
+  return Status::ok();
+}
+
+Status Group::reduce_scatter_sum(int rank, const Tensor& in, Tensor& out) {
+  QL_ASSIGN_OR_RETURN(ncclComm_t comm, impl_->comm(rank));
+  QL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(in));
+  if (in.numel() != out.numel() * size() || out.dtype() != in.dtype()) {
+    return Status::error("reduce_scatter_sum: input " + in.describe() + " must be " + std::to_string(size()) +
+                         " x the output " + out.describe());
+  }
+  QL_NCCL_CALL(comm, ncclReduceScatter(in.raw(), out.raw(), static_cast<size_t>(out.numel()), type, ncclSum, comm,
+                                       cuda::current_stream()));
   return Status::ok();
 }
 
