@@ -124,6 +124,7 @@ Result<UniqueId> UniqueId::from_hex(std::string_view hex) {
 // Per local rank (a slot): its global rank, device, communicator and streams.
 struct Group::Impl {
   int world = 0;
+  bool nonblocking = false;  // join's communicators: calls may return ncclInProgress (nccl_settle)
   std::vector<int> ranks;  // ascending
   std::vector<int> devices;
   std::vector<ncclComm_t> comms;
@@ -203,7 +204,11 @@ Group::Group(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Group::~Group() {
   if (!impl_) return;
   for (size_t r = 0; r < impl_->comms.size(); ++r) {
-    if (impl_->comms[r] != nullptr) ncclCommDestroy(impl_->comms[r]);
+    ncclComm_t c = impl_->comms[r];
+    if (c == nullptr) continue;
+    // A non-blocking communicator finishes its outstanding work first (ncclCommFinalize, then wait).
+    if (impl_->nonblocking) (void)nccl_settle(c, ncclCommFinalize(c), "ncclCommFinalize");
+    ncclCommDestroy(c);
   }
   for (size_t r = 0; r < impl_->streams.size(); ++r) {
     cuda::DeviceGuard guard;
@@ -276,6 +281,7 @@ Result<std::unique_ptr<Group>> Group::join(const UniqueId& id, int rank, int siz
     return nccl_check(state, "ncclCommInitRankConfig");
   }
   group->impl_->comms[0] = comm;
+  group->impl_->nonblocking = true;
   log_group("rank " + std::to_string(rank) + " of a group of " + std::to_string(size) + " processes");
   return group;
 }
