@@ -95,7 +95,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (partial != nullptr) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wg = warp / 4, w4 = warp % 4;
+  // The warpgroup index through a shuffle, so that ptxas sees it warp-uniform (descriptor arithmetic in
+  // uniform registers instead of per-unit R2UR moves).
+  const int wg = __shfl_sync(0xFFFFFFFFu, warp / 4, 0), w4 = warp % 4;
   const int64_t n_tiles = a.layout.n_tiles(), k_slabs = a.layout.k_slabs();
   const int64_t n = a.layout.n, k = a.layout.k;
   const int64_t tile = min(static_cast<int64_t>(blockIdx.x) * 4 + w4, n_tiles - 1);
