@@ -42,6 +42,8 @@ std::vector<BadInvocation> bad_invocations() {
       {"integer", {"run", ckpt, "--tp-rank", "-1"}, 2, {"option --tp-rank: -1 is below the minimum 0"}},
       {"tensor-parallel", {"run", ckpt, "--tp-rank", "2", "--tp-size", "2"}, 2, {"--tp-rank 2 must be below --tp-size 2"}},
       {"tensor-parallel", {"run", ckpt, "--tp-size", "0"}, 2, {"option --tp-size: 0 is below the minimum 1"}},
+      {"tensor-parallel", {"run", ckpt, "--tp-reduce", "output"}, 2, {"--tp-reduce applies to --tp N"}},
+      {"tensor-parallel", {"run", ckpt, "--tp", "2", "--tp-reduce", "f16"}, 2, {"--tp-reduce f16: expected f32 or output"}},
       {"tensor-parallel", {"run", ckpt, "--tp-size", "5", "--tp-rank", "1", "--m", "1"}, 1,
        {"do not split evenly over tensor-parallel size 5"}},
       {"platform", {"run", ckpt, "--platform", "tpu"}, 2, {"--platform tpu: expected cpu, cuda"}},
