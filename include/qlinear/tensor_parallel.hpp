@@ -32,9 +32,9 @@
 // Failures: a rank whose work fails (bad shard, out of memory, a kernel error) aborts every communicator
 // (ncclCommAbort), so no rank waits forever in a collective; Group::run returns the first error with its
 // rank, and the group refuses further work. A watchdog does the same after QLINEAR_TP_TIMEOUT_S seconds
-// (default 300), and Group::join gives up with an error naming the missing ranks' count when the others
-// have not joined by then. NVLink multicast (NVLS) stays off: NCCL_NVLS_ENABLE=0 is set when the variable
-// is unset, and a group refuses to start when it is set to anything else.
+// (default 300), and Group::join gives up with an error when the other ranks have not all joined by then.
+// NVLink multicast (NVLS) stays off: NCCL_NVLS_ENABLE=0 is set when the variable is unset, and a group
+// refuses to start when it is set to anything else.
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -69,7 +69,7 @@ class Group {
   static Result<std::unique_ptr<Group>> create(const std::vector<int>& devices);
   // This process's place in a group of `size` processes, one rank each: rank `rank` on CUDA device
   // `device`. Every process calls it with the same id; it returns once all have joined, or fails after
-  // QLINEAR_TP_TIMEOUT_S seconds (default 300) saying how many never came.
+  // QLINEAR_TP_TIMEOUT_S seconds (default 300).
   static Result<std::unique_ptr<Group>> join(const UniqueId& id, int rank, int size, int device);
   ~Group();
   Group(const Group&) = delete;

@@ -65,8 +65,8 @@ int cmd_run(int argc, char** argv) {
     return 2;
   }
   if (args->flag("--help")) {
-    std::printf("Usage: qlinear run CKPT [--m 1,16,256] [--layers REGEX] [--tp-rank R --tp-size W | --tp N [--tp-reduce f32|output]] "
-                "[--weight-cache DIR] [--json]\n\n%s",
+    std::printf("Usage: qlinear run CKPT [--m 1,16,256] [--layers REGEX] "
+                "[--tp-rank R --tp-size W | --tp N [--tp-reduce f32|output]] [--weight-cache DIR] [--json]\n\n%s",
                 options_help(kSpecs).c_str());
     return 0;
   }

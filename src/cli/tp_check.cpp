@@ -184,11 +184,12 @@ int run_tensor_parallel(const TpCheckInput& in) {
   if (in.json) std::printf("%s\n", records.dump(2).c_str());
   if (failures > 0 && !in.json) std::printf("\n%d check(s) failed\n", failures);
   if (!in.json) {
-    std::printf("\nrow-parallel layers: %s\n",
-                in.parallel.row_reduction == tp::RowReduction::kF32
-                    ? "f32 partials reduce-scattered, rounded once, all-gathered in the output dtype (--tp-reduce output: "
-                      "partials in the output dtype, half the bytes)"
-                    : "partials in the output dtype, all-reduced in place (one output rounding per rank more than one GPU)");
+    const char* how = in.parallel.row_reduction == tp::RowReduction::kF32
+                          ? "f32 partials reduce-scattered, rounded once, all-gathered in the output dtype "
+                            "(--tp-reduce output: partials in the output dtype, half the bytes)"
+                          : "partials in the output dtype, all-reduced in place (one output rounding per rank "
+                            "more than one GPU)";
+    std::printf("\nrow-parallel layers: %s\n", how);
     std::printf("(times: wall clock of one call each, first call included; `qlinear bench` and the TP benchmark "
                 "measure speed)\n");
   }

@@ -113,8 +113,9 @@ Result<UniqueId> UniqueId::from_hex(std::string_view hex) {
   for (size_t i = 0; i < out.bytes.size(); ++i) {
     const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
     if (hi < 0 || lo < 0) {
-      return Status::error("a tensor-parallel group id is hex digits; character " + std::to_string(hi < 0 ? 2 * i : 2 * i + 1) +
-                           " is '" + std::string(1, hex[hi < 0 ? 2 * i : 2 * i + 1]) + "'");
+      const size_t at = hi < 0 ? 2 * i : 2 * i + 1;
+      return Status::error("a tensor-parallel group id is hex digits; character " + std::to_string(at) + " is '" +
+                           std::string(1, hex[at]) + "'");
     }
     out.bytes[i] = static_cast<uint8_t>(hi << 4 | lo);
   }
@@ -267,10 +268,9 @@ Result<std::unique_ptr<Group>> Group::join(const UniqueId& id, int rank, int siz
     if (std::chrono::steady_clock::now() - t0 > limit) {
       ncclCommAbort(comm);
       return Status::error("rank " + std::to_string(rank) + " of " + std::to_string(size) + " (cuda:" +
-                           std::to_string(device) + "): the group's other " + std::to_string(size - 1) + " rank" +
-                           (size == 2 ? "" : "s") + " did not all join within " +
-                           std::to_string(static_cast<int>(timeout_seconds())) +
-                           " s (QLINEAR_TP_TIMEOUT_S); every process must call join with the same id");
+                           std::to_string(device) + "): the other ranks did not all join within " +
+                           std::to_string(static_cast<int>(timeout_seconds())) + " s (QLINEAR_TP_TIMEOUT_S); each " +
+                           "of the " + std::to_string(size) + " processes must call join with the same id");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     const ncclResult_t q = ncclCommGetAsyncError(comm, &state);
@@ -327,8 +327,8 @@ Status Group::run(const std::function<Status(int rank)>& fn) {
         return Status::ok();
       }();
       if (!s.is_ok()) {
-        s = Status::error("rank " + std::to_string(r) + " (cuda:" + std::to_string(impl_->devices[static_cast<size_t>(i)]) +
-                          "): " + s.message());
+        const int dev = impl_->devices[static_cast<size_t>(i)];
+        s = Status::error("rank " + std::to_string(r) + " (cuda:" + std::to_string(dev) + "): " + s.message());
         impl_->abort_all(s.message());
       }
       std::lock_guard<std::mutex> lock(done_mutex);

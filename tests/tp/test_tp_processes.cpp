@@ -217,7 +217,8 @@ TEST(TensorParallelProcesses, TwoProcessesEqualOneGpu) {
   for (int r = 0; r < 2; ++r) {
     const std::string cmd = "QLINEAR_TP_ID=" + id->hex() + " QLINEAR_TP_RANK=" + std::to_string(r) +
                             " QLINEAR_TP_SIZE=2 QLINEAR_TP_TIMEOUT_S=120 " + self_exe() +
-                            " --gtest_also_run_disabled_tests --gtest_filter=TensorParallelProcesses.DISABLED_Worker 2>&1";
+                            " --gtest_also_run_disabled_tests"
+                            " --gtest_filter=TensorParallelProcesses.DISABLED_Worker 2>&1";
     pipes[r] = ::popen(cmd.c_str(), "r");
     ASSERT_NE(pipes[r], nullptr);
   }
