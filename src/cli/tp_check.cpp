@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "cli/tp_check.hpp"
 #include "qlinear/random.hpp"
@@ -81,6 +82,7 @@ int run_tensor_parallel(const TpCheckInput& in) {
   nlohmann::json records = nlohmann::json::array();
   int failures = 0;
   uint64_t seed = 7;
+  std::string row_reduction;  // ParallelLinear::reduction of the row-parallel layers, printed at the end
   for (size_t i = 0; i < full.layers.size(); ++i) {
     const LoadedLayer& l = full.layers[i];
     auto fail = [&](const std::string& why) {
@@ -108,6 +110,7 @@ int run_tensor_parallel(const TpCheckInput& in) {
       continue;
     }
     const bool row = (*pl)->parallelism() == Parallelism::kRow;
+    if (row) row_reduction = (*pl)->reduction();
     const int64_t n = l.full_n, k = l.full_k, k_r = k / w;
     for (int64_t m : in.ms) {
       const Tensor x = random_normal(l.layer.config.input_dtype, {m, k}, seed++);
@@ -184,12 +187,7 @@ int run_tensor_parallel(const TpCheckInput& in) {
   if (in.json) std::printf("%s\n", records.dump(2).c_str());
   if (failures > 0 && !in.json) std::printf("\n%d check(s) failed\n", failures);
   if (!in.json) {
-    const char* how = in.parallel.row_reduction == tp::RowReduction::kF32
-                          ? "f32 partials reduce-scattered, rounded once, all-gathered in the output dtype "
-                            "(--tp-reduce output: partials in the output dtype, half the bytes)"
-                          : "partials in the output dtype, all-reduced in place (one output rounding per rank "
-                            "more than one GPU)";
-    std::printf("\nrow-parallel layers: %s\n", how);
+    if (!row_reduction.empty()) std::printf("\n%s\n", row_reduction.c_str());
     std::printf("(times: wall clock of one call each, first call included; `qlinear bench` and the TP benchmark "
                 "measure speed)\n");
   }

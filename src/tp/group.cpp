@@ -30,7 +30,8 @@ Status nccl_check(ncclResult_t r, const char* call) {
 #define QL_NCCL_CHECK(call) QL_RETURN_IF_ERROR(nccl_check((call), #call))
 
 // A call on a non-blocking communicator (join's) may return ncclInProgress: it finishes in the background
-// and the communicator says when (ncclCommGetAsyncError). Blocking communicators never return it.
+// and the communicator says when (ncclCommGetAsyncError). Blocking communicators never return it. For a
+// communicator other threads may abort, Group::Impl::settle.
 Status nccl_settle(ncclComm_t comm, ncclResult_t r, const char* call) {
   while (r == ncclInProgress) {
     ncclResult_t state = ncclSuccess;
@@ -41,7 +42,6 @@ Status nccl_settle(ncclComm_t comm, ncclResult_t r, const char* call) {
   }
   return nccl_check(r, call);
 }
-#define QL_NCCL_CALL(comm, call) QL_RETURN_IF_ERROR(nccl_settle((comm), (call), #call))
 
 Result<ncclDataType_t> nccl_type(const Tensor& t) {
   switch (t.dtype()) {
@@ -125,7 +125,7 @@ Result<UniqueId> UniqueId::from_hex(std::string_view hex) {
 // Per local rank (a slot): its global rank, device, communicator and streams.
 struct Group::Impl {
   int world = 0;
-  bool nonblocking = false;  // join's communicators: calls may return ncclInProgress (nccl_settle)
+  bool nonblocking = false;  // join's communicators: calls may return ncclInProgress (settle)
   std::vector<int> ranks;  // ascending
   std::vector<int> devices;
   std::vector<ncclComm_t> comms;
@@ -149,6 +149,22 @@ struct Group::Impl {
       if (c != nullptr) ncclCommAbort(c);
       c = nullptr;
     }
+  }
+  // The end of a call on a local rank's communicator: nccl_settle's wait, polled under the mutex so that
+  // a concurrent abort_all (another rank failed, or the watchdog) never frees the communicator between two
+  // polls; after an abort the wait ends with the group's failure.
+  Status settle(ncclComm_t comm, ncclResult_t r, const char* call) {
+    while (r == ncclInProgress) {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!failure.empty()) return Status::error("the tensor-parallel group was aborted: " + failure);
+        ncclResult_t state = ncclSuccess;
+        const ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+        r = q != ncclSuccess ? q : state;
+      }
+      if (r == ncclInProgress) std::this_thread::yield();
+    }
+    return nccl_check(r, call);
   }
   // The communicator of a local rank, or why there is none.
   Result<ncclComm_t> comm(int rank) {
@@ -359,19 +375,22 @@ Status Group::run(const std::function<Status(int rank)>& fn) {
   return Status::ok();
 }
 
+// A collective on a local rank's communicator `comm`, waited for by Impl::settle.
+#define QL_NCCL_CALL(call) QL_RETURN_IF_ERROR(impl_->settle(comm, (call), #call))
+
 Status Group::all_reduce_sum(int rank, Tensor& t) {
   QL_ASSIGN_OR_RETURN(ncclComm_t comm, impl_->comm(rank));
   QL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(t));
-  QL_NCCL_CALL(comm, ncclAllReduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), type, ncclSum, comm,
-                                   cuda::current_stream()));
+  QL_NCCL_CALL(ncclAllReduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), type, ncclSum, comm,
+                             cuda::current_stream()));
   return Status::ok();
 }
 
 Status Group::all_reduce_max(int rank, Tensor& t) {
   QL_ASSIGN_OR_RETURN(ncclComm_t comm, impl_->comm(rank));
   QL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(t));
-  QL_NCCL_CALL(comm, ncclAllReduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), type, ncclMax, comm,
-                                   cuda::current_stream()));
+  QL_NCCL_CALL(ncclAllReduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), type, ncclMax, comm,
+                             cuda::current_stream()));
   return Status::ok();
 }
 
@@ -382,8 +401,8 @@ Status Group::all_gather(int rank, const Tensor& in, Tensor& out) {
     return Status::error("all_gather: output " + out.describe() + " must hold " + std::to_string(size()) + " x " +
                          in.describe());
   }
-  QL_NCCL_CALL(comm, ncclAllGather(in.raw(), out.raw(), static_cast<size_t>(in.numel()), type, comm,
-                                   cuda::current_stream()));
+  QL_NCCL_CALL(ncclAllGather(in.raw(), out.raw(), static_cast<size_t>(in.numel()), type, comm,
+                             cuda::current_stream()));
   return Status::ok();
 }
 
@@ -394,8 +413,8 @@ Status Group::reduce_scatter_sum(int rank, const Tensor& in, Tensor& out) {
     return Status::error("reduce_scatter_sum: input " + in.describe() + " must be " + std::to_string(size()) +
                          " x the output " + out.describe());
   }
-  QL_NCCL_CALL(comm, ncclReduceScatter(in.raw(), out.raw(), static_cast<size_t>(out.numel()), type, ncclSum, comm,
-                                       cuda::current_stream()));
+  QL_NCCL_CALL(ncclReduceScatter(in.raw(), out.raw(), static_cast<size_t>(out.numel()), type, ncclSum, comm,
+                                 cuda::current_stream()));
   return Status::ok();
 }
 

@@ -251,9 +251,10 @@ TEST(TensorParallelProcesses, TwoProcessesEqualOneGpu) {
     ASSERT_TRUE(by_key[1].count(key));
     const nlohmann::json& b = by_key[1].at(key);
     EXPECT_TRUE(a["ok"].get<bool>() && b["ok"].get<bool>());
-    // Column splits compute the one-GPU dot products; row splits add two partials (f32, or the output dtype
-    // with one more rounding each).
-    const double bound = a["split"] == "column" ? 0.0 : a["reduction"] == "f32" ? 8e-3 : 2e-2;
+    // Column splits compute the one-GPU dot products, but on half the rows a kernel may split K
+    // differently (another f32 summation order): the f32 row bound, two output ulps, as `qlinear run --tp`
+    // allows. Row splits add two partials: f32, or in the output dtype with one more rounding each.
+    const double bound = a["reduction"] == "output" && a["split"] == "row" ? 2e-2 : 8e-3;
     EXPECT_LE(a["rel"].get<double>(), bound) << a.dump();
     EXPECT_LE(b["rel"].get<double>(), bound) << b.dump();
     if (a["split"] == "row") {

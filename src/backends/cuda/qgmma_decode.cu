@@ -283,7 +283,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 // The most units per split: kMaxUnitsPerSplit, or half that for the variant of more, smaller blocks
-// (MmaDecodeForce::qgmma == 2: at 8 tokens 53 KB of shared memory per block instead of 72).
+// (QgmmaChoice::blocks == 2: at 8 tokens 53 KB of shared memory per block instead of 72).
 inline int max_units_per_split() { return qgmma_choice().blocks == 2 ? kMaxUnitsPerSplit / 2 : kMaxUnitsPerSplit; }
 
 // Units per split for a wanted split count: even (k_slabs is), at most max_units_per_split().
