@@ -31,6 +31,16 @@ Status check_launch(const char* kernel) {
                        cudaGetErrorString(err) + ")");
 }
 
+Status bind_current_context() {
+  thread_local bool bound = false;
+  if (bound) return Status::ok();
+  int device = 0;
+  QL_CUDA_CHECK(cudaGetDevice(&device));
+  QL_CUDA_CHECK(cudaSetDevice(device));  // since CUDA 12: initializes the primary context and makes it current
+  bound = true;
+  return Status::ok();
+}
+
 DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0) cudaSetDevice(previous_);
 }

@@ -14,6 +14,12 @@ namespace qlinear::cuda {
 // The error of the last kernel launch, named after the kernel.
 Status check_launch(const char* kernel);
 
+// Makes the current device's primary context current on this thread, once per thread. Driver-API calls
+// (cuTensorMapEncodeTiled) act on the thread's current context, which the runtime binds only at its first
+// call that needs one: on a fresh thread whose first CUDA work is a layer's apply (a tensor-parallel rank's
+// thread, a server's worker), the encode would fail with CUDA_ERROR_INVALID_CONTEXT.
+Status bind_current_context();
+
 #define QL_CUDA_CHECK_LAUNCH(name) QL_RETURN_IF_ERROR(::qlinear::cuda::check_launch(name))
 
 // Stream-ordered device memory for one operation (cudaMallocAsync on the current stream, freed on that

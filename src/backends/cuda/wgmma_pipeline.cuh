@@ -152,6 +152,7 @@ inline Result<EncodeTiled> encode_tiled() {
     if (err == cudaSuccess && q == cudaDriverEntryPointSuccess) fn = reinterpret_cast<EncodeTiled>(f);
   });
   if (fn == nullptr) return Status::error("wgmma GEMM: the driver has no cuTensorMapEncodeTiled");
+  QL_RETURN_IF_ERROR(bind_current_context());  // the encode needs a current context (cuda_util.hpp says why)
   return fn;
 }
 

@@ -1,0 +1,81 @@
+// A layer applied from a thread whose first CUDA work is that apply (a tensor-parallel rank's thread, a
+// server's worker) gives the main thread's output bytes. The runtime binds a thread's context only at its
+// first call that needs one, and the driver calls our kernels make before any such call (the TMA
+// descriptors of the wgmma routes) failed there with CUDA_ERROR_INVALID_CONTEXT.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "qlinear/make_layer.hpp"
+#include "qlinear/platform.hpp"
+#include "qlinear/random.hpp"
+#include "qlinear/registry.hpp"
+
+#if QLINEAR_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_test_util.hpp"
+#include "qlinear/cuda.hpp"
+#endif
+
+namespace qlinear {
+namespace {
+
+#if QLINEAR_WITH_CUDA
+
+TEST(CudaFreshThread, ApplyFromAThreadWithNoCudaCallsYetEqualsTheMainThread) {
+  QL_REQUIRE_SM90();
+  auto platform = Platform::cuda_device(0);
+  ASSERT_TRUE(platform) << platform.message();
+  const int64_t n = 256, k = 384;
+  int checked = 0;
+  // The routes by M: the decode kernels (mma.sync at small M, the swap-AB wgmma ones with TMA above), the
+  // prefill GEMMs (wgmma with TMA, cuBLASLt).
+  for (const char* scheme : {"w4a16-mxfp4", "w8a16-mxfp8", "w6a16-mxfp6-e2m3", "w8a8-fp8-channel", "w8a8-int8-dynamic",
+                             "w4a4-mxfp4"}) {
+    MakeLayerOptions opt;
+    auto layer = quantize_layer("fresh_thread", *find_scheme(scheme), random_normal(DType::kF32, {n, k}, 7, 0.05), opt);
+    ASSERT_TRUE(layer) << scheme << ": " << layer.message();
+    // quantize_layer stores MX scales as u8 bytes while the contract asks for e8m0: same bytes, relabelled.
+    Tensor& ws = layer->params["weight_scale"];
+    if (find_scheme(scheme)->weight_key.scale.dtype == DType::kE8M0 && ws.dtype() == DType::kU8) {
+      ws = Tensor::from_blob(ws.raw(), DType::kE8M0, ws.shape(), ws.owner());
+    }
+    auto kernel = select_kernel(layer->config, *platform);
+    ASSERT_TRUE(kernel) << scheme << ": " << kernel.message();
+    ASSERT_TRUE((*kernel)->process_weights_after_loading(*layer).is_ok()) << scheme;
+    for (int64_t m : {1, 64, 257, 1024}) {
+      SCOPED_TRACE(std::string(scheme) + " on " + std::string((*kernel)->name()) + ", M = " + std::to_string(m));
+      const Tensor x = cuda::to_device(
+                           cuda_test::to_dtype(random_normal(DType::kF32, {m, k}, cuda_test::fresh_seed(), 1.0),
+                                               DType::kBF16))
+                           .value();
+      Tensor main_out = cuda::empty(DType::kBF16, {m, n}).value();
+      Tensor thread_out = cuda::empty(DType::kBF16, {m, n}).value();
+      ASSERT_TRUE(cuda::fill_bytes(main_out, 0xFF).is_ok() && cuda::fill_bytes(thread_out, 0x7F).is_ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const Status in_main = (*kernel)->apply(*layer, Activation::dense(x), nullptr, main_out);
+      ASSERT_TRUE(in_main) << in_main.message();
+      Status in_thread = Status::ok();
+      std::thread([&] { in_thread = (*kernel)->apply(*layer, Activation::dense(x), nullptr, thread_out); }).join();
+      ASSERT_TRUE(in_thread) << in_thread.message();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const Tensor a = cuda::to_host(main_out).value(), b = cuda::to_host(thread_out).value();
+      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), static_cast<size_t>(a.nbytes())), 0);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 6 * 4);
+}
+
+#else
+
+TEST(CudaFreshThread, BuiltWithoutCuda) { GTEST_SKIP() << "qlinear was built without its CUDA backend (no nvcc)"; }
+
+#endif
+
+}  // namespace
+}  // namespace qlinear
