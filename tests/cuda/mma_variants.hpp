@@ -45,16 +45,6 @@ inline std::vector<MmaVariant> mma_variants() {
   add("p2", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kPartials; f.splits = 2; });
   add("p3", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kPartials; f.splits = 3; });
   add("p4", 1, 16, [](MmaDecodeForce& f) { f.split_reduce = MmaSplitReduce::kPartials; f.splits = 4; });
-  // W4A4 MX at M <= 16: the FP8 tensor-core kernel (qgmma_decode.hpp), its split rule and forced splits.
-  add("qg", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 1; });
-  add("qg2", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 2; });
-  add("qg_ov", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 1; f.qgmma_overlap = true; });
-  add("qg2_ov", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 2; f.qgmma_overlap = true; });
-  add("qg2_s1", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 2; f.splits = 1; });
-  add("qg_s1", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 1; f.splits = 1; });
-  add("qg_s2", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 1; f.splits = 2; });
-  add("qg_s4", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 1; f.splits = 4; });
-  add("qg_s8", 1, 16, [](MmaDecodeForce& f) { f.qgmma = 1; f.splits = 8; });
   // M <= 16: the weights read without the L2 streaming (evict-first) window.
   add("nostream", 1, 16, [](MmaDecodeForce& f) { f.no_l2_streaming = true; });
   // Quantized activations: the GEMM launched plainly after the activation pass (no programmatic launch).

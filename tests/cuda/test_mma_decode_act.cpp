@@ -25,7 +25,6 @@
 #include "backends/cuda/act_quant_bf16.hpp"
 #include "backends/cuda/mma_decode.hpp"
 #include "backends/cuda/mma_decode_kernels.hpp"
-#include "backends/cuda/qgmma_decode.hpp"
 #include "backends/reference/reference_kernels.hpp"
 #include "cuda/cuda_test_util.hpp"
 #include "cuda/graph_replay.hpp"
@@ -77,7 +76,6 @@ struct Case {
   bool wide_weights = false;  // weight magnitudes 2^-110 .. 2^90: E8M0 scales outside the fold range
   bool narrow_activations = false;  // plain normal activations (every 128 block fits the FP8 block route)
   std::optional<bool> fp8_route;    // whether apply must take the FP8 block route (mx_fp8_block.hpp)
-  std::optional<bool> qgmma_route;  // whether apply must take the FP8 tensor-core kernel (qgmma_decode.hpp)
 };
 
 const cuda::MmaDecodeLinearKernel& kernel_for(Family f) {
@@ -143,14 +141,11 @@ int64_t compare(const Case& c, const Prepared& p, const Tensor& x, const Tensor*
   return cuda_test::compare_with_reference(c.scheme.family, p.ref, c.out, c.m, c.n, c.k, x, bias, got, worst_out);
 }
 
-// Where the case names them: whether the layer takes the FP8 block route, the FP8 tensor-core kernel at c.m.
+// Where the case names it: whether the layer takes the FP8 block route at c.m.
 void expect_route(const Case& c, const Prepared& p) {
   const std::string route = cuda::mma_decode_route_for(p.mine, c.m);
   if (c.fp8_route) {
     EXPECT_EQ(route.rfind("activations quantized per 32 and re-scaled per 128 block", 0) == 0, *c.fp8_route) << route;
-  }
-  if (c.qgmma_route) {
-    EXPECT_EQ(route.rfind("FP8 tensor-core kernel", 0) == 0, *c.qgmma_route) << route;
   }
 }
 
@@ -331,104 +326,6 @@ TEST(CudaMmaDecodeAct, Fp8BlockRouteMatchesTheReference) {
   }
 }
 
-// The FP8 tensor-core kernel (qgmma_decode.hpp) forced on W4A4 MXFP4, every variant (block size, overlapped
-// MMAs and promotion): every M it
-// takes (8- and 16-token tiles), N off the 64-row blocks, K off 128 and 256, one and several splits (forced
-// and by its rule), input, bias and output dtypes; layers whose weight scales do not fold keep the BF16
-// kernel, and so does M = 17.
-TEST(CudaMmaDecodeAct, QgmmaKernelMatchesTheReference) {
-  QL_REQUIRE_SM90();
-  Scheme quark = *find_scheme("w4a4-mxfp4");
-  struct Variant {
-    int qgmma, splits;
-    bool overlap;
-  };
-  for (Variant v : {Variant{1, 0, false}, {1, 1, false}, {1, 3, false}, {2, 0, false}, {2, 3, false}, {1, 0, true},
-                    {1, 1, true}, {1, 3, true}, {2, 0, true}}) {
-    cuda::MmaDecodeForce f;
-    f.qgmma = v.qgmma;
-    f.splits = v.splits;
-    f.qgmma_overlap = v.overlap;
-    cuda_test::ForceScope force(f);
-    for (int64_t m : {1, 2, 3, 7, 8, 9, 16}) {
-      for (Case c : {Case{quark, m, 256, 1024}, Case{quark, m, 200, 800}, Case{quark, m, 72, 96}}) {
-        c.qgmma_route = true;
-        check(c);
-      }
-    }
-  }
-  cuda::MmaDecodeForce f;
-  f.qgmma = 1;
-  cuda_test::ForceScope force(f);
-  for (Case c : {Case{quark, 5, 136, 4224, DType::kF16, DType::kF32, DType::kBF16},
-                 Case{quark, 16, 72, 9216, DType::kF32, DType::kF16, DType::kF32},
-                 Case{quark, 12, 328, 288, DType::kBF16, DType::kBF16, DType::kF16}}) {
-    c.qgmma_route = true;
-    check(c);
-  }
-  Case wide{quark, 4, 144, 1024, DType::kBF16, DType::kBF16, std::nullopt, true};
-  wide.qgmma_route = false;
-  check(wide);
-  Case m17{quark, 17, 144, 1024};
-  m17.qgmma_route = false;
-  check(m17);
-}
-
-// Its activation pass alone: every code, read back through the slot permutation as an E4M3 value times 2^6,
-// and every exponent equal the reference MXFP4 quantizer's (both rules, every input dtype).
-TEST(CudaMmaDecodeAct, QgmmaPassWritesTheReferenceCodesInSlotOrder) {
-  QL_REQUIRE_SM90();
-  for (auto rule : {cuda::ActMxRule::kCeilOverMax, cuda::ActMxRule::kQuarkEven}) {
-    for (DType in : {DType::kBF16, DType::kF16, DType::kF32}) {
-      for (int64_t m : {1, 3, 16}) {
-        const int64_t k = 1056;
-        const uint64_t seed = fresh_seed();
-        SCOPED_TRACE("rule " + std::to_string(static_cast<int>(rule)) + " in=" + std::string(name(in)) +
-                     " M=" + std::to_string(m) + " seed=" + std::to_string(seed));
-        const Tensor x = wide_activations(m, k, seed, in);
-        QuantizeOptions opt;
-        opt.mx_rule = rule == cuda::ActMxRule::kQuarkEven ? MxScaleRule::kQuarkEven : MxScaleRule::kCeilOverMax;
-        auto q = quantize(x, kMxfp4Dynamic, opt);
-        ASSERT_TRUE(q) << q.message();
-        auto xd = cuda::to_device(x).value();
-        auto codes = cuda::empty(DType::kU8, {m, k}).value();
-        auto scales = cuda::empty(DType::kU8, {m, k / 32}).value();
-        ASSERT_TRUE(cuda::fill_bytes(codes, 0x7F).is_ok());  // E4M3 NaN
-        ASSERT_TRUE(cuda::fill_bytes(scales, 0xFF).is_ok());
-        cuda::ActMxCodesArgs a;
-        a.x = xd.raw();
-        a.x_dtype = in;
-        a.m = m;
-        a.k = k;
-        a.ld_x = k;
-        a.rule = rule;
-        a.codes = static_cast<uint8_t*>(codes.raw());
-        a.scales = static_cast<uint8_t*>(scales.raw());
-        ASSERT_TRUE(cuda::launch_act_mx_codes(a, cuda::current_stream()).is_ok());
-        const Tensor gc = cuda::to_host(codes).value();
-        const Tensor gs = cuda::to_host(scales).value();
-        int64_t bad = 0;
-        for (int64_t r = 0; r < m; ++r) {
-          const uint8_t* row = static_cast<const uint8_t*>(q->data.raw()) + r * storage_bytes(DType::kF4E2M1, k);
-          for (int64_t c = 0; c < k; ++c) {
-            const double want = decode(DType::kF4E2M1, unpack_code(DType::kF4E2M1, row, c));
-            const int64_t at = r * k + c / 32 * 32 + cuda::qgmma_slot_of_k(static_cast<int>(c % 32));
-            const double got = std::ldexp(decode(DType::kF8E4M3, gc.data<uint8_t>()[at]), cuda::kQgmmaActShift);
-            if (!(got == want && std::signbit(got) == std::signbit(want)) && bad++ < 5) {
-              ADD_FAILURE() << "code (" << r << ", " << c << "): " << got << ", reference " << want;
-            }
-          }
-          for (int64_t g = 0; g < k / 32; ++g) {
-            const int want = q->scale.data<uint8_t>()[r * (k / 32) + g], got = gs.data<uint8_t>()[r * (k / 32) + g];
-            if (got != want && bad++ < 5) ADD_FAILURE() << "exponent (" << r << ", " << g << "): " << got << ", reference " << want;
-          }
-        }
-        EXPECT_EQ(bad, 0);
-      }
-    }
-  }
-}
-
 // By default the route starts above kMmaWidenAboveM; export -> import keeps its plan (bit-identical output).
 TEST(CudaMmaDecodeAct, Fp8BlockRouteByDefaultAndThroughTheWeightCache) {
   QL_REQUIRE_SM90();
@@ -574,14 +471,6 @@ TEST(CudaMmaDecodeAct, CapturesAndReplaysInACudaGraph) {
   for (const Scheme& s : all_act_schemes()) {
     for (int64_t m : {1, 16, 64, 256}) {  // 256: the widening route
       check_graph_replay({s, m, 128, 2048, DType::kBF16, DType::kBF16, DType::kBF16}, stream);
-    }
-  }
-  {
-    cuda::MmaDecodeForce f;  // the FP8 tensor-core kernel: its pass, the GEMM and (K = 8192) the reduction
-    f.qgmma = 1;
-    cuda_test::ForceScope force(f);
-    for (int64_t m : {1, 16}) {
-      check_graph_replay({*find_scheme("w4a4-mxfp4"), m, 128, 8192, DType::kBF16, DType::kBF16, DType::kBF16}, stream);
     }
   }
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);

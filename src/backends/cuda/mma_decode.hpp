@@ -120,12 +120,6 @@ struct MmaDecodeForce {
                                                           // (layers whose plan fits), -1 = never
   int mx_fp8_probe = 0;                                   // its benchmark probes: stages skipped (wrong results;
                                                           // mx_fp8_block.hpp kProbe*)
-  int qgmma = 0;                                          // W4A4 MX at M <= 16: the FP8 tensor-core kernel
-                                                          // (qgmma_decode.hpp) where it applies: 1, or 2 with
-                                                          // at most 2048 K per split (more, smaller
-                                                          // blocks); -1 = never
-  bool qgmma_overlap = false;                             // that kernel issuing unit i + 1's MMAs before unit
-                                                          // i's promotion (two fragment and result sets)
   bool operator==(const MmaDecodeForce&) const = default;
 };
 void mma_decode_force(const MmaDecodeForce& f);

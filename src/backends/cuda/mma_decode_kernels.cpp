@@ -14,7 +14,6 @@
 #include "backends/cuda/mma_epilogue_math.hpp"
 #include "backends/cuda/mx_fp8_block.hpp"
 #include "backends/cuda/mx_fp8_block_math.hpp"
-#include "backends/cuda/qgmma_decode.hpp"
 #include "core/processed_io.hpp"
 #include "qlinear/quantize.hpp"
 
@@ -170,15 +169,6 @@ bool takes_fp8_block(int64_t m) {
   const int forced = mma_decode_forced().mx_fp8_block;
   if (off && forced == 0) return false;
   return forced > 0 || (forced == 0 && m > kMmaWidenAboveM);
-}
-
-// Whether apply takes the FP8 tensor-core kernel (qgmma_decode.hpp) at M: W4A4 MX layers whose scales fold,
-// M <= 16, while it is forced or QLINEAR_QGMMA asks for it (qgmma_choice), until it is measured ahead of the
-// BF16 decode kernel.
-bool takes_qgmma(const MmaLayerState& st, const LinearConfig& c, int64_t m) {
-  if (qgmma_choice().blocks <= 0 || !c.activation_key) return false;
-  const Result<ActPlan> plan = act_plan_of(c);
-  return plan && plan->mode == ActBf16Mode::kMx32 && qgmma_decode_applies(st.layout, st.fold, plan->elem, m);
 }
 
 // What explain says about the activations.
@@ -349,7 +339,6 @@ std::string mma_decode_route_for(const LinearLayer& layer, int64_t m) {
   a.sm_count = st->sm_count;
   a.device_name = st->device_name;
   a.programmatic = layer.config.activation_key.has_value();
-  if (takes_qgmma(*st, layer.config, m)) return qgmma_route_description(a) + not_fp8;
   return mma_route_description(a) + not_fp8;
 }
 
@@ -562,36 +551,6 @@ MmaDecodeArgs layer_gemm_args(const MmaLayerState& st, int64_t m, const Tensor* 
   return a;
 }
 
-// W4A4 through the FP8 tensor-core kernel: one pass writes the activations' E4M3 codes (permuted per
-// 32-group) and E8M0 exponents, then the GEMM (a programmatic dependent launch after it).
-Status apply_qgmma(const LinearLayer& layer, const MmaLayerState& st, const Tensor& xt, const Tensor* bias,
-                   Tensor& out) {
-  const LinearConfig& c = layer.config;
-  if (!out.is_contiguous()) return Status::error("layer " + layer.name + ": the output must be contiguous");
-  QL_ASSIGN_OR_RETURN(const ActPlan plan, act_plan_of(c));
-  const Stream stream = current_stream();
-  const int64_t m = xt.size(0);
-  const size_t codes_bytes = static_cast<size_t>((m * c.k + 15) / 16 * 16);
-  QL_ASSIGN_OR_RETURN(Scratch buf, Scratch::make(codes_bytes + static_cast<size_t>(m * (c.k / 32)), stream));
-  ActMxCodesArgs pass;
-  pass.x = xt.raw();
-  pass.x_dtype = xt.dtype();
-  pass.m = m;
-  pass.k = c.k;
-  pass.ld_x = xt.strides()[0];
-  pass.elem = plan.elem;
-  pass.rule = plan.rule;
-  pass.codes = static_cast<uint8_t*>(buf.get());
-  pass.scales = pass.codes + codes_bytes;
-  QL_RETURN_IF_ERROR(launch_act_mx_codes(pass, stream));
-  QgmmaDecodeArgs q;
-  q.gemm = layer_gemm_args(st, m, bias, out);
-  q.gemm.programmatic = !mma_decode_forced().no_programmatic;
-  q.x_codes = pass.codes;
-  q.x_scales = pass.scales;
-  return launch_qgmma_decode(q, stream);
-}
-
 Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activation& x, const Tensor* bias,
                                          Tensor& out) const {
   if (!layer.kernel_state) return Status::error("layer " + layer.name + " has no device state");
@@ -637,7 +596,6 @@ Status MmaDecodeLinearKernel::apply_impl(const LinearLayer& layer, const Activat
     f.w_fp8 = st.w_fp8.defined() ? static_cast<const uint8_t*>(st.w_fp8.raw()) : nullptr;
     return launch_mx_fp8_block_gemm(f, stream);
   }
-  if (m > 0 && takes_qgmma(st, c, m)) return apply_qgmma(layer, st, xt, bias, out);
   Scratch widened;
   MmaFactor* factor = nullptr;
   if (c.activation_key && m > 0) {
