@@ -26,6 +26,20 @@ namespace {
 
 #if QLINEAR_WITH_CUDA
 
+// Applies `layer` to x into `out` on a new thread (its first CUDA work), then waits for the device.
+Status apply_on_a_new_thread(const LinearKernel& kernel, const LinearLayer& layer, const Tensor& x, Tensor& out) {
+  Status in_thread = Status::ok();
+  std::thread([&] { in_thread = kernel.apply(layer, Activation::dense(x), nullptr, out); }).join();
+  QL_RETURN_IF_ERROR(in_thread);
+  return cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+// Whether two device tensors hold the same bytes.
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  const Tensor ha = cuda::to_host(a).value(), hb = cuda::to_host(b).value();
+  return ha.nbytes() == hb.nbytes() && std::memcmp(ha.raw(), hb.raw(), static_cast<size_t>(ha.nbytes())) == 0;
+}
+
 TEST(CudaFreshThread, ApplyFromAThreadWithNoCudaCallsYetEqualsTheMainThread) {
   QL_REQUIRE_SM90();
   auto platform = Platform::cuda_device(0);
@@ -62,12 +76,9 @@ TEST(CudaFreshThread, ApplyFromAThreadWithNoCudaCallsYetEqualsTheMainThread) {
       // The main thread's work done first: with it still in flight the thread's exit can hang (the
       // disabled test below).
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      Status in_thread = Status::ok();
-      std::thread([&] { in_thread = (*kernel)->apply(*layer, Activation::dense(x), nullptr, thread_out); }).join();
+      const Status in_thread = apply_on_a_new_thread(**kernel, *layer, x, thread_out);
       ASSERT_TRUE(in_thread) << in_thread.message();
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const Tensor a = cuda::to_host(main_out).value(), b = cuda::to_host(thread_out).value();
-      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), static_cast<size_t>(a.nbytes())), 0);
+      EXPECT_TRUE(same_bytes(main_out, thread_out));
       ++checked;
     }
   }
@@ -95,12 +106,9 @@ TEST(CudaFreshThread, DISABLED_ApplyWhileTheMainThreadsApplyIsInFlight) {
   const Tensor x = cuda::to_device(cuda_test::to_dtype(random_normal(DType::kF32, {64, 384}, 3, 1.0), DType::kBF16)).value();
   Tensor a = cuda::empty(DType::kBF16, {64, 256}).value(), b = cuda::empty(DType::kBF16, {64, 256}).value();
   ASSERT_TRUE((*kernel)->apply(*layer, Activation::dense(x), nullptr, a));
-  Status in_thread = Status::ok();
-  std::thread([&] { in_thread = (*kernel)->apply(*layer, Activation::dense(x), nullptr, b); }).join();
+  const Status in_thread = apply_on_a_new_thread(**kernel, *layer, x, b);
   ASSERT_TRUE(in_thread) << in_thread.message();
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const Tensor ha = cuda::to_host(a).value(), hb = cuda::to_host(b).value();
-  EXPECT_EQ(std::memcmp(ha.raw(), hb.raw(), static_cast<size_t>(ha.nbytes())), 0);
+  EXPECT_TRUE(same_bytes(a, b));
 }
 
 #else
