@@ -78,6 +78,7 @@ class Group {
   int size() const;                      // ranks in the group, in every process
   const std::vector<int>& local_ranks() const;  // the ranks this process drives, ascending
   bool is_local(int rank) const;
+  int local_index(int rank) const;  // the rank's position in local_ranks(), or -1
   // The device and streams of a local rank (-1 / null for a rank another process drives).
   int device(int rank) const;
   cuda::Stream stream(int rank) const;

@@ -8,8 +8,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
-#include <mutex>
 #include <cstring>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -28,20 +28,6 @@ Status nccl_check(ncclResult_t r, const char* call) {
                        ")");
 }
 #define QL_NCCL_CHECK(call) QL_RETURN_IF_ERROR(nccl_check((call), #call))
-
-// A call on a non-blocking communicator (join's) may return ncclInProgress: it finishes in the background
-// and the communicator says when (ncclCommGetAsyncError). Blocking communicators never return it. For a
-// communicator other threads may abort, Group::Impl::settle.
-Status nccl_settle(ncclComm_t comm, ncclResult_t r, const char* call) {
-  while (r == ncclInProgress) {
-    ncclResult_t state = ncclSuccess;
-    const ncclResult_t q = ncclCommGetAsyncError(comm, &state);
-    if (q != ncclSuccess) return nccl_check(q, "ncclCommGetAsyncError");
-    r = state;
-    if (r == ncclInProgress) std::this_thread::yield();
-  }
-  return nccl_check(r, call);
-}
 
 Result<ncclDataType_t> nccl_type(const Tensor& t) {
   switch (t.dtype()) {
@@ -150,9 +136,11 @@ struct Group::Impl {
       c = nullptr;
     }
   }
-  // The end of a call on a local rank's communicator: nccl_settle's wait, polled under the mutex so that
-  // a concurrent abort_all (another rank failed, or the watchdog) never frees the communicator between two
-  // polls; after an abort the wait ends with the group's failure.
+  // The end of a call on a local rank's communicator. A call on a non-blocking communicator (join's) may
+  // return ncclInProgress: it finishes in the background and the communicator says when
+  // (ncclCommGetAsyncError); blocking ones never return it. Polled under the mutex so that a concurrent
+  // abort_all (another rank failed, or the watchdog) never frees the communicator between two polls; after
+  // an abort the wait ends with the group's failure.
   Status settle(ncclComm_t comm, ncclResult_t r, const char* call) {
     while (r == ncclInProgress) {
       {
@@ -224,7 +212,7 @@ Group::~Group() {
     ncclComm_t c = impl_->comms[r];
     if (c == nullptr) continue;
     // A non-blocking communicator finishes its outstanding work first (ncclCommFinalize, then wait).
-    if (impl_->nonblocking) (void)nccl_settle(c, ncclCommFinalize(c), "ncclCommFinalize");
+    if (impl_->nonblocking) (void)impl_->settle(c, ncclCommFinalize(c), "ncclCommFinalize");
     ncclCommDestroy(c);
   }
   for (size_t r = 0; r < impl_->streams.size(); ++r) {
@@ -304,6 +292,7 @@ Result<std::unique_ptr<Group>> Group::join(const UniqueId& id, int rank, int siz
 
 int Group::size() const { return impl_->world; }
 const std::vector<int>& Group::local_ranks() const { return impl_->ranks; }
+int Group::local_index(int rank) const { return impl_->slot_of(rank); }
 bool Group::is_local(int rank) const { return impl_->slot_of(rank) >= 0; }
 int Group::device(int rank) const {
   const int s = impl_->slot_of(rank);

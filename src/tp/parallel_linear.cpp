@@ -86,11 +86,8 @@ Result<std::unique_ptr<ParallelLinear>> ParallelLinear::create(Group& group, std
 }
 
 size_t ParallelLinear::slot(int rank) const {
-  const std::vector<int>& ranks = group_->local_ranks();
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] == rank) return i;
-  }
-  return ranks.size();  // not local: out of range for every per-rank vector
+  const int i = group_->local_index(rank);
+  return i < 0 ? layers_.size() : static_cast<size_t>(i);  // not local: out of range for every per-rank vector
 }
 
 std::string ParallelLinear::reduction() const {

@@ -26,6 +26,7 @@ Result<std::unique_ptr<Group>> Group::create(const std::vector<int>&) { return u
 Result<std::unique_ptr<Group>> Group::join(const UniqueId&, int, int, int) { return unavailable(); }
 int Group::size() const { return 0; }
 const std::vector<int>& Group::local_ranks() const { return impl_->ranks; }
+int Group::local_index(int) const { return -1; }
 bool Group::is_local(int) const { return false; }
 int Group::device(int) const { return -1; }
 cuda::Stream Group::stream(int) const { return nullptr; }
