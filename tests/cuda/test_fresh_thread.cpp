@@ -85,11 +85,11 @@ TEST(CudaFreshThread, ApplyFromAThreadWithNoCudaCallsYetEqualsTheMainThread) {
   EXPECT_EQ(checked, 6 * 4);
 }
 
-// Open, reproduced on an H100 (CUDA 13.0): W4A4 MXFP4 at M = 64 (the activation pass, then the swap-AB wgmma
-// decode kernel as a programmatic dependent launch) applied from a fresh thread while the main thread's
-// apply of the same layer is still in flight. The thread's apply returns ok, then the thread's exit never
-// ends: every thread of the process waits on a futex and the GPU is idle. With the main thread's work
-// synchronized first, or with the two applies on two streams of one thread, it does not happen. Run by hand:
+// Open, reproduced on an H100 (CUDA 13.0): W4A4 MXFP4 (or W8A8 MXFP8) at M = 64, applied from a fresh thread
+// that exits right after its apply returns while the main thread's apply of the same layer is still in
+// flight: the join never returns. Not the programmatic launches, not the pool's reuse of memory across
+// streams, not the scratch's free (docs/RELIABILITY.md, open gaps, has the variants); a stream synchronize
+// or a 1 ms sleep in the thread before it exits avoids it. Run by hand:
 //   timeout 60 test_cuda --gtest_also_run_disabled_tests --gtest_filter='CudaFreshThread.DISABLED_*'
 TEST(CudaFreshThread, DISABLED_ApplyWhileTheMainThreadsApplyIsInFlight) {
   QL_REQUIRE_SM90();
