@@ -45,10 +45,13 @@ class ExtraEntries {
 };
 
 TEST(MmaDecodeTable, EveryEntryRunsAsWrittenOnceAndIsTheTunersSource) {
-  std::ifstream in(std::string(QLINEAR_SOURCE_DIR) + "/src/backends/cuda/tuning/mma_decode_tuned_h200.inc");
-  ASSERT_TRUE(in) << "mma_decode_tuned_h200.inc not found";
-  std::stringstream text;
-  text << in.rdbuf();
+  std::stringstream text;  // every GPU's generated file
+  for (const char* gpu : {"h200", "h100"}) {
+    const std::string file = std::string("mma_decode_tuned_") + gpu + ".inc";
+    std::ifstream in(std::string(QLINEAR_SOURCE_DIR) + "/src/backends/cuda/tuning/" + file);
+    ASSERT_TRUE(in) << file << " not found";
+    text << in.rdbuf();
+  }
   std::set<std::tuple<std::string, MmaCode, int64_t, int64_t, int64_t>> keys;
   ASSERT_FALSE(cuda::mma_decode_tuned_table().empty());
   for (const MmaDecodeTunedEntry& e : cuda::mma_decode_tuned_table()) {
@@ -102,7 +105,7 @@ TEST(MmaDecodeTable, LookupTakesTheSmallestBucketAtOrAboveMForTheExactDeviceCode
     EXPECT_EQ(bucket(kTestGpu, MmaCode::kE2M1, 4096, 14336, m), want) << "M=" << m;
   }
   EXPECT_EQ(cuda::mma_decode_tuned_entry(kTestGpu, MmaCode::kE2M1, 4096, 14336, 50)->splits, 2);
-  EXPECT_EQ(bucket("NVIDIA H100 80GB HBM3", MmaCode::kE2M1, 4096, 14336, 64), -1);  // another device
+  EXPECT_EQ(bucket("NVIDIA H20", MmaCode::kE2M1, 4096, 14336, 64), -1);  // another device
   EXPECT_EQ(bucket(kTestGpu, MmaCode::kE4M3, 4096, 14336, 64), -1);                  // another code
   EXPECT_EQ(bucket(kTestGpu, MmaCode::kE2M1, 4096, 4096, 64), -1);                   // another shape
   EXPECT_EQ(bucket(kTestGpu, MmaCode::kE2M1, 14336, 4096, 64), -1);                  // N and K swapped
@@ -142,6 +145,23 @@ TEST(MmaDecodeTable, H200TableHoldsTheMeasuredWinners) {
   ASSERT_NE(g8, nullptr);
   EXPECT_EQ(g8->route, MmaDecodeRoute::kWgmma);
   EXPECT_EQ(g8->tokens, 128);
+}
+
+// The checked-in H100 table (the same tuner command on an H100): its own winners, found by its own device
+// name, and no H200 entry answers for an H100.
+TEST(MmaDecodeTable, H100TableHoldsItsOwnMeasuredWinners) {
+  const char* h100 = "NVIDIA H100 80GB HBM3";
+  for (const MmaCode code : {MmaCode::kE4M3, MmaCode::kE2M3, MmaCode::kE2M1}) {
+    // 70b.o and 8b.gate_up at M 129..256: 128-token tiles (70b.o FP8 111 -> 72 us, 8b.gate_up 272 -> 162).
+    for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{8192, 8192}, {28672, 4096}}) {
+      const MmaDecodeTunedEntry* e = cuda::mma_decode_tuned_entry(h100, code, n, k, 256);
+      ASSERT_NE(e, nullptr) << n << "x" << k;
+      EXPECT_EQ(std::string(e->device), h100);
+      EXPECT_EQ(e->route, MmaDecodeRoute::kWgmma);
+      EXPECT_EQ(e->tokens, 128);
+    }
+  }
+  EXPECT_EQ(cuda::mma_decode_tuned_entry("NVIDIA H100 PCIe", MmaCode::kE4M3, 8192, 8192, 256), nullptr);
 }
 
 TEST(MmaDecodeTable, TunerCandidatesRunAsWrittenAndFitTheirBucket) {
@@ -228,7 +248,7 @@ TEST(MmaDecodeTable, WithoutAMatchTheBuiltInRulesDecide) {
   const ExtraEntries extra({wide, {kTestGpu, MmaCode::kE2M1, 8192, 28672, 128, MmaDecodeRoute::kRule}});
   for (const int64_t m : {1, 16, 17, 64, 65, 128, 129, 256, 1024}) {
     const std::string rule = chosen(args_of(MmaCode::kE2M1, 8192, 28672, m, nullptr));
-    EXPECT_EQ(chosen(args_of(MmaCode::kE2M1, 8192, 28672, m, "NVIDIA H100 80GB HBM3")), rule) << m;
+    EXPECT_EQ(chosen(args_of(MmaCode::kE2M1, 8192, 28672, m, "NVIDIA H20")), rule) << m;
     EXPECT_EQ(chosen(args_of(MmaCode::kE2M1, 8192, 8192, m, kTestGpu)), rule) << m;
     EXPECT_EQ(chosen(args_of(MmaCode::kE4M3, 8192, 28672, m, kTestGpu)), rule) << m;
     if (m <= 16 || m > 64) {

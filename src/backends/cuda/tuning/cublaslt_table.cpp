@@ -1,5 +1,5 @@
-// The tuned cuBLASLt table (cublaslt_table.hpp). The entries are generated: cublaslt_tuned_h200.inc is the
-// output of `qlinear tune --out` on an H200.
+// The tuned cuBLASLt table (cublaslt_table.hpp). The entries are generated: cublaslt_tuned_h200.inc and
+// cublaslt_tuned_h100.inc are the outputs of `qlinear tune --out` on an H200 and an H100 (each entry names its GPU).
 #include "backends/cuda/tuning/cublaslt_table.hpp"
 
 #include <algorithm>
@@ -11,6 +11,7 @@ namespace {
 
 constexpr LtTunedEntry kEntries[] = {
 #include "backends/cuda/tuning/cublaslt_tuned_h200.inc"
+#include "backends/cuda/tuning/cublaslt_tuned_h100.inc"
     {"", LtKind::kFp8Tensor, 0, 0, 0, {}},  // no device has an empty name: keeps the array non-empty
 };
 

@@ -1,5 +1,6 @@
 // The tuned table of the tensor-core decode GEMM (mma_decode_table.hpp). The entries are generated:
-// mma_decode_tuned_h200.inc is the output of `qlinear tune --decode --out` on an H200.
+// mma_decode_tuned_h200.inc and mma_decode_tuned_h100.inc are the outputs of `qlinear tune --decode --out`
+// on an H200 and an H100 (each entry names its GPU).
 #include "backends/cuda/tuning/mma_decode_table.hpp"
 
 #include <algorithm>
@@ -11,6 +12,7 @@ namespace {
 
 constexpr MmaDecodeTunedEntry kEntries[] = {
 #include "backends/cuda/tuning/mma_decode_tuned_h200.inc"
+#include "backends/cuda/tuning/mma_decode_tuned_h100.inc"
     {"", MmaCode::kE4M3, 0, 0, 0, MmaDecodeRoute::kRule},  // no device has an empty name: keeps the array non-empty
 };
 
