@@ -5,7 +5,8 @@
 //
 // Streams: every qlinear CUDA operation runs on the calling thread's current stream, cudaStreamPerThread
 // unless set_current_stream() (or a StreamGuard) chose another one (an engine passes its framework's
-// current stream, e.g. PyTorch's at::cuda::getCurrentCUDAStream(), this way). Device tensors are plain
+// current stream, e.g. PyTorch's at::cuda::getCurrentCUDAStream(), this way). A thread that ran qlinear work
+// on its cudaStreamPerThread waits for that work when it ends. Device tensors are plain
 // cudaMalloc allocations owned by the Tensor (freed when the last view goes away).
 #include <cstdint>
 

@@ -1,6 +1,7 @@
 // The public CUDA helpers (include/qlinear/cuda.hpp) and the backend's plumbing (cuda_util.hpp).
 #include "backends/cuda/cuda_util.hpp"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -11,9 +12,34 @@ namespace qlinear::cuda {
 
 namespace {
 thread_local Stream t_current_stream = cudaStreamPerThread;
+
+// The work a thread left on its per-thread default streams, waited for when the thread ends (before the
+// runtime tears those streams down). A thread that applied W4A4 / W8A8 MX at M = 64 and ended right after
+// its apply returned, while another thread's work was in flight, could leave its joiner waiting forever
+// (H100, CUDA 13.0; docs/RELIABILITY.md); with the thread's stream drained first it does not happen.
+struct DrainPerThreadStreams {
+  uint64_t devices = 0;  // devices whose per-thread stream this thread handed out (ordinals < 64)
+  ~DrainPerThreadStreams() {
+    if (devices == 0) return;
+    int current = 0;
+    if (cudaGetDevice(&current) != cudaSuccess) return;
+    for (int d = 0; d < 64; ++d) {
+      if ((devices >> d & 1) == 0) continue;
+      if (d != current && cudaSetDevice(d) != cudaSuccess) continue;
+      cudaStreamSynchronize(cudaStreamPerThread);  // an error here has nobody left to report to
+    }
+  }
+};
+thread_local DrainPerThreadStreams t_drain;
 }  // namespace
 
-Stream current_stream() { return t_current_stream; }
+Stream current_stream() {
+  if (t_current_stream == cudaStreamPerThread) {
+    int device = 0;
+    if (cudaGetDevice(&device) == cudaSuccess && device >= 0 && device < 64) t_drain.devices |= uint64_t{1} << device;
+  }
+  return t_current_stream;
+}
 void set_current_stream(Stream stream) { t_current_stream = stream; }
 
 Status check(int cuda_error, const char* call) {
