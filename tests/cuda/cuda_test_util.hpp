@@ -1,7 +1,8 @@
 #pragma once
 // Helpers the CUDA test files share: the sm_90 requirement, fresh seeds, float tensors in other dtypes, the
-// benchmarks' comma-separated knobs from the environment, filled and random-code tensors, the quantized-
-// activation element formats as dtypes and keys. No CUDA headers: the host-only tests use it too.
+// benchmarks' comma-separated knobs from the environment, filled and random-code tensors, MX weight scales
+// relabelled as e8m0, the quantized-activation element formats as dtypes and keys. No CUDA headers: the
+// host-only tests use it too.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -13,8 +14,10 @@
 
 #include "backends/cuda/act_quant_bf16_math.hpp"
 #include "qlinear/formats.hpp"
+#include "qlinear/layer.hpp"
 #include "qlinear/platform.hpp"
 #include "qlinear/quant_key.hpp"
+#include "qlinear/scheme.hpp"
 #include "qlinear/tensor.hpp"
 
 // Skips the test, with the reason, unless device 0 is an sm_90 GPU.
@@ -28,6 +31,15 @@
   } while (0)
 
 namespace qlinear::cuda_test {
+
+// quantize_layer stores MX weight scales as u8 bytes while the layer contract asks for e8m0: the same bytes,
+// relabelled where the scheme's weight scales are E8M0.
+inline void relabel_mx_weight_scales(const Scheme& scheme, LinearLayer& layer) {
+  Tensor& ws = layer.params["weight_scale"];
+  if (scheme.weight_key.scale.dtype == DType::kE8M0 && ws.dtype() == DType::kU8) {
+    ws = Tensor::from_blob(ws.raw(), DType::kE8M0, ws.shape(), ws.owner());
+  }
+}
 
 // The comma-separated items of environment variable `name`, or of `dflt` where it is unset or empty.
 inline std::vector<std::string> env_strings(const char* name, const std::string& dflt) {

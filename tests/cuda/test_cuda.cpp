@@ -407,11 +407,7 @@ double check_kernel(const KernelCase& kc) {
   auto layer = quantize_layer("cuda_test", kc.scheme, w, opt);
   EXPECT_TRUE(layer) << layer.message();
   if (!layer) return 0;
-  // quantize_layer stores MX scales as u8 bytes while the contract asks for e8m0: same bytes, relabelled.
-  Tensor& ws = layer->params["weight_scale"];
-  if (kc.scheme.weight_key.scale.dtype == DType::kE8M0 && ws.dtype() == DType::kU8) {
-    ws = Tensor::from_blob(ws.raw(), DType::kE8M0, ws.shape(), ws.owner());
-  }
+  cuda_test::relabel_mx_weight_scales(kc.scheme, *layer);
   LinearLayer mine = *layer;
   const LinearKernel& ref = *find_kernel("reference_" + std::string(family_name(kc.scheme.family)));
   EXPECT_TRUE(ref.process_weights_after_loading(*layer));
@@ -812,10 +808,7 @@ TEST(CudaKernels, ProcessedWeightsRoundTrip) {
     MakeLayerOptions opt;
     auto layer = quantize_layer("cache_test", *find_scheme(c.scheme), random_normal(DType::kF32, {c.n, c.k}, 41, 0.05), opt);
     ASSERT_TRUE(layer) << layer.message();
-    Tensor& ws = layer->params["weight_scale"];
-    if (ws.dtype() == DType::kU8 && find_scheme(c.scheme)->weight_key.scale.dtype == DType::kE8M0) {
-      ws = Tensor::from_blob(ws.raw(), DType::kE8M0, ws.shape(), ws.owner());
-    }
+    cuda_test::relabel_mx_weight_scales(*find_scheme(c.scheme), *layer);
     LinearLayer fresh = *layer;
     LinearLayer tampered = *layer;
     ASSERT_TRUE(c.kernel->process_weights_after_loading(*layer));

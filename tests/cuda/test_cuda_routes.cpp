@@ -5,6 +5,7 @@
 // sm_90 GPU.
 #include <gtest/gtest.h>
 
+#include "cuda/cuda_test_util.hpp"
 #include "qlinear/cuda.hpp"
 #include "qlinear/make_layer.hpp"
 #include "qlinear/platform.hpp"
@@ -31,10 +32,7 @@ LinearLayer quantized(const Scheme &s, int64_t n, int64_t k) {
   auto layer = quantize_layer(
       "route_test", s, random_normal(DType::kF32, {n, k}, 11, 0.05), opt);
   EXPECT_TRUE(layer) << layer.message();
-  Tensor &ws = layer->params["weight_scale"];
-  if (s.weight_key.scale.dtype == DType::kE8M0 && ws.dtype() == DType::kU8) {
-    ws = Tensor::from_blob(ws.raw(), DType::kE8M0, ws.shape(), ws.owner());
-  }
+  cuda_test::relabel_mx_weight_scales(s, *layer);
   return *layer;
 }
 

@@ -34,6 +34,23 @@ Status apply_on_a_new_thread(const LinearKernel& kernel, const LinearLayer& laye
   return cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
+// A layer of `scheme` quantized from fixed random weights, and the kernel the CUDA platform selects for it,
+// with the layer processed by that kernel.
+struct Prepared {
+  LinearLayer layer;
+  const LinearKernel* kernel = nullptr;  // the registry's
+};
+Result<Prepared> prepared(const char* scheme, int64_t n, int64_t k) {
+  QL_ASSIGN_OR_RETURN(Platform platform, Platform::cuda_device(0));
+  const Scheme& s = *find_scheme(scheme);
+  QL_ASSIGN_OR_RETURN(LinearLayer layer, quantize_layer("fresh_thread", s, random_normal(DType::kF32, {n, k}, 7, 0.05),
+                                                        MakeLayerOptions{}));
+  cuda_test::relabel_mx_weight_scales(s, layer);
+  QL_ASSIGN_OR_RETURN(const LinearKernel* kernel, select_kernel(layer.config, platform));
+  QL_RETURN_IF_ERROR(kernel->process_weights_after_loading(layer));
+  return Prepared{std::move(layer), kernel};
+}
+
 // Whether two device tensors hold the same bytes.
 bool same_bytes(const Tensor& a, const Tensor& b) {
   const Tensor ha = cuda::to_host(a).value(), hb = cuda::to_host(b).value();
@@ -42,27 +59,17 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 
 TEST(CudaFreshThread, ApplyFromAThreadWithNoCudaCallsYetEqualsTheMainThread) {
   QL_REQUIRE_SM90();
-  auto platform = Platform::cuda_device(0);
-  ASSERT_TRUE(platform) << platform.message();
   const int64_t n = 256, k = 384;
   int checked = 0;
   // The routes by M: the decode kernels (mma.sync at small M, the swap-AB wgmma ones with TMA above), the
   // prefill GEMMs (wgmma with TMA, cuBLASLt).
   for (const char* scheme : {"w4a16-mxfp4", "w8a16-mxfp8", "w6a16-mxfp6-e2m3", "w8a8-fp8-channel", "w8a8-int8-dynamic",
                              "w4a4-mxfp4"}) {
-    MakeLayerOptions opt;
-    auto layer = quantize_layer("fresh_thread", *find_scheme(scheme), random_normal(DType::kF32, {n, k}, 7, 0.05), opt);
-    ASSERT_TRUE(layer) << scheme << ": " << layer.message();
-    // quantize_layer stores MX scales as u8 bytes while the contract asks for e8m0: same bytes, relabelled.
-    Tensor& ws = layer->params["weight_scale"];
-    if (find_scheme(scheme)->weight_key.scale.dtype == DType::kE8M0 && ws.dtype() == DType::kU8) {
-      ws = Tensor::from_blob(ws.raw(), DType::kE8M0, ws.shape(), ws.owner());
-    }
-    auto kernel = select_kernel(layer->config, *platform);
-    ASSERT_TRUE(kernel) << scheme << ": " << kernel.message();
-    ASSERT_TRUE((*kernel)->process_weights_after_loading(*layer).is_ok()) << scheme;
+    auto p = prepared(scheme, n, k);
+    ASSERT_TRUE(p) << scheme << ": " << p.message();
+    const LinearKernel& kernel = *p->kernel;
     for (int64_t m : {1, 64, 257, 1024}) {
-      SCOPED_TRACE(std::string(scheme) + " on " + std::string((*kernel)->name()) + ", M = " + std::to_string(m));
+      SCOPED_TRACE(std::string(scheme) + " on " + std::string(kernel.name()) + ", M = " + std::to_string(m));
       const Tensor x = cuda::to_device(
                            cuda_test::to_dtype(random_normal(DType::kF32, {m, k}, cuda_test::fresh_seed(), 1.0),
                                                DType::kBF16))
@@ -71,11 +78,11 @@ TEST(CudaFreshThread, ApplyFromAThreadWithNoCudaCallsYetEqualsTheMainThread) {
       Tensor thread_out = cuda::empty(DType::kBF16, {m, n}).value();
       ASSERT_TRUE(cuda::fill_bytes(main_out, 0xFF).is_ok() && cuda::fill_bytes(thread_out, 0x7F).is_ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const Status in_main = (*kernel)->apply(*layer, Activation::dense(x), nullptr, main_out);
+      const Status in_main = kernel.apply(p->layer, Activation::dense(x), nullptr, main_out);
       ASSERT_TRUE(in_main) << in_main.message();
       // The main thread's work done first (the test below leaves it in flight).
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const Status in_thread = apply_on_a_new_thread(**kernel, *layer, x, thread_out);
+      const Status in_thread = apply_on_a_new_thread(kernel, p->layer, x, thread_out);
       ASSERT_TRUE(in_thread) << in_thread.message();
       EXPECT_TRUE(same_bytes(main_out, thread_out));
       ++checked;
@@ -90,18 +97,11 @@ TEST(CudaFreshThread, ApplyFromAThreadWithNoCudaCallsYetEqualsTheMainThread) {
 // backend drained a thread's per-thread stream when the thread ends (cuda_util.cpp; docs/RELIABILITY.md).
 TEST(CudaFreshThread, AThreadEndingRightAfterItsApplyWhileAnotherIsInFlightIsJoined) {
   QL_REQUIRE_SM90();
-  auto platform = Platform::cuda_device(0);
-  ASSERT_TRUE(platform) << platform.message();
   const int64_t m = 64, n = 256, k = 384;
   for (const char* scheme : {"w4a4-mxfp4", "w8a8-mxfp8"}) {
-    auto layer = quantize_layer("in_flight", *find_scheme(scheme), random_normal(DType::kF32, {n, k}, 7, 0.05),
-                                MakeLayerOptions{});
-    ASSERT_TRUE(layer) << scheme << ": " << layer.message();
-    Tensor& ws = layer->params["weight_scale"];
-    if (ws.dtype() == DType::kU8) ws = Tensor::from_blob(ws.raw(), DType::kE8M0, ws.shape(), ws.owner());
-    auto kernel = select_kernel(layer->config, *platform);
-    ASSERT_TRUE(kernel) << scheme << ": " << kernel.message();
-    ASSERT_TRUE((*kernel)->process_weights_after_loading(*layer).is_ok()) << scheme;
+    auto p = prepared(scheme, n, k);
+    ASSERT_TRUE(p) << scheme << ": " << p.message();
+    const LinearKernel& kernel = *p->kernel;
     for (int rep = 0; rep < 8; ++rep) {
       SCOPED_TRACE(std::string(scheme) + ", repetition " + std::to_string(rep));
       const Tensor x = cuda::to_device(cuda_test::to_dtype(random_normal(DType::kF32, {m, k}, cuda_test::fresh_seed(), 1.0),
@@ -110,9 +110,9 @@ TEST(CudaFreshThread, AThreadEndingRightAfterItsApplyWhileAnotherIsInFlightIsJoi
       Tensor a = cuda::empty(DType::kBF16, {m, n}).value(), b = cuda::empty(DType::kBF16, {m, n}).value();
       ASSERT_TRUE(cuda::fill_bytes(a, 0xFF).is_ok() && cuda::fill_bytes(b, 0x7F).is_ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const Status in_main = (*kernel)->apply(*layer, Activation::dense(x), nullptr, a);  // left in flight
+      const Status in_main = kernel.apply(p->layer, Activation::dense(x), nullptr, a);  // left in flight
       ASSERT_TRUE(in_main) << in_main.message();
-      const Status in_thread = apply_on_a_new_thread(**kernel, *layer, x, b);
+      const Status in_thread = apply_on_a_new_thread(kernel, p->layer, x, b);
       ASSERT_TRUE(in_thread) << in_thread.message();
       EXPECT_TRUE(same_bytes(a, b));
     }

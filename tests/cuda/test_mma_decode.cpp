@@ -80,10 +80,7 @@ std::optional<Prepared> prepare(const Case& c, uint64_t seed) {
   auto layer = quantize_layer("mma_test", c.scheme, w, opt);
   EXPECT_TRUE(layer) << layer.message();
   if (!layer) return std::nullopt;
-  Tensor& ws = layer->params["weight_scale"];
-  if (c.scheme.weight_key.scale.dtype == DType::kE8M0 && ws.dtype() == DType::kU8) {
-    ws = Tensor::from_blob(ws.raw(), DType::kE8M0, ws.shape(), ws.owner());
-  }
+  cuda_test::relabel_mx_weight_scales(c.scheme, *layer);
   Prepared p{*layer, *layer, *layer};
   const LinearKernel& ref = *find_kernel("reference_" + std::string(family_name(c.scheme.family)));
   EXPECT_TRUE(ref.process_weights_after_loading(p.ref));

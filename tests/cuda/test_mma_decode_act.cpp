@@ -117,10 +117,7 @@ std::optional<Prepared> prepare(const Case& c, uint64_t seed) {
   EXPECT_TRUE(layer) << layer.message();
   if (!layer) return std::nullopt;
   EXPECT_TRUE(layer->config.activation_key == c.scheme.activation_key);
-  Tensor& ws = layer->params["weight_scale"];
-  if (c.scheme.weight_key.scale.dtype == DType::kE8M0 && ws.dtype() == DType::kU8) {
-    ws = Tensor::from_blob(ws.raw(), DType::kE8M0, ws.shape(), ws.owner());
-  }
+  cuda_test::relabel_mx_weight_scales(c.scheme, *layer);
   Prepared p{*layer, *layer, *layer};
   EXPECT_TRUE(reference_for(c.scheme.family).process_weights_after_loading(p.ref));
   const cuda::MmaDecodeLinearKernel& k = kernel_for(c.scheme.family);

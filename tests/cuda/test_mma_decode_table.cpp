@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -45,13 +46,18 @@ class ExtraEntries {
 };
 
 TEST(MmaDecodeTable, EveryEntryRunsAsWrittenOnceAndIsTheTunersSource) {
-  std::stringstream text;  // every GPU's generated file
-  for (const char* gpu : {"h200", "h100"}) {
-    const std::string file = std::string("mma_decode_tuned_") + gpu + ".inc";
-    std::ifstream in(std::string(QLINEAR_SOURCE_DIR) + "/src/backends/cuda/tuning/" + file);
-    ASSERT_TRUE(in) << file << " not found";
+  std::stringstream text;  // every GPU's generated file, tuning/mma_decode_tuned_<gpu>.inc
+  int files = 0;
+  const std::filesystem::path dir = std::filesystem::path(QLINEAR_SOURCE_DIR) / "src/backends/cuda/tuning";
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    const std::string name = f.path().filename().string();
+    if (name.rfind("mma_decode_tuned_", 0) != 0 || f.path().extension() != ".inc") continue;
+    std::ifstream in(f.path());
+    ASSERT_TRUE(in) << name;
     text << in.rdbuf();
+    ++files;
   }
+  EXPECT_GE(files, 2) << "the H200's and the H100's tables";
   std::set<std::tuple<std::string, MmaCode, int64_t, int64_t, int64_t>> keys;
   ASSERT_FALSE(cuda::mma_decode_tuned_table().empty());
   for (const MmaDecodeTunedEntry& e : cuda::mma_decode_tuned_table()) {
